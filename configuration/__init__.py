@@ -1,0 +1,3 @@
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+__all__ = ["VanillaTransformerConfig"]

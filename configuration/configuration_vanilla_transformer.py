@@ -1,0 +1,139 @@
+"""Configuration of the original Transformer (Vaswani et al. 2017, "Attention Is All You Need").
+
+Every default is the paper's base model (Table 3, row "base"). Where the paper leaves a choice open, the field says
+what it picks; nothing differs from the paper silently:
+
+- `max_position_embeddings`: the sinusoidal encoding of §3.5 has no length limit, but its table is precomputed up to
+  this many positions (and learned positions need a fixed size).
+- `attention_dropout` and `activation_dropout` are 0.0: the paper applies dropout (P_drop) only to the output of each
+  sub-layer and to the sums of embeddings and positional encodings (§5.4).
+- `vocab_size=37000`: the paper's shared source-target byte-pair vocabulary for English-German (§5.1).
+- Weight initialisation is not given in the paper; the model uses Xavier-uniform linear layers and N(0, d_model^-0.5)
+  embeddings (the tensor2tensor and fairseq choice), see `init_std`.
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+NORM_POSITIONS = ("post", "pre")
+POSITION_ENCODINGS = ("sinusoidal", "learned")
+ACTIVATIONS = ("relu", "gelu")
+
+
+@strict
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
+
+    Args:
+        vocab_size: size of the joint source/target vocabulary.
+        d_model: model width, the size of every sub-layer output and of the embeddings (§3.1).
+        num_heads: number of attention heads h; each head has d_k = d_v = d_model / h (§3.2.2).
+        d_ff: inner size of the position-wise feed-forward network (§3.3).
+        encoder_layers: number N of identical encoder layers.
+        decoder_layers: number N of identical decoder layers.
+        dropout: P_drop, applied to each sub-layer output before the residual add and to embedding + position sums.
+        attention_dropout: dropout on the attention probabilities (0.0 in the paper).
+        activation_dropout: dropout after the feed-forward activation (0.0 in the paper).
+        activation: "relu" (the paper) or "gelu".
+        layer_norm_eps: epsilon of every LayerNorm.
+        max_position_embeddings: longest sequence the positional encoding covers.
+        norm_position: "post" (the paper: LayerNorm(x + Dropout(Sublayer(x)))) or "pre"
+            (x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm closing each stack).
+        position_encoding: "sinusoidal" (§3.5, a fixed table, not saved with the weights) or "learned".
+        scale_embedding: multiply embeddings by sqrt(d_model) (§3.4).
+        share_embeddings: one matrix for the source embedding, the target embedding and the pre-softmax projection
+            (§3.4). When False the three are separate. `tie_word_embeddings` always follows this field.
+        attention_bias: biases in the attention projections W^Q, W^K, W^V, W^O (the paper's formulas have none).
+        init_std: standard deviation of the embedding initialisation; None means d_model ** -0.5.
+        use_cache: reuse keys and values of previous decoding steps in `generate()`.
+    """
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "encoder_layers",
+        "intermediate_size": "d_ff",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5
+    max_position_embeddings: int = 1024
+    norm_position: str = "post"
+    position_encoding: str = "sinusoidal"
+    scale_embedding: bool = True
+    share_embeddings: bool = True
+    attention_bias: bool = False
+    init_std: float | None = None
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 1
+    is_encoder_decoder: bool = True
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        model_type = kwargs.pop("model_type", self.model_type)
+        if model_type != self.model_type:
+            raise ValueError(
+                f"This configuration has model_type {model_type!r}; VanillaTransformerConfig reads only "
+                f"model_type {self.model_type!r}."
+            )
+        self.tie_word_embeddings = self.share_embeddings
+        self._check()
+        super().__post_init__(**kwargs)
+
+    def _check(self) -> None:
+        """Raise a `ValueError` naming the first invalid field and what it accepts."""
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers", "decoder_layers",
+                     "max_position_embeddings"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"VanillaTransformerConfig.{name} must be a positive integer, got {value}.")
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"VanillaTransformerConfig.d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) "
+                "so that every head gets d_k = d_model / num_heads dimensions."
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"VanillaTransformerConfig.{name} must be in [0, 1), got {value}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
+        if self.init_std is not None and not self.init_std > 0:
+            raise ValueError(f"VanillaTransformerConfig.init_std must be positive or None, got {self.init_std}.")
+        for name, allowed in (("norm_position", NORM_POSITIONS), ("position_encoding", POSITION_ENCODINGS),
+                              ("activation", ACTIVATIONS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"VanillaTransformerConfig.{name} must be one of {allowed}, got {value!r}.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            for token_id in value if isinstance(value, list) else [value]:
+                if token_id is not None and not 0 <= token_id < self.vocab_size:
+                    raise ValueError(
+                        f"VanillaTransformerConfig.{name} must be a token id in [0, vocab_size={self.vocab_size}), "
+                        f"got {token_id}."
+                    )
+        if self.pad_token_id is None:
+            raise ValueError("VanillaTransformerConfig.pad_token_id must be set: padding is masked out of attention.")
+        if self.decoder_start_token_id is None:
+            raise ValueError(
+                "VanillaTransformerConfig.decoder_start_token_id must be set: it starts the shifted-right decoder input."
+            )
+
+
+__all__ = ["VanillaTransformerConfig"]

@@ -1,0 +1,713 @@
+"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a Hugging Face model.
+
+The file reads top to bottom like Figure 1 of the paper:
+
+    inputs -> embedding * sqrt(d_model) + positional encoding (§3.4, §3.5)
+           -> N x [multi-head self-attention, Add&Norm, feed-forward, Add&Norm]             (encoder, §3.1)
+    outputs (shifted right) -> embedding * sqrt(d_model) + positional encoding
+           -> N x [masked multi-head self-attention, Add&Norm,
+                   multi-head attention over the encoder output, Add&Norm,
+                   feed-forward, Add&Norm]                                                    (decoder, §3.1)
+           -> linear -> softmax over the vocabulary                                          (§3.4)
+
+Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_ff, P_drop (`dropout`).
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+
+from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Inputs: checks, shifting right, masks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
+    """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
+    attention) into a `ValueError` that names the argument and what was expected."""
+    if ids is not None and not is_torchdynamo_compiling() and ids.numel() > 0:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
+    if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
+        raise ValueError(
+            f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """The decoder input is the output shifted right by one position (§3.1): [start, y_1, ..., y_{n-1}]."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
+
+
+def additive_mask(may_attend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean "may attend" -> the additive mask of §3.2.3: 0 where a query may see a key, -inf where it may not,
+    so that masked positions get probability 0 after the softmax.
+
+    A query that may see no key at all (every key is padding) would turn into NaN; it is let see every key instead.
+    Such a query belongs to padding itself or to an all-padding source, and its output is never used.
+    """
+    may_attend = may_attend | ~may_attend.any(dim=-1, keepdim=True)
+    return torch.zeros(may_attend.shape, dtype=dtype, device=may_attend.device).masked_fill(~may_attend, -math.inf)
+
+
+def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Keys that are padding are hidden from every query: (batch, src_len) -> (batch, 1, 1, src_len)."""
+    if attention_mask is None:
+        return None
+    return additive_mask(attention_mask.bool()[:, None, None, :], dtype)
+
+
+def causal_mask(
+    decoder_attention_mask: torch.Tensor | None,
+    tgt_len: int,
+    past_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    implicit_causal: bool,
+) -> torch.Tensor | None:
+    """Decoder self-attention mask (§3.2.3): position i may see positions <= i and no padding.
+
+    Returns (batch or 1, 1, tgt_len, past_len + tgt_len), or None when nothing needs hiding: one new query attends to
+    all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality itself.
+    """
+    if decoder_attention_mask is None and (tgt_len == 1 or (implicit_causal and past_len == 0)):
+        return None
+    total_len = past_len + tgt_len
+    key_positions = torch.arange(total_len, device=device)
+    query_positions = torch.arange(past_len, total_len, device=device)
+    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, total_len)
+    if decoder_attention_mask is not None:
+        may_attend = may_attend & decoder_attention_mask.bool()[:, None, None, -total_len:]
+    return additive_mask(may_attend, dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.4-3.5 Embeddings and positional encoding
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))  (§3.5)."""
+    position = torch.arange(num_positions, dtype=torch.float32)[:, None]  # (num_positions, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(num_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """The fixed encoding of §3.5, a buffer that is recomputed rather than saved with the weights."""
+
+    def __init__(self, num_positions: int, d_model: int):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(num_positions, d_model), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.pe[positions]
+
+
+class TransformerEmbedding(nn.Module):
+    """Token embedding times sqrt(d_model) (§3.4) plus positional encoding (§3.5), then dropout P_drop (§5.4)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        if config.position_encoding == "sinusoidal":
+            self.embed_positions = SinusoidalPositionalEncoding(config.max_position_embeddings, config.d_model)
+        else:
+            self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
+        self.max_positions = config.max_position_embeddings
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_len: int = 0):
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        seq_len = inputs_embeds.shape[1]
+        if past_len + seq_len > self.max_positions:
+            raise ValueError(
+                f"the sequence reaches position {past_len + seq_len}, beyond max_position_embeddings="
+                f"{self.max_positions}; truncate the input or use a config with more positions."
+            )
+        positions = torch.arange(past_len, past_len + seq_len, device=inputs_embeds.device)
+        x = inputs_embeds * self.scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        return self.dropout(x)  # (batch, seq_len, d_model)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.2 Attention
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V (§3.2.1, equation 1), written out."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, h, tgt_len, src_len)
+    if attention_mask is not None:
+        scores = scores + attention_mask  # -inf where a query may not look
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value)  # (batch, h, tgt_len, d_k)
+    return output.transpose(1, 2).contiguous(), weights  # (batch, tgt_len, h, d_k)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
+
+    One module serves the three uses of §3.2.3: encoder self-attention, the decoder's masked self-attention
+    (`is_causal`), and encoder-decoder attention (`is_cross_attention`: queries from the decoder, keys and values from
+    the encoder output). W^Q, W^K and W^V of all heads are stacked in one (3 d_model, d_model) projection, so
+    self-attention projects its input once; cross-attention projects queries and keys/values separately.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int = 0, is_causal=False, is_cross_attention=False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.num_heads = config.num_heads  # h
+        self.d_k = config.d_model // config.num_heads
+        self.scaling = self.d_k**-0.5  # 1 / sqrt(d_k)
+        self.attention_dropout = config.attention_dropout
+        self.in_proj = nn.Linear(config.d_model, 3 * config.d_model, bias=config.attention_bias)  # [W^Q; W^K; W^V]
+        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)  # W^O
+
+    def split_heads(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """(batch, len, parts * d_model) -> `parts` tensors of (batch, h, len, d_k)."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, parts, self.num_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, tgt_len, d_model = hidden_states.shape
+        if not self.is_cross_attention:
+            query, key, value = self.split_heads(self.in_proj(hidden_states), 3)  # each (batch, h, tgt_len, d_k)
+            if past_key_values is not None:  # append this step's keys/values to the previous steps'
+                key, value = past_key_values.self_attention_cache.update(key, value, self.layer_idx)
+        else:
+            w_q, w_kv = self.in_proj.weight.split([d_model, 2 * d_model])
+            b_q, b_kv = self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
+            (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), 1)  # (batch, h, tgt_len, d_k)
+            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                # the encoder output does not change while decoding: its keys/values are computed once per source
+                key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+            else:
+                key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), 2)  # (batch, h, src_len, d_k)
+                if cache is not None:
+                    key, value = cache.update(key, value, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        output, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.attention_dropout if self.training else 0.0,
+        )
+        output = output.reshape(batch, tgt_len, d_model)  # Concat(head_1, ..., head_h)
+        return self.out_proj(output), weights
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network and §3.1 Add&Norm
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately (§3.3)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(config.d_model, config.d_ff)
+        self.activation = ACT2FN[config.activation]
+        self.dropout = nn.Dropout(config.activation_dropout)
+        self.w_2 = nn.Linear(config.d_ff, config.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))  # (batch, len, d_ff) inside
+
+
+class AddNorm(nn.Module):
+    """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4).
+
+    post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
+    pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm_position == "pre"
+
+    def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(x) if self.pre_norm else x
+
+    def forward(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else self.layer_norm(x)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class EncoderLayer(GradientCheckpointingLayer):
+    """Multi-head self-attention, then a position-wise feed-forward network, each wrapped in Add&Norm."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx)
+        self.self_attn_norm = AddNorm(config)
+        self.ffn = PositionwiseFeedForward(config)
+        self.ffn_norm = AddNorm(config)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool = False):
+        y, self_attn_weights = self.self_attn(
+            self.self_attn_norm.sublayer_input(x), attention_mask=attention_mask, output_attentions=output_attentions
+        )
+        x = self.self_attn_norm(x, y)
+        x = self.ffn_norm(x, self.ffn(self.ffn_norm.sublayer_input(x)))
+        return x, self_attn_weights
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """Masked self-attention, attention over the encoder output, then feed-forward, each wrapped in Add&Norm."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
+        self.self_attn_norm = AddNorm(config)
+        self.cross_attn = MultiHeadAttention(config, layer_idx, is_cross_attention=True)
+        self.cross_attn_norm = AddNorm(config)
+        self.ffn = PositionwiseFeedForward(config)
+        self.ffn_norm = AddNorm(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        self_attn_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        cross_attn_mask: torch.Tensor | None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ):
+        y, self_attn_weights = self.self_attn(
+            self.self_attn_norm.sublayer_input(x),
+            attention_mask=self_attn_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        x = self.self_attn_norm(x, y)
+        y, cross_attn_weights = self.cross_attn(
+            self.cross_attn_norm.sublayer_input(x),
+            key_value_states=encoder_hidden_states,
+            attention_mask=cross_attn_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        x = self.cross_attn_norm(x, y)
+        x = self.ffn_norm(x, self.ffn(self.ffn_norm.sublayer_input(x)))
+        return x, self_attn_weights, cross_attn_weights
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The Hugging Face model classes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    config_class = VanillaTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_attention_backend = False
+    _can_compile_fullgraph = False  # input checks read token ids; generation compiles per step otherwise
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """Xavier-uniform linear layers, N(0, d_model^-0.5) embeddings with a zero padding row, unit LayerNorms and
+        the sinusoidal table. The paper does not state its initialisation; this is tensor2tensor's and fairseq's."""
+        std = self.config.init_std or self.config.d_model**-0.5
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEncoding):
+            init.copy_(module.pe, sinusoidal_table(*module.pe.shape))
+
+
+def _output_flag(kwargs: dict, name: str, config: VanillaTransformerConfig) -> bool:
+    value = kwargs.get(name)
+    return bool(getattr(config, name) if value is None else value)
+
+
+class Encoder(nn.Module):
+    """A stack of N identical encoder layers over the embedded source (§3.1, left half of Figure 1)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed = TransformerEmbedding(config, embed_tokens)
+        self.layers = nn.ModuleList([EncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embed.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_dict: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        check_inputs(input_ids, attention_mask, self.config, "input_ids")
+        output_attentions = _output_flag(kwargs, "output_attentions", self.config)
+        output_hidden_states = _output_flag(kwargs, "output_hidden_states", self.config)
+
+        x = self.embed(input_ids, inputs_embeds)  # (batch, src_len, d_model)
+        mask = padding_mask(attention_mask, x.dtype)  # (batch, 1, 1, src_len), built once for all layers
+        hidden_states, attentions = (), ()
+        for layer in self.layers:
+            if output_hidden_states:
+                hidden_states += (x,)
+            x, weights = layer(x, mask, output_attentions)
+            if output_attentions:
+                attentions += (weights,)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if output_hidden_states:
+            hidden_states += (x,)
+        output = BaseModelOutput(
+            last_hidden_state=x,
+            hidden_states=hidden_states or None,
+            attentions=attentions or None,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class Decoder(nn.Module):
+    """A stack of N identical decoder layers over the embedded, shifted-right outputs (§3.1, right half of Figure 1)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed = TransformerEmbedding(config, embed_tokens)
+        self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embed.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
+        check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
+        output_attentions = _output_flag(kwargs, "output_attentions", self.config)
+        output_hidden_states = _output_flag(kwargs, "output_hidden_states", self.config)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+
+        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
+        # masks, built once for all layers: causal + target padding, and source padding for cross-attention
+        implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
+        self_attn_mask = causal_mask(attention_mask, x.shape[1], past_len, x.dtype, x.device, implicit_causal)
+        cross_attn_mask = padding_mask(encoder_attention_mask, x.dtype)
+
+        hidden_states, self_attentions, cross_attentions = (), (), ()
+        for layer in self.layers:
+            if output_hidden_states:
+                hidden_states += (x,)
+            x, self_weights, cross_weights = layer(
+                x, self_attn_mask, encoder_hidden_states, cross_attn_mask, past_key_values, output_attentions
+            )
+            if output_attentions:
+                self_attentions += (self_weights,)
+                cross_attentions += (cross_weights,)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if output_hidden_states:
+            hidden_states += (x,)
+        output = BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=x,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=hidden_states or None,
+            attentions=self_attentions or None,
+            cross_attentions=cross_attentions or None,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """The encoder-decoder without the output projection; returns the decoder's last hidden states."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        if config.share_embeddings:  # §3.4: one embedding matrix for source and target
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed.embed_tokens.weight": "shared.weight",
+                "decoder.embed.embed_tokens.weight": "shared.weight",
+            }
+            source_embedding = target_embedding = self.shared
+        else:
+            source_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            target_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = Encoder(config, source_embedding)
+        self.decoder = Decoder(config, target_embedding)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.share_embeddings:
+            self.shared = value
+            self.decoder.set_input_embeddings(value)
+        self.encoder.set_input_embeddings(value)
+
+    def get_encoder(self, modality: str | None = None) -> Encoder:
+        return self.encoder
+
+    def get_decoder(self) -> Decoder:
+        return self.decoder
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, **kwargs)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "Pass decoder_input_ids (the target shifted right) or, to "
+                "VanillaTransformerForConditionalGeneration, labels from which they are built."
+            )
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs.last_hidden_state,
+            attention_mask,
+            past_key_values,
+            decoder_inputs_embeds,
+            use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The full model of Figure 1: the encoder-decoder followed by the linear projection onto the vocabulary; the
+    softmax of §3.4 is applied by the loss and by generation to the returned logits."""
+
+    _keys_to_ignore_on_load_missing = [r"\.pe$"]
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.share_embeddings:  # §3.4: the pre-softmax projection shares the embedding matrix
+            self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear):
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> Encoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> Decoder:
+        return self.model.decoder
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.share_embeddings:  # the separate target embedding follows the source vocabulary
+            target = self.model.decoder.get_input_embeddings()
+            self.model.decoder.set_input_embeddings(
+                self._get_resized_embeddings(target, embeddings.num_embeddings, mean_resizing=mean_resizing)
+            )
+        return embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+            Target token ids; positions set to -100 are ignored. When given, `decoder_input_ids` default to the
+            labels shifted right and the returned loss is the mean token cross-entropy (label smoothing belongs to
+            the training criterion, see `vanilla_transformer.training`).
+        """
+        if labels is not None:
+            check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
+
+        loss = None
+        if labels is not None:
+            flat_logits, flat_labels = logits.view(-1, logits.shape[-1]).float(), labels.view(-1).to(logits.device)
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+            else:  # gradient accumulation: normalise by the target tokens of the whole accumulated batch
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+                loss = loss / num_items_in_batch
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "AddNorm",
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "MultiHeadAttention",
+    "PositionwiseFeedForward",
+    "SinusoidalPositionalEncoding",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]

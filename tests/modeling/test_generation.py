@@ -1,0 +1,92 @@
+"""Incremental decoding with the library's cache objects and every generation strategy."""
+
+import pytest
+import torch
+from transformers import EncoderDecoderCache, GenerationConfig
+
+from tests.conftest import tiny_model
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_incremental_decoding_with_cache_equals_full_forward(implementation):
+    model = tiny_model()
+    model.config._attn_implementation = implementation
+    src = torch.randint(3, 50, (2, 7))
+    mask = torch.ones_like(src)
+    mask[1, 5:] = 0
+    tgt = torch.randint(3, 50, (2, 6))
+    with torch.no_grad():
+        full = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, use_cache=False).logits
+        encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
+        cache = None
+        steps = []
+        for t in range(tgt.shape[1]):
+            out = model(
+                encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1],
+                past_key_values=cache, use_cache=True,
+            )
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert isinstance(cache, EncoderDecoderCache)
+    assert cache.get_seq_length() == tgt.shape[1]
+    # cross-attention keys/values were computed once: their length is the source length, not steps * source
+    assert cache.cross_attention_cache.layers[0].keys.shape[2] == src.shape[1]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_decoding_with_cache_equals_full_forward():
+    model = tiny_model()
+    src = torch.randint(3, 50, (2, 7))
+    tgt = torch.randint(3, 50, (2, 6))
+    with torch.no_grad():
+        full = model(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
+        first = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True)
+        second = model(input_ids=src, decoder_input_ids=tgt[:, 3:], past_key_values=first.past_key_values)
+    torch.testing.assert_close(torch.cat([first.logits, second.logits], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+STRATEGIES = {
+    "greedy": dict(do_sample=False, num_beams=1),
+    "beam": dict(do_sample=False, num_beams=4, num_return_sequences=2),
+    "sampling": dict(do_sample=True, top_k=10, top_p=0.9, temperature=0.8),
+    "beam_sampling": dict(do_sample=True, num_beams=3),
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_generation_strategies_with_and_without_cache_agree(strategy):
+    model = tiny_model()
+    src = torch.randint(3, 50, (3, 6))
+    mask = torch.ones_like(src)
+    mask[2, 4:] = 0
+    results = []
+    for use_cache in (True, False):
+        torch.manual_seed(0)
+        out = model.generate(
+            input_ids=src, attention_mask=mask, max_new_tokens=8, use_cache=use_cache,
+            return_dict_in_generate=True, output_scores=True, **STRATEGIES[strategy],
+        )
+        results.append(out.sequences)
+    assert torch.equal(results[0], results[1])
+    assert (results[0][:, 0] == model.config.decoder_start_token_id).all()
+    expected_rows = 3 * STRATEGIES[strategy].get("num_return_sequences", 1)
+    assert results[0].shape[0] == expected_rows and results[0].shape[1] <= 9
+
+
+def test_greedy_generation_picks_the_argmax_of_the_full_forward():
+    model = tiny_model()
+    src = torch.randint(3, 50, (2, 6))
+    generated = model.generate(input_ids=src, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    with torch.no_grad():
+        logits = model(input_ids=src, decoder_input_ids=generated[:, :-1]).logits
+    logits[..., model.config.eos_token_id] = -float("inf")  # min_new_tokens forbids end-of-sentence
+    assert torch.equal(logits.argmax(-1), generated[:, 1:])
+
+
+def test_generation_config_is_honoured():
+    model = tiny_model()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=2, max_length=5
+    )
+    out = model.generate(input_ids=torch.randint(3, 50, (2, 6)))
+    assert out.shape[1] <= 5

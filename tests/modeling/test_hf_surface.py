@@ -1,0 +1,134 @@
+"""The model behaves like an in-library transformers encoder-decoder: Auto classes, safetensors round trip,
+tied and resized embeddings, gradient checkpointing."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from tests.conftest import tiny_config, tiny_model
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+)
+
+
+def test_auto_classes_build_the_model_from_config():
+    settings = {k: v for k, v in tiny_config().to_diff_dict().items() if k != "model_type"}
+    config = AutoConfig.for_model("vanilla_transformer", **settings)
+    assert isinstance(config, VanillaTransformerConfig)
+    assert isinstance(AutoModel.from_config(config), VanillaTransformerModel)
+    assert isinstance(AutoModelForSeq2SeqLM.from_config(config), VanillaTransformerForConditionalGeneration)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"share_embeddings": False}, {"norm_position": "pre", "position_encoding": "learned"}]
+)
+def test_save_and_load_through_auto_classes_is_exact(tmp_path, overrides):
+    model = tiny_model(**overrides)
+    model.save_pretrained(tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert "model.safetensors" in files and "config.json" in files
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "vanilla_transformer"
+    saved = load_file(tmp_path / "model.safetensors")
+    assert not any(key.endswith(".pe") for key in saved)  # the sinusoidal table is not a weight
+
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, VanillaTransformerForConditionalGeneration)
+    original_state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert original_state.keys() == loaded_state.keys()
+    for key in original_state:
+        assert torch.equal(original_state[key], loaded_state[key]), key
+    src = torch.randint(3, 50, (2, 6))
+    assert torch.equal(model.generate(input_ids=src, max_new_tokens=6), loaded.generate(input_ids=src, max_new_tokens=6))
+
+    base = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, VanillaTransformerModel)
+    assert torch.equal(base.encoder.embed.embed_tokens.weight, model.model.encoder.embed.embed_tokens.weight)
+
+
+def test_loads_in_a_fresh_process(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    src = torch.randint(3, 50, (2, 6))
+    expected = model.generate(input_ids=src, max_new_tokens=6).tolist()
+    code = (
+        "import sys, json, torch, vanilla_transformer, transformers as t;"
+        f"m = t.AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path)!r});"
+        f"print(json.dumps(m.generate(input_ids=torch.tensor({src.tolist()}), max_new_tokens=6).tolist()))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_embeddings_are_shared_and_tied():
+    model = tiny_model()
+    shared = model.model.shared.weight
+    assert model.get_input_embeddings().weight is shared
+    assert model.model.decoder.get_input_embeddings().weight is shared
+    assert model.get_output_embeddings() is model.lm_head and model.lm_head.weight is shared
+
+    separate = tiny_model(share_embeddings=False)
+    weights = {
+        id(separate.model.encoder.get_input_embeddings().weight),
+        id(separate.model.decoder.get_input_embeddings().weight),
+        id(separate.lm_head.weight),
+    }
+    assert len(weights) == 3
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_resize_token_embeddings_keeps_the_tie(share):
+    model = tiny_model(share_embeddings=share)
+    old = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(60)
+    assert model.config.vocab_size == 60
+    assert model.get_input_embeddings().weight.shape == (60, 32)
+    assert model.model.decoder.get_input_embeddings().weight.shape == (60, 32)
+    assert model.lm_head.weight.shape == (60, 32)
+    assert torch.equal(model.get_input_embeddings().weight[:50], old)
+    if share:
+        assert model.lm_head.weight is model.get_input_embeddings().weight
+        assert model.model.decoder.get_input_embeddings() is model.get_input_embeddings()
+    out = model(input_ids=torch.randint(3, 60, (1, 4)), decoder_input_ids=torch.full((1, 2), 55))
+    assert out.logits.shape == (1, 2, 60)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    src = torch.randint(3, 50, (2, 7))
+    labels = torch.randint(3, 50, (2, 5))
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            assert model.is_gradient_checkpointing
+        model(input_ids=src, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5)
+
+
+def test_every_parameter_is_initialised_and_trainable():
+    model = tiny_model()
+    src = torch.randint(3, 50, (2, 7))
+    labels = torch.randint(3, 50, (2, 5))
+    model.train()
+    model(input_ids=src, labels=labels).loss.backward()
+    for name, p in model.named_parameters():
+        assert torch.isfinite(p).all(), name
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_attn_implementation_is_chosen_the_library_way(tmp_path):
+    tiny_model().save_pretrained(tmp_path)
+    for implementation in ("eager", "sdpa"):
+        model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation=implementation)
+        assert model.config._attn_implementation == implementation
