@@ -1,0 +1,100 @@
+"""Checkpoints: written atomically with `accelerator.save_state`, pruned to the last few, found again for
+`--resume-from`, and averaged as the paper averaged its last checkpoints (§6.1)."""
+
+import json
+import os
+import re
+import shutil
+
+import torch
+from safetensors.torch import load_file
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+STATE_FILE = "trainer_state.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def checkpoint_dir(output_dir: str) -> str:
+    return os.path.join(output_dir, "checkpoints")
+
+
+def list_checkpoints(output_dir: str) -> list[str]:
+    """Complete checkpoints of a run, oldest first (temporary folders of interrupted writes are ignored)."""
+    folder = checkpoint_dir(output_dir)
+    if not os.path.isdir(folder):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(folder) if (m := CHECKPOINT_PATTERN.match(name))]
+    return [os.path.join(folder, name) for _, name in sorted(found)]
+
+
+def _fsync_tree(path: str) -> None:
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+    directory = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, keep: int) -> str | None:
+    """Write `checkpoint-STEP` under a temporary name, fsync it, then rename it into place, so that a checkpoint on
+    disk is always whole. Keeps the last `keep` checkpoints. Called on every process."""
+    folder = checkpoint_dir(output_dir)
+    final = os.path.join(folder, f"checkpoint-{step}")
+    temporary = os.path.join(folder, f".tmp-checkpoint-{step}")
+    if accelerator.is_main_process:
+        os.makedirs(folder, exist_ok=True)
+        shutil.rmtree(temporary, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(temporary, safe_serialization=True)
+    if accelerator.is_main_process:
+        with open(os.path.join(temporary, STATE_FILE), "w") as handle:
+            json.dump(state, handle, indent=2)
+        _fsync_tree(temporary)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(temporary, final)
+        _fsync_tree(folder)
+        for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def resolve_resume(path: str) -> str:
+    """`--resume-from` accepts a checkpoint folder or a run folder (its newest checkpoint is used)."""
+    if not os.path.isdir(path):
+        raise ValueError(f"--resume-from {path}: no such folder.")
+    if not os.path.isfile(os.path.join(path, STATE_FILE)):
+        checkpoints = list_checkpoints(path)
+        if not checkpoints:
+            raise ValueError(
+                f"--resume-from {path}: not a checkpoint (no {STATE_FILE}) and not a run folder with checkpoints."
+            )
+        path = checkpoints[-1]
+    if not os.path.isfile(os.path.join(path, WEIGHTS_FILE)):
+        raise ValueError(f"--resume-from {path}: the checkpoint has no {WEIGHTS_FILE}.")
+    return path
+
+
+def read_state(checkpoint: str) -> dict:
+    with open(os.path.join(checkpoint, STATE_FILE)) as handle:
+        return json.load(handle)
+
+
+def average_checkpoints(paths: list[str]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the model weights saved in `paths` (safetensors only)."""
+    if not paths:
+        raise ValueError("--average-checkpoints: no checkpoint to average.")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        weights = load_file(os.path.join(path, WEIGHTS_FILE))
+        if total and weights.keys() != total.keys():
+            raise ValueError(f"--average-checkpoints: {path} holds different weights from {paths[0]}.")
+        for key, value in weights.items():
+            dtypes[key] = value.dtype
+            total[key] = total.get(key, 0) + value.double()
+    return {key: (value / len(paths)).to(dtypes[key]) for key, value in total.items()}

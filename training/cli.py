@@ -1,0 +1,220 @@
+"""The `vanilla-transformer` command: train, evaluate, translate, plot."""
+
+import argparse
+import os
+import sys
+
+# Model and schedule sizes. "numbers" trains the embedded task in about two minutes on 2 CPU cores; "small" suits
+# Multi30k-sized corpora; "base" is the paper's base model and schedule (§5.3, Table 3).
+PRESETS = {
+    "numbers": dict(d_model=128, num_heads=4, d_ff=512, encoder_layers=2, decoder_layers=2, dropout=0.1,
+                    vocab_size=400, max_tokens=4096, warmup_steps=200, lr=2e-3, max_steps=400, num_epochs=None,
+                    eval_steps=200, save_steps=200, max_source_length=16, max_target_length=16),
+    "small": dict(d_model=256, num_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3, dropout=0.3,
+                  vocab_size=8000, max_tokens=4096, warmup_steps=2000, lr=1e-3, max_steps=None, num_epochs=10,
+                  eval_steps=1000, save_steps=1000, max_source_length=128, max_target_length=128),
+    "base": dict(d_model=512, num_heads=8, d_ff=2048, encoder_layers=6, decoder_layers=6, dropout=0.1,
+                 vocab_size=37000, max_tokens=25000, warmup_steps=4000, lr=None, max_steps=100_000, num_epochs=None,
+                 eval_steps=5000, save_steps=5000, max_source_length=256, max_target_length=256),
+}
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a value in [0, 1), got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data (default: the embedded English->German number task)")
+    group.add_argument("--dataset-name", help="a Hub dataset in the translation schema")
+    group.add_argument("--dataset-config", help="configuration of --dataset-name, e.g. de-en")
+    group.add_argument("--train-file", help="JSON lines, CSV or Parquet with a 'translation' column")
+    group.add_argument("--validation-file")
+    group.add_argument("--test-file")
+    group.add_argument("--source-lang", default="en")
+    group.add_argument("--target-lang", default="de")
+    group.add_argument("--max-source-length", type=positive_int, help="longest source in tokens (longer pairs are "
+                       "dropped from training)")
+    group.add_argument("--max-target-length", type=positive_int, help="longest target in tokens; also the "
+                       "generation limit")
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-beams", type=positive_int, default=5)
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--eval-batch-size", type=positive_int, default=64)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a tokenizer and a model, evaluate it, save it",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_data_arguments(train)
+    train.add_argument("--output-dir", default=None, help="where the model folder is written "
+                       "(default: runs/<task>)")
+    train.add_argument("--overwrite-output-dir", action="store_true")
+    train.add_argument("--preset", choices=sorted(PRESETS), help="size defaults; 'numbers' without data, "
+                       "'small' with data")
+    train.add_argument("--seed", type=int, default=42)
+    model = train.add_argument_group("model")
+    model.add_argument("--d-model", type=positive_int)
+    model.add_argument("--num-heads", type=positive_int)
+    model.add_argument("--d-ff", type=positive_int)
+    model.add_argument("--encoder-layers", type=positive_int)
+    model.add_argument("--decoder-layers", type=positive_int)
+    model.add_argument("--dropout", type=probability)
+    model.add_argument("--attention-dropout", type=probability, default=0.0)
+    model.add_argument("--activation-dropout", type=probability, default=0.0)
+    model.add_argument("--norm-position", choices=["post", "pre"], default="post")
+    model.add_argument("--position-encoding", choices=["sinusoidal", "learned"], default="sinusoidal")
+    model.add_argument("--no-share-embeddings", dest="share_embeddings", action="store_false")
+    tok = train.add_argument_group("tokenizer")
+    tok.add_argument("--vocab-size", type=positive_int, help="joint BPE vocabulary size")
+    tok.add_argument("--tokenizer-name", help="use this tokenizer (folder or Hub name) instead of training one")
+    opt = train.add_argument_group("optimisation")
+    opt.add_argument("--max-tokens", type=positive_int, help="tokens per batch (per process)")
+    opt.add_argument("--max-steps", type=positive_int, help="optimizer updates")
+    opt.add_argument("--num-epochs", type=positive_int, help="used when --max-steps is not given")
+    opt.add_argument("--label-smoothing", type=probability, default=0.1)
+    opt.add_argument("--warmup-steps", type=positive_int)
+    opt.add_argument("--lr", type=positive_float, help="peak learning rate; without it the paper's "
+                     "d_model^-0.5 * warmup^-0.5")
+    opt.add_argument("--weight-decay", type=float, default=0.0)
+    opt.add_argument("--clip-norm", type=float, default=1.0, help="0 disables gradient clipping")
+    opt.add_argument("--gradient-accumulation-steps", type=positive_int, default=1)
+    opt.add_argument("--mixed-precision", choices=["no", "fp16", "bf16"], default="no")
+    opt.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
+    ckpt = train.add_argument_group("checkpoints and logging")
+    ckpt.add_argument("--save-steps", type=non_negative_int, help="0 disables checkpoints")
+    ckpt.add_argument("--keep-checkpoints", type=positive_int, default=5)
+    ckpt.add_argument("--resume-from", help="a checkpoint folder, or a run folder to continue from its newest")
+    ckpt.add_argument("--average-checkpoints", type=positive_int, default=1, help="average the last N checkpoints")
+    ckpt.add_argument("--eval-steps", type=non_negative_int, help="greedy validation BLEU every N steps; 0 disables")
+    ckpt.add_argument("--log-steps", type=positive_int, default=10)
+    ckpt.add_argument("--report-to", nargs="+", default=["tensorboard"],
+                      help="Accelerate trackers ('none' for none); tensorboard is used when installed")
+    ckpt.add_argument("--show-samples", type=non_negative_int, default=5)
+    add_generation_arguments(train)
+
+    evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model folder on a split")
+    evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    add_data_arguments(evaluate)
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
+    evaluate.add_argument("--output", help="write the results as JSON here")
+    add_generation_arguments(evaluate)
+
+    translate = commands.add_parser("translate", help="translate sentences from arguments, a file or stdin")
+    translate.add_argument("--model", required=True)
+    translate.add_argument("sentences", nargs="*", help="sentences to translate; none means read --input or stdin")
+    translate.add_argument("--input", help="a text file, one sentence per line")
+    translate.add_argument("--batch-size", type=positive_int, default=32)
+    translate.add_argument("--num-beams", type=positive_int, default=5)
+    translate.add_argument("--max-length", type=positive_int, default=256, help="most new tokens per sentence")
+
+    plot = commands.add_parser("plot", help="draw the training curves of a run folder (also while it runs)")
+    plot.add_argument("run_dir")
+    plot.add_argument("--out", help="PNG path (default: RUN_DIR/training_curves.png)")
+    return parser
+
+
+def resolve_train_arguments(parser, args) -> argparse.Namespace:
+    """Fill unset sizes from the preset and reject incompatible flags, naming them."""
+    if args.dataset_name and args.train_file:
+        parser.error("--dataset-name and --train-file are mutually exclusive: give one source of data")
+    if (args.validation_file or args.test_file) and not args.train_file:
+        parser.error("--validation-file/--test-file need --train-file")
+    if args.dataset_config and not args.dataset_name:
+        parser.error("--dataset-config needs --dataset-name")
+    if args.tokenizer_name and args.vocab_size:
+        parser.error("--vocab-size trains a new tokenizer; it cannot be combined with --tokenizer-name")
+    if args.source_lang == args.target_lang:
+        parser.error(f"--source-lang and --target-lang are both {args.source_lang!r}")
+    uses_embedded = not (args.dataset_name or args.train_file)
+    preset = args.preset or ("numbers" if uses_embedded else "small")
+    for key, value in PRESETS[preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.max_steps is None and args.num_epochs is None:
+        parser.error("give --max-steps or --num-epochs")
+    if args.d_model % args.num_heads:
+        parser.error(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
+    if args.average_checkpoints > args.keep_checkpoints:
+        parser.error(f"--average-checkpoints {args.average_checkpoints} needs at least as many kept checkpoints "
+                     f"(--keep-checkpoints {args.keep_checkpoints})")
+    if args.average_checkpoints > 1 and not args.save_steps:
+        parser.error("--average-checkpoints needs checkpoints: set --save-steps")
+    if args.output_dir is None:
+        task = "numbers-en-de" if uses_embedded else f"{args.source_lang}-{args.target_lang}"
+        args.output_dir = os.path.join("runs", task)
+    if args.report_to == ["tensorboard"]:  # the default: only when installed
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            args.report_to = ["none"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        from .loop import TrainingStopped, train
+
+        args = resolve_train_arguments(parser, args)
+        try:
+            train(args)
+        except TrainingStopped as stop:
+            print(f"error: {stop}", file=sys.stderr)
+            return 1
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "evaluate":
+        from .use import evaluate_command
+
+        return evaluate_command(args)
+    if args.command == "translate":
+        from .use import translate_command
+
+        return translate_command(args)
+    if args.command == "plot":
+        from .plots import plot_run
+
+        try:
+            print(plot_run(args.run_dir, args.out))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

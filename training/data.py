@@ -1,0 +1,164 @@
+"""Data, always through the `datasets` library: loading, checking, tokenising, and token-count batching."""
+
+import math
+import os
+import random
+from collections.abc import Iterator
+
+import datasets
+from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
+
+from .numbers import numbers_dataset
+
+FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+class DataError(ValueError):
+    """Bad input data: the message names the file, split, row or flag and what was expected."""
+
+
+def load_raw_datasets(args) -> datasets.DatasetDict:
+    """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task."""
+    if args.dataset_name:
+        try:
+            raw = datasets.load_dataset(args.dataset_name, args.dataset_config)
+        except Exception as error:  # offline, unknown name, missing config: all stop here with the flag named
+            offline = " (HF_HUB_OFFLINE is set, so only datasets already in the local cache can be used)" if (
+                os.environ.get("HF_HUB_OFFLINE") == "1") else ""
+            raise DataError(
+                f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}"
+            ) from error
+    elif args.train_file:
+        raw = load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file})
+    else:
+        raw = numbers_dataset(seed=args.seed)
+    check_translation_rows(raw, args.source_lang, args.target_lang)
+    return raw
+
+
+def load_files(files: dict[str, str | None]) -> datasets.DatasetDict:
+    splits = {}
+    for split, path in files.items():
+        if path is None:
+            continue
+        flag = f"--{split}-file"
+        if not os.path.isfile(path):
+            raise DataError(f"{flag} {path}: no such file.")
+        extension = os.path.splitext(path)[1].lower()
+        if extension not in FILE_BUILDERS:
+            raise DataError(f"{flag} {path}: expected a .jsonl, .json, .csv or .parquet file.")
+        if os.path.getsize(path) == 0:
+            raise DataError(f"{flag} {path}: the file is empty.")
+        try:
+            splits[split] = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path, split="train")
+        except Exception as error:
+            raise DataError(f"{flag} {path}: could not be read as {FILE_BUILDERS[extension]}: {error}") from error
+        if len(splits[split]) == 0:
+            raise DataError(f"{flag} {path}: the file holds no rows.")
+    return datasets.DatasetDict(splits)
+
+
+def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_lang: str) -> None:
+    """Every row must hold non-empty source and target text in the translation schema."""
+    if "train" not in raw:
+        raise DataError(f"the dataset has no 'train' split (it has {sorted(raw)}).")
+    for split, dataset in raw.items():
+        if "translation" not in dataset.column_names:
+            raise DataError(
+                f"split {split!r}: expected a 'translation' column with {{'{source_lang}': ..., '{target_lang}': ...}}"
+                f" per row, found columns {dataset.column_names}."
+            )
+        for row, pair in enumerate(dataset["translation"]):
+            for lang, flag in ((source_lang, "--source-lang"), (target_lang, "--target-lang")):
+                text = pair.get(lang) if isinstance(pair, dict) else None
+                if not isinstance(text, str) or not text.strip():
+                    raise DataError(
+                        f"split {split!r}, row {row}: no {lang!r} text ({flag}); the row holds "
+                        f"{sorted(pair) if isinstance(pair, dict) else pair!r}."
+                    )
+
+
+def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
+    """Tokenise with `Dataset.map(batched=True)` (cached by the datasets library) and drop pairs longer than
+    `--max-source-length` / `--max-target-length` tokens from the training split."""
+
+    def tokenize(batch):
+        sources = [pair[args.source_lang] for pair in batch["translation"]]
+        targets = [pair[args.target_lang] for pair in batch["translation"]]
+        encoded = tokenizer(sources, text_target=targets)
+        return {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
+
+    tokenized = raw.map(tokenize, batched=True, remove_columns=raw["train"].column_names, desc="Tokenising")
+    tokenized["train"] = tokenized["train"].filter(
+        lambda ex: len(ex["input_ids"]) <= args.max_source_length and len(ex["labels"]) <= args.max_target_length,
+        desc="Filtering by length",
+    )
+    if len(tokenized["train"]) == 0:
+        raise DataError(
+            f"no training pair is left after length filtering (--max-source-length {args.max_source_length}, "
+            f"--max-target-length {args.max_target_length})."
+        )
+    return tokenized
+
+
+class TokenBatchSampler:
+    """Batches of similar-length pairs holding at most `max_tokens` tokens (padded source or target, whichever is
+    larger), as fairseq builds them. Pairs are sorted by length within shuffled buckets, and the batch order is
+    shuffled per epoch; the same seed and epoch give the same batches."""
+
+    def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, shuffle: bool = True,
+                 num_replicas: int = 1):
+        self.lengths = [max(s, t) for s, t in zip(source_lengths, target_lengths)]
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        self.num_replicas = num_replicas
+        self.epoch = 0
+        longest = max(self.lengths)
+        if longest > max_tokens:
+            raise DataError(f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens).")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        rng = random.Random(self.seed + self.epoch)
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            rng.shuffle(order)
+        batches, batch, width = [], [], 0
+        for index in sorted(order, key=lambda i: self.lengths[i]):  # stable sort keeps the shuffle among equals
+            width_if_added = max(width, self.lengths[index])
+            if batch and width_if_added * (len(batch) + 1) > self.max_tokens:
+                batches.append(batch)
+                batch, width_if_added = [], self.lengths[index]
+            batch.append(index)
+            width = width_if_added
+        if batch:
+            batches.append(batch)
+        if self.shuffle:
+            rng.shuffle(batches)
+        # every process must take the same number of steps: repeat the first batches to a multiple of the replicas
+        remainder = len(batches) % self.num_replicas
+        if remainder:
+            batches += batches[: self.num_replicas - remainder]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+
+def make_collator(tokenizer, model=None) -> DataCollatorForSeq2Seq:
+    """Pads sources with the pad id and labels with -100; builds `decoder_input_ids` from the model."""
+    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+
+
+def count_target_tokens(dataset) -> int:
+    return sum(len(labels) for labels in dataset["labels"])
+
+
+def epochs_for(steps: int, batches_per_epoch: int) -> int:
+    return math.ceil(steps / max(1, batches_per_epoch))

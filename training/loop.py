@@ -1,0 +1,316 @@
+"""The training loop: plain functions around `accelerator.prepare`, `accumulate`, `gather_for_metrics` and
+`save_state`/`load_state`."""
+
+import json
+import math
+import os
+import shutil
+import time
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import GenerationConfig
+
+from ..configuration import VanillaTransformerConfig
+from ..modeling import VanillaTransformerForConditionalGeneration
+from .checkpoints import (
+    WEIGHTS_FILE,
+    average_checkpoints,
+    list_checkpoints,
+    read_state,
+    resolve_resume,
+    save_checkpoint,
+)
+from .criterion import label_smoothed_nll_loss
+from .data import TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets
+from .metrics import translation_metrics
+from .schedule import lr_lambda
+from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
+
+METRICS_FILE = "metrics.jsonl"
+RUN_MARKERS = ("config.json", "model.safetensors", METRICS_FILE, "checkpoints")
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped on purpose (a non-finite loss); the last good checkpoint is kept."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Setting up
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def prepare_output_dir(args) -> None:
+    """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it."""
+    existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(args.output_dir, m))]
+    resuming_here = args.resume_from and os.path.abspath(args.resume_from).startswith(os.path.abspath(args.output_dir))
+    if existing and not (args.overwrite_output_dir or resuming_here):
+        raise ValueError(
+            f"--output-dir {args.output_dir} already holds a run ({', '.join(existing)}); pass "
+            "--overwrite-output-dir to replace it, --resume-from to continue it, or choose another folder."
+        )
+
+
+def build_tokenizer(args, raw, accelerator):
+    if args.tokenizer_name:
+        return load_tokenizer(args.tokenizer_name)
+    if args.resume_from and os.path.isfile(os.path.join(args.output_dir, "tokenizer", "tokenizer.json")):
+        return load_tokenizer(os.path.join(args.output_dir, "tokenizer"))
+    folder = os.path.join(args.output_dir, "tokenizer")
+    if accelerator.is_main_process:
+        tokenizer = train_bpe_tokenizer(training_texts(raw, args.source_lang, args.target_lang), args.vocab_size)
+        tokenizer.save_pretrained(folder)
+    accelerator.wait_for_everyone()
+    return load_tokenizer(folder)
+
+
+def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        num_heads=args.num_heads,
+        d_ff=args.d_ff,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        dropout=args.dropout,
+        attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout,
+        norm_position=args.norm_position,
+        position_encoding=args.position_encoding,
+        share_embeddings=args.share_embeddings,
+        max_position_embeddings=max(args.max_source_length, args.max_target_length) + 2,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config = generation_config(args, config)
+    return model
+
+
+def generation_config(args, config) -> GenerationConfig:
+    return GenerationConfig(
+        decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        num_beams=args.num_beams,
+        length_penalty=args.length_penalty,
+        max_new_tokens=args.max_target_length,
+        early_stopping=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
+    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
+    loader = DataLoader(
+        tokenized.remove_columns([c for c in tokenized.column_names if c != "input_ids"]),
+        batch_size=batch_size,
+        collate_fn=make_collator(tokenizer),
+    )
+    loader = accelerator.prepare_data_loader(loader)
+    unwrapped = accelerator.unwrap_model(model)
+    was_training = unwrapped.training
+    unwrapped.eval()
+    hypotheses = []
+    for batch in loader:
+        generated = unwrapped.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+        )
+        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
+        generated = accelerator.gather_for_metrics(generated)
+        hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
+    unwrapped.train(was_training)
+    return [h.strip() for h in hypotheses]
+
+
+def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerator, **generate_kwargs):
+    hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, args.eval_batch_size,
+                                   **generate_kwargs)
+    references = [pair[args.target_lang] for pair in raw_split["translation"]]
+    return translation_metrics(hypotheses, references), hypotheses
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def log_metrics(args, accelerator, record: dict) -> None:
+    if accelerator.is_main_process:
+        with open(os.path.join(args.output_dir, METRICS_FILE), "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
+
+
+def train(args) -> dict:
+    """Train a tokenizer and a model as `args` say; returns the final evaluation results."""
+    prepare_output_dir(args)
+    if args.overwrite_output_dir and not args.resume_from and os.path.isdir(args.output_dir):
+        for marker in RUN_MARKERS + ("tokenizer",):
+            path = os.path.join(args.output_dir, marker)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
+                os.remove(path) if os.path.exists(path) else None)
+    resume_checkpoint = resolve_resume(args.resume_from) if args.resume_from else None
+    trackers = [t for t in args.report_to if t != "none"]
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=trackers or None,
+        project_dir=args.output_dir,
+        cpu=args.cpu,
+    )
+    set_seed(args.seed)
+    os.makedirs(args.output_dir, exist_ok=True)
+
+    raw = load_raw_datasets(args)
+    tokenizer = build_tokenizer(args, raw, accelerator)
+    with accelerator.main_process_first():
+        tokenized = tokenize_datasets(raw, tokenizer, args)
+    model = build_model(args, tokenizer)
+
+    train_data = tokenized["train"]
+    sampler = TokenBatchSampler(
+        [len(x) for x in train_data["input_ids"]], [len(x) for x in train_data["labels"]], args.max_tokens,
+        seed=args.seed, num_replicas=accelerator.num_processes,
+    )
+    train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
+                                 weight_decay=args.weight_decay)
+    # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args.d_model, args.warmup_steps, args.lr))
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    accelerator.register_for_checkpointing(scheduler)
+    if trackers:
+        accelerator.init_trackers("vanilla-transformer", config={k: v for k, v in vars(args).items()
+                                                                 if isinstance(v, (int, float, str, bool))})
+
+    step, epoch, batches_done = 0, 0, 0
+    if resume_checkpoint:
+        accelerator.load_state(resume_checkpoint)
+        state = read_state(resume_checkpoint)
+        step, epoch, batches_done = state["step"], state["epoch"], state["batches_in_epoch"]
+        accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")
+
+    batches_per_epoch = len(train_loader)
+    max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
+    progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
+    started, window_tokens, window_start = time.time(), 0, time.time()
+    model.train()
+    while step < max_steps:
+        sampler.set_epoch(epoch)
+        loader = accelerator.skip_first_batches(train_loader, batches_done) if batches_done else train_loader
+        for batch in loader:
+            batches_done += 1
+            with accelerator.accumulate(model):
+                logits = model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    decoder_input_ids=batch["decoder_input_ids"], use_cache=False,
+                ).logits
+                loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, batch["labels"], args.label_smoothing)
+                loss = loss_sum / tokens  # normalised by the non-pad target tokens
+                totals = accelerator.reduce(torch.stack([loss_sum.detach(), nll_sum.detach(), tokens.float()]),
+                                            reduction="sum")
+                if not torch.isfinite(totals[0]):
+                    last = list_checkpoints(args.output_dir)
+                    raise TrainingStopped(
+                        f"the loss became {totals[0].item()} at step {step + 1}; training stopped. The last good "
+                        f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
+                        "with a lower --lr or more --warmup-steps."
+                    )
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.clip_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
+                optimizer.step()
+                optimizer.zero_grad()
+            window_tokens += int(totals[2].item())
+            if not accelerator.sync_gradients:
+                continue
+            scheduler.step()
+            step += 1
+            progress.update(1)
+            record = {
+                "step": step, "epoch": epoch, "loss": round(totals[0].item() / totals[2].item(), 4),
+                "nll_loss": round(totals[1].item() / totals[2].item(), 4), "lr": scheduler.get_last_lr()[0],
+                "target_tokens": int(totals[2].item()),
+            }
+            if step % args.log_steps == 0 or step == max_steps:
+                elapsed = time.time() - window_start
+                record["tokens_per_second"] = round(window_tokens / max(elapsed, 1e-9), 1)
+                window_tokens, window_start = 0, time.time()
+                progress.set_postfix(loss=record["loss"], lr=f"{record['lr']:.2e}",
+                                     tok_s=record["tokens_per_second"])
+            if args.eval_steps and step % args.eval_steps == 0 and "validation" in tokenized:
+                metrics, _ = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
+                                            accelerator, num_beams=1, max_new_tokens=args.max_target_length)
+                record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
+                accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%")
+            log_metrics(args, accelerator, record)
+            if args.save_steps and step % args.save_steps == 0:
+                save_checkpoint(accelerator, args.output_dir, step,
+                                {"step": step, "epoch": epoch, "batches_in_epoch": batches_done},
+                                args.keep_checkpoints)
+            if step >= max_steps:
+                break
+        else:
+            epoch, batches_done = epoch + 1, 0
+    progress.close()
+    train_seconds = time.time() - started
+    return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
+
+
+def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:
+    """Average checkpoints if asked, evaluate with beam search, and write the model folder."""
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model)
+    if args.average_checkpoints > 1:
+        paths = list_checkpoints(args.output_dir)[-args.average_checkpoints:]
+        averaged = average_checkpoints(paths)
+        missing, unexpected = unwrapped.load_state_dict(averaged, strict=False)
+        if unexpected or set(missing) - set(unwrapped.all_tied_weights_keys):
+            raise ValueError(f"--average-checkpoints: weights do not match the model ({missing}, {unexpected}).")
+        unwrapped.tie_weights()
+        accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
+
+    results = {"train_steps": step, "train_seconds": round(train_seconds, 1)}
+    samples = []
+    for split in ("validation", "test"):
+        if split not in tokenized:
+            continue
+        metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
+        results[split] = metrics
+        accelerator.print(
+            f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']}, "
+            f"exact match {metrics['exact_match']}%  [{metrics['bleu_signature']}]"
+        )
+        if not samples:
+            samples = [(pair[args.source_lang], pair[args.target_lang], hyp)
+                       for pair, hyp in zip(raw[split]["translation"][: args.show_samples], hypotheses)]
+    for source, reference, hypothesis in samples:
+        accelerator.print(f"  {source}\n    -> {hypothesis}\n    (reference: {reference})")
+
+    if accelerator.is_main_process:
+        unwrapped.save_pretrained(args.output_dir, safe_serialization=True)
+        tokenizer.save_pretrained(args.output_dir)
+        with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
+            json.dump(results, handle, indent=2)
+        from .plots import plot_run
+
+        plot_run(args.output_dir, quiet=True)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
+    return results
+
+
+__all__ = ["train", "finish", "translate_dataset", "TrainingStopped", "WEIGHTS_FILE"]

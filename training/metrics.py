@@ -1,0 +1,24 @@
+"""Translation metrics with sacreBLEU: BLEU (cased and lowercased) and chrF, plus exact match."""
+
+import sacrebleu
+
+
+def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references.")
+    bleu = sacrebleu.metrics.BLEU()
+    bleu_cased = bleu.corpus_score(hypotheses, [references])
+    bleu_lc = sacrebleu.metrics.BLEU(lowercase=True)
+    bleu_lower = bleu_lc.corpus_score(hypotheses, [references])
+    chrf = sacrebleu.metrics.CHRF()
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / max(1, len(references))
+    return {
+        "bleu": round(bleu_cased.score, 2),
+        "bleu_lowercase": round(bleu_lower.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "exact_match": round(100 * exact, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_lowercase_signature": str(bleu_lc.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }

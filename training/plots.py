@@ -1,0 +1,54 @@
+"""Training curves (loss, validation BLEU, learning rate over steps) drawn from a run's metrics.jsonl."""
+
+import json
+import os
+
+MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise ValueError(f"{run_dir}: no metrics.jsonl, so this is not a training run folder.")
+    records = []
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a run still in progress may be writing its last line
+    return records
+
+
+def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str | None:
+    """Write `training_curves.png` (or `out`) for the run in `run_dir`; works while the run is in progress."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if quiet:
+            return None
+        raise SystemExit(MISSING_MATPLOTLIB)
+    records = read_metrics(run_dir)
+    steps = [r["step"] for r in records]
+    evals = [r for r in records if "validation_bleu" in r]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot(steps, [r["loss"] for r in records], label="label-smoothed loss", linewidth=0.8)
+    axes[0].plot(steps, [r["nll_loss"] for r in records], label="NLL", linewidth=0.8)
+    axes[0].set(title="Training loss", xlabel="step", ylabel="nats per target token")
+    axes[0].legend()
+    axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o")
+    axes[1].set(title="Validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
+    axes[2].plot(steps, [r["lr"] for r in records])
+    axes[2].set(title="Learning rate", xlabel="step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = out or os.path.join(run_dir, "training_curves.png")
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,82 @@
+"""Using a trained model folder: `vanilla-transformer evaluate` and `vanilla-transformer translate`."""
+
+import json
+import sys
+
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from .data import DataError, load_raw_datasets
+from .loop import evaluate_split
+
+
+def load_model_folder(path: str):
+    import vanilla_transformer  # noqa: F401  (registers the model type)
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: --model {path}: could not load a model folder: {error}")
+    return model, tokenizer
+
+
+def evaluate_command(args) -> int:
+    model, tokenizer = load_model_folder(args.model)
+    try:
+        raw = load_raw_datasets(args)
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.split not in raw:
+        print(f"error: --split {args.split}: the data has splits {sorted(raw)}", file=sys.stderr)
+        return 2
+    max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
+
+    def tokenize(batch):
+        return tokenizer([pair[args.source_lang] for pair in batch["translation"]], truncation=False)
+
+    tokenized = raw[args.split].map(tokenize, batched=True, remove_columns=raw[args.split].column_names)
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    metrics, _ = evaluate_split(model, tokenizer, raw[args.split], tokenized, args, accelerator,
+                                num_beams=args.num_beams, length_penalty=args.length_penalty,
+                                max_new_tokens=max_new_tokens)
+    if accelerator.is_main_process:
+        print(json.dumps(metrics, indent=2))
+        if args.output:
+            with open(args.output, "w") as handle:
+                json.dump(metrics, handle, indent=2)
+    return 0
+
+
+@torch.no_grad()
+def translate_sentences(model, tokenizer, sentences: list[str], batch_size: int, num_beams: int, max_length: int):
+    translations = []
+    for start in range(0, len(sentences), batch_size):
+        batch = tokenizer(sentences[start : start + batch_size], return_tensors="pt", padding=True)
+        generated = model.generate(**batch, num_beams=num_beams, max_new_tokens=max_length)
+        translations += [t.strip() for t in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    return translations
+
+
+def translate_command(args) -> int:
+    if args.sentences and args.input:
+        print("error: give sentences as arguments or --input, not both", file=sys.stderr)
+        return 2
+    if args.sentences:
+        sentences = args.sentences
+    else:
+        try:
+            handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
+        except OSError as error:
+            print(f"error: --input {args.input}: {error.strerror}", file=sys.stderr)
+            return 2
+        with handle:
+            sentences = [line.rstrip("\n") for line in handle]
+    model, tokenizer = load_model_folder(args.model)
+    for translation in translate_sentences(model, tokenizer, sentences, args.batch_size, args.num_beams,
+                                           args.max_length):
+        print(translation)
+    return 0
