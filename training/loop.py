@@ -184,7 +184,10 @@ def train(args) -> dict:
         [len(x) for x in train_data["input_ids"]], [len(x) for x in train_data["labels"]], args.max_tokens,
         seed=args.seed, num_replicas=accelerator.num_processes,
     )
-    train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model))
+    # a private generator: starting a data iterator must not draw from the global RNG that dropout uses,
+    # or a resumed run would see different dropout masks from an uninterrupted one
+    train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model),
+                              generator=torch.Generator().manual_seed(args.seed))
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                  weight_decay=args.weight_decay)
     # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
@@ -206,6 +209,7 @@ def train(args) -> dict:
     max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
     progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
     started, window_tokens, window_start = time.time(), 0, time.time()
+    update_totals = torch.zeros(3)  # loss sum, NLL sum, target tokens over the micro-batches of one update
     model.train()
     while step < max_steps:
         sampler.set_epoch(epoch)
@@ -233,16 +237,18 @@ def train(args) -> dict:
                     accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
                 optimizer.step()
                 optimizer.zero_grad()
-            window_tokens += int(totals[2].item())
+            update_totals += totals.cpu()
             if not accelerator.sync_gradients:
                 continue
             scheduler.step()
             step += 1
             progress.update(1)
+            loss_sum, nll_sum, tokens = update_totals.tolist()
+            update_totals.zero_()
+            window_tokens += tokens
             record = {
-                "step": step, "epoch": epoch, "loss": round(totals[0].item() / totals[2].item(), 4),
-                "nll_loss": round(totals[1].item() / totals[2].item(), 4), "lr": scheduler.get_last_lr()[0],
-                "target_tokens": int(totals[2].item()),
+                "step": step, "epoch": epoch, "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
+                "lr": scheduler.get_last_lr()[0], "target_tokens": int(tokens),
             }
             if step % args.log_steps == 0 or step == max_steps:
                 elapsed = time.time() - window_start

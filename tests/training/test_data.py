@@ -1,0 +1,114 @@
+import argparse
+
+import pandas as pd
+import pytest
+
+from vanilla_transformer.training.data import DataError, TokenBatchSampler, load_raw_datasets
+from vanilla_transformer.training.numbers import english, german, numbers_dataset
+from vanilla_transformer.training.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
+
+from .conftest import pairs, write_jsonl
+
+
+def data_args(**kwargs):
+    values = dict(dataset_name=None, dataset_config=None, train_file=None, validation_file=None, test_file=None,
+                  source_lang="en", target_lang="de", seed=0)
+    values.update(kwargs)
+    return argparse.Namespace(**values)
+
+
+def test_embedded_task_is_deterministic_and_held_out():
+    a, b, c = numbers_dataset(seed=1), numbers_dataset(seed=1), numbers_dataset(seed=2)
+    assert a["train"]["translation"][:50] == b["train"]["translation"][:50]
+    assert a["train"]["translation"][:50] != c["train"]["translation"][:50]
+    train = {p["en"] for p in a["train"]["translation"]}
+    assert not train & {p["en"] for p in a["test"]["translation"]}
+    assert not train & {p["en"] for p in a["validation"]["translation"]}
+    assert (english(42), german(42)) == ("forty-two", "zweiundvierzig")
+    assert german(1234) == "eintausendzweihundertvierunddreißig"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
+def test_local_files_of_each_kind_load(tmp_path, kind):
+    rows = pairs(range(10, 30))
+    if kind == "jsonl":
+        path = write_jsonl(tmp_path / "train.jsonl", rows)
+    else:
+        frame = pd.DataFrame({"translation": [r["translation"] for r in rows]})
+        path = tmp_path / f"train.{kind}"
+        if kind == "csv":
+            import json
+            frame = pd.DataFrame({"translation": [json.dumps(r["translation"]) for r in rows]})
+            frame.to_csv(path, index=False)
+        else:
+            frame.to_parquet(path)
+    if kind == "csv":  # CSV has no nested columns: the loader must name the problem
+        with pytest.raises(DataError, match="row 0"):
+            load_raw_datasets(data_args(train_file=str(path)))
+        return
+    raw = load_raw_datasets(data_args(train_file=str(path)))
+    assert raw["train"]["translation"] == [r["translation"] for r in rows]
+
+
+def test_missing_empty_and_undecodable_files_are_named(tmp_path):
+    with pytest.raises(DataError, match=r"--train-file .*nope.jsonl: no such file"):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "nope.jsonl")))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty"):
+        load_raw_datasets(data_args(train_file=str(empty)))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b'{"translation": {"en": "one", "de": "eins"}}\n{not json\n')
+    with pytest.raises(DataError, match=r"--train-file .*broken.jsonl"):
+        load_raw_datasets(data_args(train_file=str(broken)))
+    text = tmp_path / "train.txt"
+    text.write_text("hello")
+    with pytest.raises(DataError, match=r"expected a .jsonl"):
+        load_raw_datasets(data_args(train_file=str(text)))
+
+
+def test_row_without_a_language_is_named(tmp_path):
+    rows = pairs(range(10, 15))
+    rows[3] = {"translation": {"en": "thirteen"}}
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(DataError, match=r"split 'train', row 3: no 'de' text \(--target-lang\)"):
+        load_raw_datasets(data_args(train_file=str(path)))
+    with pytest.raises(DataError, match=r"no 'fr' text"):
+        load_raw_datasets(data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))),
+                                    target_lang="fr"))
+
+
+def test_unreachable_hub_dataset_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match=r"--dataset-name 'someone/not-cached-anywhere'"):
+        load_raw_datasets(data_args(dataset_name="someone/not-cached-anywhere"))
+
+
+def test_token_batches_respect_max_tokens_and_cover_every_pair():
+    lengths = [3, 10, 7, 7, 2, 15, 9, 4, 4, 12] * 10
+    sampler = TokenBatchSampler(lengths, [n + 1 for n in lengths], max_tokens=48, seed=3)
+    batches = list(sampler)
+    seen = sorted(i for batch in batches for i in batch)
+    assert seen == list(range(len(lengths)))
+    for batch in batches:
+        width = max(max(lengths[i], lengths[i] + 1) for i in batch)
+        assert width * len(batch) <= 48
+    assert batches == list(sampler)  # same epoch, same batches
+    sampler.set_epoch(1)
+    assert batches != list(sampler)
+    two = TokenBatchSampler(lengths, lengths, max_tokens=48, num_replicas=2)
+    assert len(two) % 2 == 0
+
+
+def test_tokenizer_trains_saves_and_loads(tmp_path):
+    raw = numbers_dataset(seed=0, train_size=500, eval_size=10, max_number=1000)
+    tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=150)
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
+        0, 1, 2, 3)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = load_tokenizer(str(tmp_path))
+    text = ["four hundred twenty-one", "vierhunderteinundzwanzig"]
+    assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    ids = loaded(text[1])["input_ids"]
+    assert ids[-1] == loaded.eos_token_id
+    assert loaded.decode(ids, skip_special_tokens=True) == text[1]

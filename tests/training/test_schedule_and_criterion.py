@@ -1,0 +1,55 @@
+import math
+
+import pytest
+import torch
+
+from vanilla_transformer.training.criterion import label_smoothed_nll_loss
+from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
+
+
+def test_schedule_is_equation_3_of_the_paper():
+    d, warmup = 512, 4000
+    for step in (1, 10, 1000, 4000, 4001, 10000, 100000):
+        expected = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert inverse_sqrt_lr(step, d, warmup) == pytest.approx(expected)
+    # linear warm-up then inverse square root decay, peaking at the warm-up step
+    assert inverse_sqrt_lr(2000, d, warmup) == pytest.approx(inverse_sqrt_lr(4000, d, warmup) / 2)
+    assert inverse_sqrt_lr(16000, d, warmup) == pytest.approx(inverse_sqrt_lr(4000, d, warmup) / 2)
+    assert inverse_sqrt_lr(4000, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)
+
+
+def test_peak_learning_rate_rescales_the_curve():
+    assert inverse_sqrt_lr(4000, 512, 4000, peak_lr=5e-3) == pytest.approx(5e-3)
+    assert inverse_sqrt_lr(1000, 512, 4000, peak_lr=5e-3) == pytest.approx(5e-3 / 4)
+    assert inverse_sqrt_lr(16000, 512, 4000, peak_lr=5e-3) == pytest.approx(5e-3 / 2)
+
+
+def test_lambda_counts_optimizer_updates_from_one():
+    f = lr_lambda(512, 4000)
+    assert f(0) == pytest.approx(inverse_sqrt_lr(1, 512, 4000))
+    assert f(3999) == pytest.approx(inverse_sqrt_lr(4000, 512, 4000))
+
+
+def test_label_smoothing_against_a_hand_computation():
+    logits = torch.tensor([[[2.0, 1.0, 0.0], [0.0, 0.0, 3.0]]])
+    labels = torch.tensor([[0, -100]])
+    loss, nll, tokens = label_smoothed_nll_loss(logits, labels, epsilon=0.1)
+    z = math.log(math.exp(2) + math.exp(1) + math.exp(0))
+    log_p = [2 - z, 1 - z, 0 - z]
+    expected_nll = -log_p[0]
+    expected = 0.9 * expected_nll + 0.1 * (-sum(log_p) / 3)
+    assert tokens.item() == 1
+    assert nll.item() == pytest.approx(expected_nll, rel=1e-6)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_without_smoothing_it_is_summed_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    labels = torch.randint(0, 11, (3, 5))
+    labels[0, 3:] = -100
+    loss, nll, tokens = label_smoothed_nll_loss(logits, labels, epsilon=0.0)
+    expected = torch.nn.functional.cross_entropy(logits.view(-1, 11), labels.view(-1), reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, expected)
+    assert tokens.item() == 13

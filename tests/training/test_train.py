@@ -1,0 +1,133 @@
+"""End-to-end runs of `vanilla-transformer train` on tiny settings: the folder it leaves, exact resumption,
+checkpoint averaging, and clear errors for bad command lines."""
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.training.cli import main
+
+from .conftest import TINY_MODEL_FLAGS, data_flags
+
+
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
+        return {r["step"]: r["loss"] for r in map(json.loads, handle)}
+
+
+def test_train_on_files_leaves_a_loadable_model_folder(tmp_path, data_files, capsys):
+    out = tmp_path / "run"
+    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "6", "--save-steps", "3",
+                 "--eval-steps", "3", *TINY_MODEL_FLAGS])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "test: BLEU" in printed and "->" in printed  # results and sample translations are shown
+    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "eval_results.json",
+                 "metrics.jsonl", "training_curves.png"):
+        assert (out / name).is_file(), name
+    assert not list(out.glob("*.bin"))
+    results = json.loads((out / "eval_results.json").read_text())
+    assert set(results["test"]) >= {"bleu", "bleu_lowercase", "chrf", "exact_match", "bleu_signature"}
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert model.generation_config.num_beams == 2
+    batch = tokenizer(["one hundred one"], return_tensors="pt")
+    assert model.generate(**batch, max_new_tokens=5).shape[0] == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert all({"loss", "nll_loss", "lr", "tokens_per_second"} <= r.keys() for r in records)
+    assert "validation_bleu" in records[2]
+    assert [os.path.basename(p) for p in list_checkpoints(str(out))] == ["checkpoint-3", "checkpoint-6"]
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
+    common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2",
+              *TINY_MODEL_FLAGS]
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert main(["train", *common, "--output-dir", str(straight), "--max-steps", "8"]) == 0
+    assert main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "5"]) == 0
+    # continue the second run from its step-3 checkpoint to step 8, as after a crash at step 5
+    checkpoint = os.path.join(interrupted, "checkpoints", "checkpoint-3")
+    assert main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "8",
+                 "--resume-from", checkpoint]) == 0
+    a, b = losses(straight), losses(interrupted)
+    assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]
+    wa, wb = load_file(straight / "model.safetensors"), load_file(interrupted / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_checkpoint_averaging(tmp_path, data_files):
+    out = tmp_path / "run"
+    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "6", "--save-steps", "2",
+                 "--average-checkpoints", "3", "--eval-steps", "0", *TINY_MODEL_FLAGS]) == 0
+    paths = list_checkpoints(str(out))
+    assert len(paths) == 3
+    saved = [load_file(os.path.join(p, "model.safetensors")) for p in paths]
+    averaged = average_checkpoints(paths)
+    for key in averaged:
+        torch.testing.assert_close(averaged[key], sum(s[key] for s in saved) / 3)
+    final = AutoModelForSeq2SeqLM.from_pretrained(out).state_dict()
+    for key, value in averaged.items():
+        torch.testing.assert_close(final[key], value)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--max-steps", "0"], "--max-steps: expected a positive integer"),
+        (["--d-model", "-8"], "--d-model: expected a positive integer"),
+        (["--dropout", "1.5"], "--dropout: expected a value in [0, 1)"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--dataset-name", "x", "--train-file", "y.jsonl"], "--dataset-name and --train-file are mutually exclusive"),
+        (["--tokenizer-name", "t", "--vocab-size", "10"], "cannot be combined with --tokenizer-name"),
+        (["--d-model", "30", "--num-heads", "4"], "--d-model 30 must be divisible by --num-heads 4"),
+        (["--source-lang", "en", "--target-lang", "en"], "are both 'en'"),
+        (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
+    ],
+)
+def test_bad_command_lines_are_refused_before_training(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--output-dir", str(tmp_path / "run"), *flags])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_output_folder_of_another_run_is_refused(tmp_path, data_files, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "1", *TINY_MODEL_FLAGS])
+    assert code == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == "{}"
+
+
+def test_resume_from_something_that_is_not_a_checkpoint(tmp_path, data_files, capsys):
+    (tmp_path / "empty").mkdir()
+    for target, message in ((tmp_path / "empty", "not a checkpoint"), (tmp_path / "missing", "no such folder")):
+        code = main(["train", *data_flags(data_files), "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
+                     "--resume-from", str(target), *TINY_MODEL_FLAGS])
+        assert code == 2
+        assert f"--resume-from {target}: {message}" in capsys.readouterr().err
+
+
+def test_missing_data_file_is_named(tmp_path, capsys):
+    code = main(["train", "--train-file", str(tmp_path / "absent.jsonl"), "--output-dir", str(tmp_path / "run"),
+                 *TINY_MODEL_FLAGS])
+    assert code == 2
+    assert "absent.jsonl: no such file" in capsys.readouterr().err
+
+
+def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys):
+    flags = [f for f in TINY_MODEL_FLAGS]
+    flags[flags.index("--max-source-length") + 1] = "1"
+    code = main(["train", *data_flags(data_files), "--output-dir", str(tmp_path / "run"), *flags])
+    assert code == 2
+    assert "no training pair is left after length filtering (--max-source-length 1" in capsys.readouterr().err
