@@ -602,8 +602,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     """The full model of Figure 1: the encoder-decoder followed by the linear projection onto the vocabulary; the
     softmax of §3.4 is applied by the loss and by generation to the returned logits."""
 
-    _keys_to_ignore_on_load_missing = [r"\.pe$"]
-
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.model = VanillaTransformerModel(config)

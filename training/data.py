@@ -1,6 +1,5 @@
 """Data, always through the `datasets` library: loading, checking, tokenising, and token-count batching."""
 
-import math
 import os
 import random
 from collections.abc import Iterator
@@ -154,11 +153,3 @@ class TokenBatchSampler:
 def make_collator(tokenizer, model=None) -> DataCollatorForSeq2Seq:
     """Pads sources with the pad id and labels with -100; builds `decoder_input_ids` from the model."""
     return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
-
-
-def count_target_tokens(dataset) -> int:
-    return sum(len(labels) for labels in dataset["labels"])
-
-
-def epochs_for(steps: int, batches_per_epoch: int) -> int:
-    return math.ceil(steps / max(1, batches_per_epoch))

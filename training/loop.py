@@ -17,7 +17,6 @@ from transformers import GenerationConfig
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
 from .checkpoints import (
-    WEIGHTS_FILE,
     average_checkpoints,
     list_checkpoints,
     read_state,
@@ -159,8 +158,10 @@ def train(args) -> dict:
     if args.overwrite_output_dir and not args.resume_from and os.path.isdir(args.output_dir):
         for marker in RUN_MARKERS + ("tokenizer",):
             path = os.path.join(args.output_dir, marker)
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
-                os.remove(path) if os.path.exists(path) else None)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
     resume_checkpoint = resolve_resume(args.resume_from) if args.resume_from else None
     trackers = [t for t in args.report_to if t != "none"]
     accelerator = Accelerator(
@@ -319,4 +320,4 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
     return results
 
 
-__all__ = ["train", "finish", "translate_dataset", "TrainingStopped", "WEIGHTS_FILE"]
+__all__ = ["train", "finish", "translate_dataset", "TrainingStopped"]

@@ -1,7 +1,5 @@
 """The learning-rate schedule of §5.3: linear warm-up, then decay with the inverse square root of the step."""
 
-import math
-
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, peak_lr: float | None = None) -> float:
     """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)   (equation 3)
@@ -19,7 +17,3 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, peak_lr: float |
 def lr_lambda(d_model: int, warmup_steps: int, peak_lr: float | None = None):
     """A `LambdaLR` multiplier for an optimizer created with lr=1.0."""
     return lambda step: inverse_sqrt_lr(step + 1, d_model, warmup_steps, peak_lr)
-
-
-def inverse_sqrt_peak(d_model: int, warmup_steps: int) -> float:
-    return d_model**-0.5 * warmup_steps**-0.5 if warmup_steps > 0 else math.inf
