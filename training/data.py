@@ -113,6 +113,7 @@ class TokenBatchSampler:
         self.shuffle = shuffle
         self.num_replicas = num_replicas
         self.epoch = 0
+        self._cache: tuple[int, list[list[int]]] | None = None  # (epoch, batches)
         longest = max(self.lengths)
         if longest > max_tokens:
             raise DataError(f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens).")
@@ -121,6 +122,12 @@ class TokenBatchSampler:
         self.epoch = epoch
 
     def batches(self) -> list[list[int]]:
+        """The batches of the current epoch, built once per epoch."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = (self.epoch, self._build())
+        return self._cache[1]
+
+    def _build(self) -> list[list[int]]:
         rng = random.Random(self.seed + self.epoch)
         order = list(range(len(self.lengths)))
         if self.shuffle:
