@@ -14,9 +14,12 @@ Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_f
 """
 
 import math
+import os
+import tempfile
 from collections.abc import Callable
 
 import torch
+from huggingface_hub import ModelCard
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
@@ -35,6 +38,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 
 from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig
+from .hub_vanilla_transformer import AUTO_MAP, model_card, upload_folder, write_code_files
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Inputs: checks, shifting right, masks
@@ -374,6 +378,37 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_compile_fullgraph = False  # input checks read token ids; generation compiles per step otherwise
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and
+        modeling code as flat files, an `auto_map` in config.json, and a README.md model card if there is none yet
+        (see hub_vanilla_transformer.py). With `push_to_hub=True` the finished folder is uploaded."""
+        self.config.auto_map = dict(AUTO_MAP)
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if not kwargs.get("is_main_process", True):
+            return
+        write_code_files(save_directory, self.config, __file__)
+        card_path = os.path.join(save_directory, "README.md")
+        if not os.path.exists(card_path):
+            model_card(self.config, self.num_parameters()).save(card_path)
+        if push_to_hub:
+            repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
+            upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))
+
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, private: bool | None = None,
+                    token: bool | str | None = None, revision: str | None = None, create_pr: bool = False,
+                    max_shard_size: int | str | None = "50GB", tags: list[str] | None = None, **kwargs):
+        """Upload the self-contained folder that `save_pretrained` writes (weights, config, generation config, code,
+        model card) to the Hub repository `repo_id`, creating it if needed."""
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder, max_shard_size=max_shard_size)
+            if tags:
+                card = ModelCard.load(os.path.join(folder, "README.md"))
+                card.data.tags = list(dict.fromkeys((card.data.tags or []) + list(tags)))
+                card.save(os.path.join(folder, "README.md"))
+            return upload_folder(folder, repo_id, token=token, private=private,
+                                 commit_message=commit_message or "Upload model", revision=revision,
+                                 create_pr=create_pr)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):

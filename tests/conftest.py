@@ -1,3 +1,4 @@
+import json
 import os
 
 import pytest
@@ -29,3 +30,29 @@ def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGe
 @pytest.fixture
 def model():
     return tiny_model()
+
+
+@pytest.fixture(scope="session")
+def trained_folder(tmp_path_factory):
+    """A model folder written by `vanilla-transformer train`: a tiny model, a few dozen updates on number words."""
+    from vanilla_transformer.training.cli import main
+    from vanilla_transformer.training.numbers import english, german
+
+    root = tmp_path_factory.mktemp("trained")
+    files = {}
+    for split, numbers in {"train": range(100, 400), "validation": range(20, 28), "test": range(40, 48)}.items():
+        files[split] = root / f"{split}.jsonl"
+        files[split].write_text("".join(
+            json.dumps({"translation": {"en": english(n), "de": german(n)}}, ensure_ascii=False) + "\n"
+            for n in numbers), encoding="utf-8")
+    out = root / "model"
+    code = main([
+        "train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+        "--test-file", str(files["test"]), "--output-dir", str(out), "--max-steps", "40", "--save-steps", "0",
+        "--eval-steps", "0", "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1",
+        "--decoder-layers", "1", "--vocab-size", "120", "--max-tokens", "512", "--warmup-steps", "10", "--lr", "3e-3",
+        "--num-beams", "2", "--report-to", "none", "--max-source-length", "16", "--max-target-length", "16",
+        "--show-samples", "0",
+    ])
+    assert code == 0
+    return out

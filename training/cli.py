@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--report-to", nargs="+", default=["tensorboard"],
                       help="Accelerate trackers ('none' for none); tensorboard is used when installed")
     ckpt.add_argument("--show-samples", type=non_negative_int, default=5)
+    hub = train.add_argument_group("Hugging Face Hub")
+    hub.add_argument("--push-to-hub", action="store_true", help="upload the finished model folder (not its "
+                     "checkpoints) to --hub-model-id")
+    hub.add_argument("--hub-model-id", help="repository name, e.g. user/vanilla-transformer-en-de")
+    hub.add_argument("--hub-token", help="default: the token saved by `hf auth login`")
+    hub.add_argument("--hub-private-repo", action="store_true", default=None)
     add_generation_arguments(train)
 
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model folder on a split")
@@ -153,6 +159,10 @@ def resolve_train_arguments(parser, args) -> argparse.Namespace:
         parser.error("--dataset-config needs --dataset-name")
     if args.tokenizer_name and args.vocab_size:
         parser.error("--vocab-size trains a new tokenizer; it cannot be combined with --tokenizer-name")
+    if args.push_to_hub and not args.hub_model_id:
+        parser.error("--push-to-hub needs --hub-model-id NAME (e.g. user/vanilla-transformer-en-de)")
+    if args.hub_model_id and not args.push_to_hub:
+        parser.error("--hub-model-id is only used with --push-to-hub")
     if args.source_lang == args.target_lang:
         parser.error(f"--source-lang and --target-lang are both {args.source_lang!r}")
     uses_embedded = not (args.dataset_name or args.train_file)

@@ -16,6 +16,8 @@ from transformers import GenerationConfig
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
+from ..modeling.hub_vanilla_transformer import upload_folder
+from .card import write_run_card
 from .checkpoints import (
     average_checkpoints,
     list_checkpoints,
@@ -92,15 +94,15 @@ def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
 
 
 def generation_config(args, config) -> GenerationConfig:
+    beam = {"length_penalty": args.length_penalty, "early_stopping": True} if args.num_beams > 1 else {}
     return GenerationConfig(
         decoder_start_token_id=config.decoder_start_token_id,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,
         num_beams=args.num_beams,
-        length_penalty=args.length_penalty,
         max_new_tokens=args.max_target_length,
-        early_stopping=True,
+        **beam,
     )
 
 
@@ -307,16 +309,21 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         accelerator.print(f"  {source}\n    -> {hypothesis}\n    (reference: {reference})")
 
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(args.output_dir, safe_serialization=True)
+        unwrapped.save_pretrained(args.output_dir)
         tokenizer.save_pretrained(args.output_dir)
         with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
             json.dump(results, handle, indent=2)
+        write_run_card(args, unwrapped, results)
         from .plots import plot_run
 
         plot_run(args.output_dir, quiet=True)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
+    if args.push_to_hub and accelerator.is_main_process:
+        commit = upload_folder(args.output_dir, args.hub_model_id, token=args.hub_token,
+                               private=args.hub_private_repo, commit_message="Upload model trained with vanilla-transformer")
+        accelerator.print(f"Uploaded to the Hub: {getattr(commit, 'commit_url', args.hub_model_id)}")
     return results
 
 

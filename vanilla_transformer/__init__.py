@@ -1,7 +1,7 @@
 """vanilla-transformer: the original Transformer (Vaswani et al. 2017) as a Hugging Face transformers model.
 
 Importing the package registers the model type "vanilla_transformer" with `AutoConfig`, `AutoModel` and
-`AutoModelForSeq2SeqLM`.
+`AutoModelForSeq2SeqLM`, and a "translation" pipeline with `transformers.pipelines.PIPELINE_REGISTRY`.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -13,15 +13,20 @@ from .modeling import (
     VanillaTransformerPreTrainedModel,
 )
 
+from .pipeline import TranslationPipeline
+from .pipeline import register as register_translation_pipeline
+
 __version__ = "0.1.0"
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
+register_translation_pipeline()
 
 __all__ = [
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "TranslationPipeline",
 ]

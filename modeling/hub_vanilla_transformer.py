@@ -1,0 +1,211 @@
+"""Self-contained model folders: code files next to the weights, an `auto_map`, a model card, and uploads.
+
+A folder written by `VanillaTransformerPreTrainedModel.save_pretrained` loads with `trust_remote_code=True` in a Python
+without the vanilla-transformer package: the remote-code loader of transformers imports the flat copies of the
+configuration, modeling and this file that are written next to `config.json`, and `config.json`'s `auto_map` names
+the classes. With the package installed the same folder loads without `trust_remote_code`.
+
+This file works unchanged in both layouts, inside the package and as a flat copy in a model folder.
+"""
+
+import os
+import re
+import sys
+
+from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+
+CONFIGURATION_FILE = "configuration_vanilla_transformer.py"
+MODELING_FILE = "modeling_vanilla_transformer.py"
+HUB_FILE = "hub_vanilla_transformer.py"
+CODE_FILES = (CONFIGURATION_FILE, MODELING_FILE, HUB_FILE)
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
+    "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
+    "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+}
+
+# Inside the package the configuration is a sibling package; in a model folder it sits next to the modeling file.
+_PACKAGE_IMPORT = re.compile(r"^from \.\.configuration\.configuration_vanilla_transformer import", re.MULTILINE)
+_FLAT_IMPORT = "from .configuration_vanilla_transformer import"
+
+
+def flat_sources(config_module_file: str, modeling_module_file: str) -> dict[str, str]:
+    """The text of each code file as it must be in a model folder, with package imports rewritten to flat ones."""
+    paths = {CONFIGURATION_FILE: config_module_file, MODELING_FILE: modeling_module_file, HUB_FILE: __file__}
+    sources = {}
+    for name, path in paths.items():
+        with open(path, encoding="utf-8") as handle:
+            sources[name] = _PACKAGE_IMPORT.sub(_FLAT_IMPORT, handle.read())
+    return sources
+
+
+def write_code_files(folder: str, config, modeling_module_file: str) -> list[str]:
+    """Copy the configuration, modeling and hub code into `folder` as flat files; return their paths."""
+    config_module_file = sys.modules[type(config).__module__].__file__
+    written = []
+    for name, text in flat_sources(config_module_file, modeling_module_file).items():
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        written.append(path)
+    return written
+
+
+CARD_TEMPLATE = """
+# {model_name}
+
+An encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a Hugging Face
+`transformers` model of type `vanilla_transformer`, made with the
+[vanilla-transformer](https://pypi.org/project/vanilla-transformer/) plugin.{task_line}
+
+## Architecture
+
+The paper's model (Figure 1): token embeddings{scale} plus {positions} positional encodings; an encoder of {enc} layers of
+multi-head self-attention and a position-wise feed-forward network; a decoder of {dec} layers of masked multi-head
+self-attention, multi-head attention over the encoder output and a feed-forward network; every sub-layer inside a
+residual connection with {norm}; a final linear layer and softmax over the vocabulary.
+
+| d_model | h | d_k | d_ff | encoder layers | decoder layers | P_drop | vocabulary | shared embeddings | parameters |
+|---|---|---|---|---|---|---|---|---|---|
+| {d_model} | {h} | {d_k} | {d_ff} | {enc} | {dec} | {dropout} | {vocab} | {shared} | {params:,} |
+
+The paper's base model is d_model 512, h 8, d_ff 2048, 6 + 6 layers, P_drop 0.1, post-norm with LayerNorm eps 1e-5.
+
+## Intended use and limits
+
+Translation of single sentences{direction}, the direction and domain it was trained on. The model knows only its
+training data: it is not a general-purpose translator and can produce fluent but wrong translations. Check outputs
+before relying on them.
+
+## Training data
+
+{data}
+
+## Training procedure
+
+{procedure}
+
+## Evaluation
+
+{evaluation}
+
+## How to use
+
+With the plugin installed (`pip install vanilla-transformer`):
+
+```python
+import vanilla_transformer  # registers the model type and the "translation" pipeline
+from transformers import pipeline
+
+translate = pipeline("translation", model="{path}")
+print(translate(["{example}"], num_beams=5))
+```
+
+Without the plugin, the code in this folder is loaded with `trust_remote_code=True`:
+
+```python
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+model = AutoModelForSeq2SeqLM.from_pretrained("{path}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{path}")
+batch = tokenizer(["{example}"], return_tensors="pt")
+print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))
+```
+
+## Citation
+
+```bibtex
+@inproceedings{{vaswani2017attention,
+  title     = {{Attention Is All You Need}},
+  author    = {{Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {{\\L}}ukasz and Polosukhin, Illia}},
+  booktitle = {{Advances in Neural Information Processing Systems}},
+  volume    = {{30}},
+  year      = {{2017}}
+}}
+```
+"""
+
+
+def model_card(
+    config,
+    num_parameters: int,
+    *,
+    model_name: str = "vanilla-transformer translation model",
+    languages: tuple[str, str] | None = None,
+    dataset: str | None = None,
+    dataset_type: str | None = None,
+    dataset_id: str | None = None,
+    data_description: str | None = None,
+    procedure: str | None = None,
+    results: dict | None = None,
+    path: str = "path/to/this/folder",
+    example: str = "forty-two",
+    tags: list[str] | None = None,
+) -> ModelCard:
+    """A model card with Hub metadata. `results` maps split names to the metrics written by `vanilla-transformer
+    train` (bleu, bleu_lowercase, chrf, bleu_signature); they become the card's `model-index`."""
+    eval_results = []
+    dataset_name = dataset or "custom"
+    for split, metrics in (results or {}).items():
+        if not isinstance(metrics, dict) or "bleu" not in metrics:
+            continue
+        for metric_type, key, name in (("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
+                                       ("chrf", "chrf", "chrF")):
+            eval_results.append(EvalResult(
+                task_type="translation", task_name="Translation", dataset_type=dataset_type or dataset_id or dataset_name,
+                dataset_name=dataset_name, dataset_split=split, metric_type=metric_type, metric_name=name,
+                metric_value=metrics[key], verified=False,
+            ))
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="translation",
+        license="apache-2.0",
+        language=list(languages) if languages else None,
+        datasets=[dataset_id] if dataset_id else None,
+        tags=["translation", "vanilla-transformer", "transformer", "encoder-decoder"] + list(tags or []),
+        model_name=model_name,
+        eval_results=eval_results or None,
+    )
+    if results:
+        rows = [f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('exact_match', '')} |"
+                for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
+        signature = next((m["bleu_signature"] for m in results.values() if isinstance(m, dict)
+                          and "bleu_signature" in m), "")
+        evaluation = ("sacreBLEU on the held-out splits, beam search:\n\n"
+                      "| split | BLEU | BLEU (lowercased) | chrF | exact match % |\n|---|---|---|---|---|\n"
+                      + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else ""))
+    else:
+        evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
+    text = CARD_TEMPLATE.format(
+        model_name=model_name,
+        task_line=f" It translates {languages[0]} -> {languages[1]}." if languages else "",
+        scale=" scaled by sqrt(d_model)" if config.scale_embedding else "",
+        positions=config.position_encoding,
+        enc=config.encoder_layers, dec=config.decoder_layers,
+        norm="post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))" if config.norm_position == "post"
+        else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
+        d_model=config.d_model, h=config.num_heads, d_k=config.d_model // config.num_heads, d_ff=config.d_ff,
+        dropout=config.dropout, vocab=config.vocab_size, shared="yes" if config.share_embeddings else "no",
+        params=num_parameters,
+        direction=f" from {languages[0]} to {languages[1]}" if languages else "",
+        data=data_description or "Not recorded.",
+        procedure=procedure or "Not recorded.",
+        evaluation=evaluation, path=path, example=example,
+    )
+    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + text)
+
+
+def upload_folder(folder: str, repo_id: str, *, token=None, private=None, commit_message: str = "Upload model",
+                  revision=None, create_pr: bool = False):
+    """Create the Hub repository if needed and upload, in one commit, the files at the top of `folder`: a training
+    run's checkpoints, resumption tokenizer and tracker logs live in sub-folders and stay local."""
+    names = sorted(name for name in os.listdir(folder)
+                   if os.path.isfile(os.path.join(folder, name)) and not name.startswith(".")
+                   and not name.endswith(".tmp"))
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=os.path.join(folder, name)) for name in names]
+    api = HfApi(token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    return api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision,
+                             create_pr=create_pr)

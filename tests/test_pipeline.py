@@ -1,0 +1,43 @@
+"""The "translation" pipeline registered by importing vanilla_transformer."""
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+from vanilla_transformer import TranslationPipeline
+
+SOURCES = ["one hundred twenty-three", "three hundred", "two hundred fifty-one", "one hundred one", "three hundred six"]
+
+
+def reference(folder, sentences, **generate_kwargs):
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    out = []
+    for sentence in sentences:  # one at a time: no padding involved
+        ids = model.generate(**tokenizer([sentence], return_tensors="pt"), **generate_kwargs)
+        out.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    return out
+
+
+def test_translation_pipeline_matches_generate_batched_and_unbatched(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))
+    assert isinstance(translate, TranslationPipeline)
+    expected = reference(trained_folder, SOURCES)  # the folder's generation_config: beam 2
+    assert [r["translation_text"] for r in translate(SOURCES)] == expected
+    assert [r["translation_text"] for r in translate(SOURCES, batch_size=4)] == expected
+    single = translate(SOURCES[0])
+    assert single == [{"translation_text": expected[0]}]
+
+
+def test_translation_pipeline_passes_generation_arguments(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))
+    greedy = reference(trained_folder, SOURCES[:2], num_beams=1, max_new_tokens=3)
+    assert [r["translation_text"] for r in translate(SOURCES[:2], num_beams=1, max_new_tokens=3)] == greedy
+    several = translate(SOURCES[0], num_beams=3, num_return_sequences=3)
+    assert len(several) == 3 and all("translation_text" in r for r in several)
+
+
+def test_translation_pipeline_rejects_other_inputs(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))
+    with pytest.raises(ValueError, match="expected a string or a list of strings"):
+        translate(torch.tensor([1, 2, 3]))
