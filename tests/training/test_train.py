@@ -131,3 +131,29 @@ def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys
     code = main(["train", *data_flags(data_files), "--output-dir", str(tmp_path / "run"), *flags])
     assert code == 2
     assert "no training pair is left after length filtering (--max-source-length 1" in capsys.readouterr().err
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys,
+                                                                              monkeypatch):
+    from vanilla_transformer.training import loop
+
+    calls = {"n": 0}
+    real = loop.label_smoothed_nll_loss
+
+    def criterion_that_overflows_at_step_5(logits, labels, epsilon, *args, **kwargs):
+        calls["n"] += 1
+        loss_sum, nll_sum, tokens = real(logits, labels, epsilon, *args, **kwargs)
+        return (loss_sum * float("inf") if calls["n"] == 5 else loss_sum), nll_sum, tokens
+
+    monkeypatch.setattr(loop, "label_smoothed_nll_loss", criterion_that_overflows_at_step_5)
+    out = tmp_path / "run"
+    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
+                 "--eval-steps", "0", *TINY_MODEL_FLAGS])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "the loss became inf at step 5" in err and "checkpoint-4" in err
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    assert not (out / "model.safetensors").exists()  # no final model is written from a diverged run
+    resumed = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
+                    "--eval-steps", "0", "--resume-from", str(out), *TINY_MODEL_FLAGS])
+    assert resumed == 0 and (out / "model.safetensors").is_file()  # the overflow was a one-off: resuming finishes

@@ -1,0 +1,127 @@
+"""Fine-tune a trained vanilla-transformer model with the transformers `Seq2SeqTrainer`, as any seq2seq model.
+
+The model of `vanilla-transformer train` (the embedded task: American-style English number words -> German) is
+fine-tuned on a small new dataset, British-style number words with "and" after hundreds ("one hundred and five" ->
+"einhundertfünf"), with evaluation during training by generation and BLEU, safetensors checkpoints, resumption and
+the best checkpoint loaded at the end:
+
+    vanilla-transformer train --output-dir runs/numbers-en-de
+    python examples/finetune_with_trainer.py --model runs/numbers-en-de --output-dir runs/numbers-british
+    python examples/finetune_with_trainer.py --model runs/numbers-en-de --output-dir runs/numbers-british \
+        --resume-from-checkpoint runs/numbers-british/checkpoint-200
+"""
+
+import argparse
+import random
+import re
+
+import datasets
+import sacrebleu
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+)
+
+import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
+from vanilla_transformer.training.numbers import english, german
+
+
+def british(n: int) -> str:
+    """'one hundred and twenty-three thousand four hundred and five': "and" after every hundred followed by more."""
+    return re.sub(r"hundred (?!thousand)(?=\w)", "hundred and ", english(n))
+
+
+def british_numbers(train_size: int, eval_size: int, seed: int) -> datasets.DatasetDict:
+    candidates = random.Random(seed).sample(range(101, 1_000_000), 3 * (train_size + eval_size))
+    numbers = [n for n in candidates if " and " in british(n)][: train_size + eval_size]
+
+    def rows(chosen):
+        return datasets.Dataset.from_dict({"translation": [{"en": british(n), "de": german(n)} for n in chosen]})
+
+    return datasets.DatasetDict({"train": rows(numbers[:train_size]), "validation": rows(numbers[train_size:])})
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a model folder written by `vanilla-transformer train`")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--train-size", type=int, default=2000)
+    parser.add_argument("--eval-size", type=int, default=200)
+    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--eval-steps", type=int, default=100)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--resume-from-checkpoint", default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    raw = british_numbers(args.train_size, args.eval_size, args.seed)
+    max_length = min(48, model.config.max_position_embeddings)  # the model's positions bound both sides
+
+    def tokenize(batch):
+        sources = [pair["en"] for pair in batch["translation"]]
+        targets = [pair["de"] for pair in batch["translation"]]
+        return tokenizer(sources, text_target=targets, truncation=True, max_length=max_length)
+
+    tokenized = raw.map(tokenize, batched=True, remove_columns=["translation"])
+
+    def compute_metrics(prediction):
+        predictions, labels = prediction
+        labels = [[t for t in row if t != -100] for row in labels]
+        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score, "exact_match": 100 * exact}
+
+    training_args = Seq2SeqTrainingArguments(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=min(50, args.max_steps // 4),
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        label_smoothing_factor=0.1,
+        eval_strategy="steps",
+        eval_steps=args.eval_steps,
+        save_strategy="steps",
+        save_steps=args.eval_steps,
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="bleu",
+        predict_with_generate=True,
+        generation_num_beams=args.num_beams,
+        generation_max_length=max_length,
+        logging_steps=max(1, args.eval_steps // 4),
+        report_to="none",
+        seed=args.seed,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"],
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+    )
+    before = trainer.evaluate()
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    after = trainer.evaluate()
+    trainer.save_model()  # the best checkpoint's weights, as a self-contained folder with the tokenizer
+    print(f"British-style numbers, validation: BLEU {before['eval_bleu']:.2f} -> {after['eval_bleu']:.2f}, "
+          f"exact match {before['eval_exact_match']:.1f}% -> {after['eval_exact_match']:.1f}%")
+    return {"before": before, "after": after, "best_checkpoint": trainer.state.best_model_checkpoint}
+
+
+if __name__ == "__main__":
+    main()
