@@ -35,7 +35,7 @@ def procedure(args, results: dict) -> str:
          if args.average_checkpoints > 1 else "the final weights are those of the last update;"),
         f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}).",
     ]
-    return "\n".join(lines)
+    return "\n".join("- " + line for line in lines)
 
 
 def write_run_card(args, model, results: dict) -> None:
