@@ -154,7 +154,8 @@ def model_card(
         for metric_type, key, name in (("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
                                        ("chrf", "chrf", "chrF")):
             eval_results.append(EvalResult(
-                task_type="translation", task_name="Translation", dataset_type=dataset_type or dataset_id or dataset_name,
+                task_type="translation", task_name="Translation",
+                dataset_type=dataset_type or dataset_id or dataset_name,
                 dataset_name=dataset_name, dataset_split=split, metric_type=metric_type, metric_name=name,
                 metric_value=metrics[key], verified=False,
             ))

@@ -47,7 +47,8 @@ def write_run_card(args, model, results: dict) -> None:
     card = model_card(
         model.config, model.num_parameters(),
         model_name=args.hub_model_id or os.path.basename(os.path.normpath(args.output_dir)),
-        languages=(args.source_lang, args.target_lang), dataset=name, dataset_type=identifier, dataset_id=hub_id, data_description=data,
+        languages=(args.source_lang, args.target_lang), dataset=name, dataset_type=identifier, dataset_id=hub_id,
+        data_description=data,
         procedure=procedure(args, results), results={k: v for k, v in results.items() if isinstance(v, dict)},
         path=args.hub_model_id or args.output_dir, example=example,
     )

@@ -1,4 +1,4 @@
-"""The `vanilla-transformer` command: train, evaluate, translate, plot."""
+"""The `vanilla-transformer` command: train, evaluate, translate, attention, plot."""
 
 import argparse
 import os
@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--num-beams", type=positive_int, default=5)
     translate.add_argument("--max-length", type=positive_int, default=256, help="most new tokens per sentence")
 
+    attention = commands.add_parser("attention", help="draw attention heatmaps of a model for one sentence")
+    attention.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    attention.add_argument("--source", required=True, help="the sentence to translate")
+    attention.add_argument("--target", help="force-decode this translation instead of generating one")
+    attention.add_argument("--out", required=True, help="folder for the PNG files")
+    attention.add_argument("--num-beams", type=positive_int, default=5)
+    attention.add_argument("--max-length", type=positive_int, default=64, help="most new tokens")
+
     plot = commands.add_parser("plot", help="draw the training curves of a run folder (also while it runs)")
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="PNG path (default: RUN_DIR/training_curves.png)")
@@ -214,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         from .use import translate_command
 
         return translate_command(args)
+    if args.command == "attention":
+        from .attention import attention_command
+
+        return attention_command(args)
     if args.command == "plot":
         from .plots import plot_run
 

@@ -322,7 +322,8 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
     accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
     if args.push_to_hub and accelerator.is_main_process:
         commit = upload_folder(args.output_dir, args.hub_model_id, token=args.hub_token,
-                               private=args.hub_private_repo, commit_message="Upload model trained with vanilla-transformer")
+                               private=args.hub_private_repo,
+                               commit_message="Upload model trained with vanilla-transformer")
         accelerator.print(f"Uploaded to the Hub: {getattr(commit, 'commit_url', args.hub_model_id)}")
     return results
 

@@ -28,7 +28,8 @@ class TranslationPipeline(Pipeline):
 
     def __call__(self, inputs: str | list[str], **kwargs):
         if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(x, str) for x in inputs))):
-            raise ValueError(f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}")
+            raise ValueError(
+                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}")
         results = super().__call__(inputs, **kwargs)
         if isinstance(inputs, list) and all(len(result) == 1 for result in results):
             return [result[0] for result in results]

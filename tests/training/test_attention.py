@@ -1,0 +1,74 @@
+"""`vanilla-transformer attention`: heatmaps of the model's own attention, valid PNGs, and a clear message without
+matplotlib."""
+
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.training.attention import attention_maps, write_attention_figures
+from vanilla_transformer.training.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def load(folder):
+    return AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def test_maps_are_the_models_attention(trained_folder):
+    model, tokenizer = load(trained_folder)
+    maps = attention_maps(model, tokenizer, "one hundred twenty-three", target="einhundertdreiundzwanzig")
+    config = model.config
+    assert len(maps["encoder_self"]) == config.encoder_layers and len(maps["cross"]) == config.decoder_layers
+    src, tgt = len(maps["source_tokens"]), len(maps["target_tokens"])
+    assert maps["target_tokens"][-1] == tokenizer.eos_token and maps["decoder_input_tokens"][0] == tokenizer.bos_token
+    for layer in range(config.encoder_layers):
+        assert maps["encoder_self"][layer].shape == (config.num_heads, src, src)
+    for layer in range(config.decoder_layers):
+        self_attention, cross = maps["decoder_self"][layer], maps["cross"][layer]
+        assert self_attention.shape == (config.num_heads, tgt, tgt) and cross.shape == (config.num_heads, tgt, src)
+        torch.testing.assert_close(self_attention, torch.tril(self_attention))  # causal: nothing above the diagonal
+        for matrix in (self_attention, cross, maps["encoder_self"][0]):
+            torch.testing.assert_close(matrix.sum(-1), torch.ones(matrix.shape[:-1]))  # rows are distributions
+    # the same numbers as an independent forward pass of the model with output_attentions
+    encoded = tokenizer(["one hundred twenty-three"], return_tensors="pt")
+    labels = tokenizer(text_target=["einhundertdreiundzwanzig"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model(**encoded, labels=labels, output_attentions=True)
+    torch.testing.assert_close(maps["cross"][-1], out.cross_attentions[-1][0])
+    torch.testing.assert_close(maps["decoder_self"][0], out.decoder_attentions[0][0])
+
+
+def test_generated_translation_is_force_decoded_consistently(trained_folder):
+    model, tokenizer = load(trained_folder)
+    maps = attention_maps(model, tokenizer, "three hundred", num_beams=1, max_new_tokens=10)
+    expected = model.generate(**tokenizer(["three hundred"], return_tensors="pt"), num_beams=1, max_new_tokens=10)
+    assert maps["translation"] == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+def test_attention_command_writes_png_files(trained_folder, tmp_path, capsys):
+    out = tmp_path / "figures"
+    code = main(["attention", "--model", str(trained_folder), "--source", "two hundred fifty-one", "--out", str(out),
+                 "--num-beams", "2"])
+    assert code == 0
+    assert "two hundred fifty-one ->" in capsys.readouterr().out
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["alignment.png", "cross_layer1.png", "decoder_self_layer1.png", "encoder_self_layer1.png"])
+    import matplotlib.image
+
+    for path in out.iterdir():
+        data = path.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5_000, path.name
+        height, width = matplotlib.image.imread(path).shape[:2]
+        assert 200 <= height <= 4000 and 200 <= width <= 4000, (path.name, height, width)
+
+
+def test_without_matplotlib_the_message_says_what_to_install(trained_folder, tmp_path, monkeypatch):
+    model, tokenizer = load(trained_folder)
+    maps = attention_maps(model, tokenizer, "three hundred", target="dreihundert")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of matplotlib now fails
+    with pytest.raises(SystemExit, match=r"pip install 'vanilla-transformer\[plots\]'"):
+        write_attention_figures(maps, str(tmp_path / "figures"))
+    assert not (tmp_path / "figures").exists()

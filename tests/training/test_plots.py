@@ -1,0 +1,46 @@
+"""`vanilla-transformer plot`: the training curves of a finished run or of one still writing its metrics."""
+
+import json
+
+import matplotlib.image
+
+from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.plots import read_metrics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(folder, steps, partial_last_line=False):
+    folder.mkdir()
+    lines = [json.dumps({"step": s, "epoch": 0, "loss": 5.0 / s, "nll_loss": 4.5 / s, "lr": 1e-3 * min(1, s / 4),
+                         "target_tokens": 100, **({"validation_bleu": 2.0 * s} if s % 5 == 0 else {})})
+             for s in range(1, steps + 1)]
+    text = "\n".join(lines) + "\n" + ('{"step": 99, "lo' if partial_last_line else "")
+    (folder / "metrics.jsonl").write_text(text)
+    return folder
+
+
+def check_png(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    height, width = matplotlib.image.imread(path).shape[:2]
+    assert width > height >= 300
+
+
+def test_plot_draws_the_curves_of_a_finished_run(trained_folder, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(trained_folder), "--out", str(out)]) == 0
+    check_png(out)
+    check_png(trained_folder / "training_curves.png")  # written by the training command itself
+
+
+def test_plot_reads_a_run_that_is_still_writing(tmp_path):
+    run = write_run(tmp_path / "run", steps=12, partial_last_line=True)
+    assert [r["step"] for r in read_metrics(str(run))] == list(range(1, 13))
+    assert main(["plot", str(run)]) == 0
+    check_png(run / "training_curves.png")
+
+
+def test_plot_of_a_folder_that_is_not_a_run_names_it(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) != 0
+    assert "no metrics.jsonl" in capsys.readouterr().err

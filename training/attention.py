@@ -1,0 +1,111 @@
+"""Attention heatmaps: what each position attends to, for one sentence pair.
+
+`vanilla-transformer attention --model FOLDER --source "..." [--target "..."] --out DIR` translates the source (or
+force-decodes the given target), runs the model once with `output_attentions=True` and writes, with token labels on
+both axes:
+
+- `encoder_self_layer{i}.png`: encoder self-attention of layer i, one panel per head (rows: queries, columns: keys);
+- `decoder_self_layer{i}.png`: the decoder's masked self-attention (lower-triangular: no position sees the future);
+- `cross_layer{i}.png`: decoder queries over encoder keys (rows: target tokens produced, columns: source tokens);
+- `alignment.png`: cross-attention of the last layer averaged over its heads, the soft alignment between the sentences.
+"""
+
+import os
+
+import torch
+
+from .plots import MISSING_MATPLOTLIB
+
+
+@torch.no_grad()
+def attention_maps(model, tokenizer, source: str, target: str | None = None, num_beams: int = 1,
+                   max_new_tokens: int = 64) -> dict:
+    """Token labels and attention probabilities (layers x (heads, queries, keys)) for one sentence pair."""
+    encoded = tokenizer([source], return_tensors="pt")
+    if target is None:
+        generated = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)[0]
+        start, produced = generated[:1], generated[1:]  # produced: the translation, ending with </s> unless cut
+    else:
+        produced = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][0]
+        start = torch.tensor([model.config.decoder_start_token_id])
+    produced = produced[produced != model.config.pad_token_id]
+    decoder_input_ids = torch.cat([start, produced[:-1]])  # the outputs shifted right
+    out = model(**encoded, decoder_input_ids=decoder_input_ids[None], output_attentions=True, use_cache=False)
+    return {
+        "source_tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist()),
+        "decoder_input_tokens": tokenizer.convert_ids_to_tokens(decoder_input_ids.tolist()),
+        "target_tokens": tokenizer.convert_ids_to_tokens(produced.tolist()),
+        "translation": tokenizer.decode(produced, skip_special_tokens=True),
+        "encoder_self": [a[0].float() for a in out.encoder_attentions],   # each (heads, src_len, src_len)
+        "decoder_self": [a[0].float() for a in out.decoder_attentions],   # each (heads, tgt_len, tgt_len)
+        "cross": [a[0].float() for a in out.cross_attentions],            # each (heads, tgt_len, src_len)
+    }
+
+
+def _heatmap(ax, matrix, rows, columns, title):
+    ax.imshow(matrix.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_title(title, fontsize=9)
+
+
+def _grid(plt, maps, rows, columns, title, path):
+    heads = maps.shape[0]
+    width = min(heads, 4)
+    height = (heads + width - 1) // width
+    size = 0.28 * max(len(rows), len(columns)) + 1.5
+    fig, axes = plt.subplots(height, width, figsize=(size * width, size * height), squeeze=False)
+    for head, ax in enumerate(axes.flat):
+        if head < heads:
+            _heatmap(ax, maps[head], rows, columns, f"head {head + 1}")
+        else:
+            ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
+    """One PNG per layer and attention kind (a panel per head) and the head-averaged alignment; returns the paths."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit(MISSING_MATPLOTLIB)
+    os.makedirs(out_dir, exist_ok=True)
+    src, dec_in, tgt = maps["source_tokens"], maps["decoder_input_tokens"], maps["target_tokens"]
+    paths = []
+    kinds = (("encoder_self", src, src, "Encoder self-attention"),
+             ("decoder_self", tgt, dec_in, "Decoder masked self-attention"),
+             ("cross", tgt, src, "Cross-attention (decoder queries, encoder keys)"))
+    for kind, rows, columns, title in kinds:
+        for layer, layer_maps in enumerate(maps[kind]):
+            path = os.path.join(out_dir, f"{kind}_layer{layer + 1}.png")
+            _grid(plt, layer_maps, rows, columns, f"{title}, layer {layer + 1}", path)
+            paths.append(path)
+    alignment = maps["cross"][-1].mean(dim=0)
+    size = 0.35 * max(len(src), len(tgt)) + 2
+    fig, ax = plt.subplots(figsize=(size, size))
+    _heatmap(ax, alignment, tgt, src, "Cross-attention, last layer, mean over heads")
+    ax.set(xlabel="source", ylabel="translation")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "alignment.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+    return paths
+
+
+def attention_command(args) -> int:
+    from .use import load_model_folder
+
+    model, tokenizer = load_model_folder(args.model)
+    maps = attention_maps(model, tokenizer, args.source, args.target, num_beams=args.num_beams,
+                          max_new_tokens=args.max_length)
+    paths = write_attention_figures(maps, args.out)
+    print(f"{args.source} -> {maps['translation']}")
+    print(f"{len(paths)} figures in {args.out}")
+    return 0
