@@ -56,6 +56,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--metric-for-best-model", default="chrf", choices=["chrf", "bleu", "exact_match"],
+                        help="chrF by default: each output here is one word, so BLEU's 2- to 4-grams are empty")
     parser.add_argument("--resume-from-checkpoint", default=None)
     return parser.parse_args(argv)
 
@@ -80,7 +82,8 @@ def main(argv=None) -> dict:
         hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
         references = tokenizer.batch_decode(labels, skip_special_tokens=True)
         exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
-        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score, "exact_match": 100 * exact}
+        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+                "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score, "exact_match": 100 * exact}
 
     training_args = Seq2SeqTrainingArguments(
         output_dir=args.output_dir,
@@ -97,7 +100,7 @@ def main(argv=None) -> dict:
         save_steps=args.eval_steps,
         save_total_limit=2,
         load_best_model_at_end=True,
-        metric_for_best_model="bleu",
+        metric_for_best_model=args.metric_for_best_model,
         predict_with_generate=True,
         generation_num_beams=args.num_beams,
         generation_max_length=max_length,
@@ -118,7 +121,7 @@ def main(argv=None) -> dict:
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     after = trainer.evaluate()
     trainer.save_model()  # the best checkpoint's weights, as a self-contained folder with the tokenizer
-    print(f"British-style numbers, validation: BLEU {before['eval_bleu']:.2f} -> {after['eval_bleu']:.2f}, "
+    print(f"British-style numbers, validation: chrF {before['eval_chrf']:.2f} -> {after['eval_chrf']:.2f}, "
           f"exact match {before['eval_exact_match']:.1f}% -> {after['eval_exact_match']:.1f}%")
     return {"before": before, "after": after, "best_checkpoint": trainer.state.best_model_checkpoint}
 

@@ -108,7 +108,7 @@ Without the plugin, the code in this folder is loaded with `trust_remote_code=Tr
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 model = AutoModelForSeq2SeqLM.from_pretrained("{path}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("{path}")
+tokenizer = AutoTokenizer.from_pretrained("{path}", trust_remote_code=True)
 batch = tokenizer(["{example}"], return_tensors="pt")
 print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))
 ```

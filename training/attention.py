@@ -87,9 +87,9 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
             _grid(plt, layer_maps, rows, columns, f"{title}, layer {layer + 1}", path)
             paths.append(path)
     alignment = maps["cross"][-1].mean(dim=0)
-    size = 0.35 * max(len(src), len(tgt)) + 2
+    size = max(4.5, 0.4 * max(len(src), len(tgt)) + 2.5)
     fig, ax = plt.subplots(figsize=(size, size))
-    _heatmap(ax, alignment, tgt, src, "Cross-attention, last layer, mean over heads")
+    _heatmap(ax, alignment, tgt, src, "Cross-attention\n(last layer, mean over heads)")
     ax.set(xlabel="source", ylabel="translation")
     fig.tight_layout()
     path = os.path.join(out_dir, "alignment.png")

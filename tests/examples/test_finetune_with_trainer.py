@@ -36,7 +36,7 @@ def test_seq2seq_trainer_fine_tunes_saves_resumes_and_loads_the_best(trained_fol
     flags = ["--model", str(trained_folder), "--output-dir", str(out), "--train-size", "64", "--eval-size", "16",
              "--max-steps", "4", "--eval-steps", "2", "--batch-size", "16", "--learning-rate", "1e-3"]
     result = example.main(flags)
-    assert {"eval_bleu", "eval_exact_match", "eval_loss"} <= set(result["after"])
+    assert {"eval_bleu", "eval_chrf", "eval_exact_match", "eval_loss"} <= set(result["after"])
     assert result["best_checkpoint"] in {str(out / "checkpoint-2"), str(out / "checkpoint-4")}
     for checkpoint in ("checkpoint-2", "checkpoint-4"):
         files = set(os.listdir(out / checkpoint))
