@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 from huggingface_hub import ModelCard
+from safetensors import SafetensorError
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
@@ -378,6 +379,27 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_compile_fullgraph = False  # input checks read token ids; generation compiles per step otherwise
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, use_safetensors: bool | None = True, **kwargs):
+        """`PreTrainedModel.from_pretrained`, but weights are read only from safetensors unless the caller passes
+        `use_safetensors=False`: a pickled `pytorch_model.bin` is refused, not loaded silently. A truncated or
+        corrupted safetensors file is reported with the folder it is in."""
+        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if use_safetensors and os.path.isdir(folder):
+            files = os.listdir(folder)
+            pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt")))
+            if pickles and not any(f.endswith(".safetensors") for f in files):
+                raise OSError(
+                    f"{folder}: holds only pickled weights ({', '.join(pickles)}), which can run code when loaded, so "
+                    "they are refused. Convert them to safetensors, or pass use_safetensors=False if you trust them."
+                )
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
+                                           **kwargs)
+        except SafetensorError as error:
+            raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
+                          f"corrupted file): {error}") from error
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and

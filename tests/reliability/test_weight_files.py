@@ -1,0 +1,54 @@
+"""Weight files that are not what they should be: a clear error naming the folder, never a silent pickle load."""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM
+
+from ..conftest import tiny_model
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path / "good")
+    return model, tmp_path
+
+
+def test_a_pickle_only_folder_is_refused_unless_explicitly_allowed(saved):
+    model, root = saved
+    folder = root / "pickle"
+    shutil.copytree(root / "good", folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(OSError, match=r"pickle.*pytorch_model\.bin.*use_safetensors=False"):
+        AutoModelForSeq2SeqLM.from_pretrained(folder)
+    assert (folder / "pytorch_model.bin").is_file()  # nothing on disk is touched
+    allowed = AutoModelForSeq2SeqLM.from_pretrained(folder, use_safetensors=False)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(allowed.state_dict()[name], tensor), name
+
+
+def test_a_truncated_safetensors_file_is_named(saved):
+    _, root = saved
+    folder = root / "truncated"
+    shutil.copytree(root / "good", folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(OSError, match=r"truncated.*safetensors weights cannot be read"):
+        AutoModelForSeq2SeqLM.from_pretrained(folder)
+
+
+def test_a_weight_of_the_wrong_shape_is_an_error(saved):
+    _, root = saved
+    folder = root / "shape"
+    shutil.copytree(root / "good", folder)
+    weights = load_file(folder / "model.safetensors")
+    name = "model.encoder.layers.0.ffn.w_1.weight"
+    assert name in weights
+    weights[name] = torch.zeros(3, 3)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        AutoModelForSeq2SeqLM.from_pretrained(folder)
