@@ -53,3 +53,32 @@ def test_without_smoothing_it_is_summed_cross_entropy():
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(nll, expected)
     assert tokens.item() == 13
+
+
+def reference_label_smoothed_loss(logits, labels, epsilon):
+    """The textbook computation through log-probabilities, to check the fused one against."""
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    keep = labels != -100
+    target = torch.full_like(log_probs, epsilon / logits.shape[-1])
+    target.scatter_add_(-1, labels.masked_fill(~keep, 0).unsqueeze(-1),
+                        torch.full_like(log_probs[..., :1], 1.0 - epsilon))
+    return -(target * log_probs).sum(-1)[keep].sum()
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon):
+    torch.manual_seed(1)
+    logits = torch.randn(4, 6, 37, dtype=torch.double, requires_grad=True)
+    labels = torch.randint(0, 37, (4, 6))
+    labels[1, 2:] = -100
+    labels[3, :] = -100
+    loss, _, _ = label_smoothed_nll_loss(logits, labels, epsilon)
+    (grad,) = torch.autograd.grad(loss, logits)
+    expected = reference_label_smoothed_loss(logits, labels, epsilon)
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    torch.testing.assert_close(loss.double(), expected)
+    torch.testing.assert_close(grad, expected_grad)
+    assert grad[3].abs().max() == 0  # ignored tokens get no gradient
+    small_labels = labels[:2, :3].remainder(7).masked_fill(labels[:2, :3] == -100, -100)
+    small_logits = logits[:2, :3, :7].detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_nll_loss(z, small_labels, epsilon)[0], (small_logits,))

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Multi30k (task 1) text-only translation from English, with a Transformer-Tiny-sized model (Wu et al. 2021:
+# 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, label smoothing 0.1, joint BPE, averaged checkpoints, beam 5).
+#
+#   bash training/recipes/multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [extra train flags]
+#
+# DATA_DIR holds train.jsonl, validation.jsonl and test_2016_flickr.jsonl in the datasets translation schema.
+# The model is chosen on the validation split only (checkpoint averaging, then the length penalty with the best
+# validation BLEU); test_2016_flickr is decoded once, with beam 5, at the end.
+set -euo pipefail
+DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [extra train flags]}
+TGT=${2:?target language: de or fr}
+OUT=${3:?output folder}
+shift 3
+vanilla-transformer train \
+  --train-file "$DATA/train.jsonl" \
+  --validation-file "$DATA/validation.jsonl" \
+  --test-file "$DATA/test_2016_flickr.jsonl" \
+  --source-lang en --target-lang "$TGT" \
+  --output-dir "$OUT" \
+  --preset tiny \
+  --num-beams 5 --keep-checkpoints 8 --average-checkpoints 8 \
+  "$@"
