@@ -68,7 +68,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=positive_int, default=5)
-    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--length-penalty", type=float, help="beam score = log p / length^alpha (default: the "
+                        "model's generation config; 1.0 for a new model)")
     parser.add_argument("--eval-batch-size", type=positive_int, default=64)
 
 
@@ -129,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--hub-model-id", help="repository name, e.g. user/vanilla-transformer-en-de")
     hub.add_argument("--hub-token", help="default: the token saved by `hf auth login`")
     hub.add_argument("--hub-private-repo", action="store_true", default=None)
+    train.add_argument("--tune-length-penalty", type=float, nargs="+", metavar="ALPHA",
+                       help="at the end, decode the validation split with each length penalty and keep the one with "
+                       "the best BLEU for the test split and the saved generation config")
     add_generation_arguments(train)
 
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model folder on a split")
@@ -175,8 +179,14 @@ def resolve_train_arguments(parser, args) -> argparse.Namespace:
         parser.error("--push-to-hub needs --hub-model-id NAME (e.g. user/vanilla-transformer-en-de)")
     if args.hub_model_id and not args.push_to_hub:
         parser.error("--hub-model-id is only used with --push-to-hub")
+    if args.tune_length_penalty and args.num_beams == 1:
+        parser.error("--tune-length-penalty needs beam search (--num-beams > 1); greedy search ignores it")
+    if args.tune_length_penalty and args.train_file and not args.validation_file:
+        parser.error("--tune-length-penalty picks on the validation split: give --validation-file")
     if args.source_lang == args.target_lang:
         parser.error(f"--source-lang and --target-lang are both {args.source_lang!r}")
+    if args.length_penalty is None:
+        args.length_penalty = 1.0
     uses_embedded = not (args.dataset_name or args.train_file)
     preset = args.preset or ("numbers" if uses_embedded else "small")
     for key, value in PRESETS[preset].items():

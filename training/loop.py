@@ -278,6 +278,22 @@ def train(args) -> dict:
     return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
 
 
+def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
+    """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU in
+    `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best (metrics, hypotheses)."""
+    search, best = {}, None
+    for alpha in args.tune_length_penalty:
+        metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
+                                             accelerator, length_penalty=alpha)
+        search[str(alpha)] = metrics["bleu"]
+        accelerator.print(f"length penalty {alpha}: validation BLEU {metrics['bleu']}")
+        if best is None or metrics["bleu"] > best[1][0]["bleu"]:
+            best = (alpha, (metrics, hypotheses))
+    args.length_penalty = best[0]
+    accelerator.print(f"Chose length penalty {best[0]} on the validation split.")
+    return search, best[1]
+
+
 def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:
     """Average checkpoints if asked, evaluate with beam search, and write the model folder."""
     accelerator.wait_for_everyone()
@@ -292,11 +308,20 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
 
     results = {"train_steps": step, "train_seconds": round(train_seconds, 1)}
+    validation = None
+    if args.tune_length_penalty and "validation" in tokenized:
+        results["length_penalty_search"], validation = tune_length_penalty(
+            model, tokenizer, raw, tokenized, args, accelerator)
+        unwrapped.generation_config.length_penalty = args.length_penalty  # the test split and the saved model use it
+    results["length_penalty"] = args.length_penalty
     samples = []
     for split in ("validation", "test"):
         if split not in tokenized:
             continue
-        metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
+        if split == "validation" and validation is not None:
+            metrics, hypotheses = validation
+        else:
+            metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
         results[split] = metrics
         accelerator.print(
             f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']}, "

@@ -40,9 +40,9 @@ def evaluate_command(args) -> int:
     tokenized = raw[args.split].map(tokenize, batched=True, remove_columns=raw[args.split].column_names)
     accelerator = Accelerator()
     model = accelerator.prepare(model)
+    beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
     metrics, _ = evaluate_split(model, tokenizer, raw[args.split], tokenized, args, accelerator,
-                                num_beams=args.num_beams, length_penalty=args.length_penalty,
-                                max_new_tokens=max_new_tokens)
+                                num_beams=args.num_beams, max_new_tokens=max_new_tokens, **beam)
     if accelerator.is_main_process:
         print(json.dumps(metrics, indent=2))
         if args.output:

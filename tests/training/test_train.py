@@ -77,6 +77,20 @@ def test_checkpoint_averaging(tmp_path, data_files):
         torch.testing.assert_close(final[key], value)
 
 
+def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "4", "--eval-steps", "0",
+                 "--tune-length-penalty", "0.5", "2.0", *TINY_MODEL_FLAGS]) == 0
+    results = json.loads((out / "eval_results.json").read_text())
+    search = results["length_penalty_search"]
+    assert set(search) == {"0.5", "2.0"}
+    best = max(search, key=lambda alpha: (search[alpha], -float(alpha)))  # ties go to the first value
+    assert results["length_penalty"] == float(best)
+    assert results["validation"]["bleu"] == search[best]
+    assert AutoModelForSeq2SeqLM.from_pretrained(out).generation_config.length_penalty == float(best)
+    assert f"Chose length penalty {best}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -89,6 +103,8 @@ def test_checkpoint_averaging(tmp_path, data_files):
         (["--d-model", "30", "--num-heads", "4"], "--d-model 30 must be divisible by --num-heads 4"),
         (["--source-lang", "en", "--target-lang", "en"], "are both 'en'"),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
+        (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),
+        (["--train-file", "t.jsonl", "--tune-length-penalty", "0.6"], "give --validation-file"),
     ],
 )
 def test_bad_command_lines_are_refused_before_training(tmp_path, capsys, flags, message):

@@ -19,5 +19,5 @@ vanilla-transformer train \
   --source-lang en --target-lang "$TGT" \
   --output-dir "$OUT" \
   --preset tiny \
-  --num-beams 5 --keep-checkpoints 8 --average-checkpoints 8 \
+  --num-beams 5 --keep-checkpoints 8 --average-checkpoints 8 --tune-length-penalty 0.6 0.8 1.0 1.2 \
   "$@"
