@@ -1,3 +1,3 @@
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .configuration_vanilla_transformer import VanillaTransformerConfig, check_tokenizer_matches
 
-__all__ = ["VanillaTransformerConfig"]
+__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches"]

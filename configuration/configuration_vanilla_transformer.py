@@ -136,4 +136,22 @@ class VanillaTransformerConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["VanillaTransformerConfig"]
+def check_tokenizer_matches(config, tokenizer, where: str = "") -> None:
+    """A model and a tokenizer from different runs fail late and quietly (ids past the embedding table, padding
+    treated as a word); stop early instead, naming both numbers. Works for any config with `vocab_size`."""
+    prefix = f"{where}: " if where else ""
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"{prefix}the tokenizer has {len(tokenizer)} tokens but the model's config.json has vocab_size="
+            f"{config.vocab_size}; expected a tokenizer from the same run as the model (at most vocab_size tokens)."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        expected, found = getattr(config, name, None), getattr(tokenizer, name, None)
+        if expected is not None and found is not None and expected != found:
+            raise ValueError(
+                f"{prefix}the tokenizer's {name} is {found} but the model's config.json has {name}={expected}; "
+                "expected a tokenizer from the same run as the model."
+            )
+
+
+__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches"]

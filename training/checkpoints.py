@@ -7,11 +7,13 @@ import re
 import shutil
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
 WEIGHTS_FILE = "model.safetensors"
+TEMPORARY_PREFIX = ".tmp-checkpoint-"
 
 
 def checkpoint_dir(output_dir: str) -> str:
@@ -39,24 +41,42 @@ def _fsync_tree(path: str) -> None:
         os.close(directory)
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, no permission); the earlier checkpoints are untouched."""
+
+
 def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, keep: int) -> str | None:
     """Write `checkpoint-STEP` under a temporary name, fsync it, then rename it into place, so that a checkpoint on
-    disk is always whole. Keeps the last `keep` checkpoints. Called on every process."""
+    disk is always whole: a crash or a kill at any moment leaves the earlier checkpoints and at most a temporary
+    folder, which the next write removes. Keeps the last `keep` checkpoints. Called on every process."""
     folder = checkpoint_dir(output_dir)
     final = os.path.join(folder, f"checkpoint-{step}")
-    temporary = os.path.join(folder, f".tmp-checkpoint-{step}")
-    if accelerator.is_main_process:
-        os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f"{TEMPORARY_PREFIX}{step}")
+    try:
+        if accelerator.is_main_process:
+            os.makedirs(folder, exist_ok=True)
+            for name in os.listdir(folder):  # left by a write that was interrupted
+                if name.startswith(TEMPORARY_PREFIX):
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(temporary, safe_serialization=True)
+        if accelerator.is_main_process:
+            with open(os.path.join(temporary, STATE_FILE), "w") as handle:
+                json.dump(state, handle, indent=2)
+            _fsync_tree(temporary)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(temporary, final)
+            _fsync_tree(folder)
+    except (OSError, SafetensorError, RuntimeError) as error:  # torch.save reports a failed write as RuntimeError
         shutil.rmtree(temporary, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(temporary, safe_serialization=True)
+        done = list_checkpoints(output_dir)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise CheckpointWriteError(
+            f"could not write the step-{step} checkpoint in {folder}: {reason}. The last complete "
+            f"checkpoint is {done[-1] if done else 'none'}; it is untouched. Free space or fix the permissions, then "
+            "continue with --resume-from."
+        ) from error
     if accelerator.is_main_process:
-        with open(os.path.join(temporary, STATE_FILE), "w") as handle:
-            json.dump(state, handle, indent=2)
-        _fsync_tree(temporary)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(temporary, final)
-        _fsync_tree(folder)
         for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()

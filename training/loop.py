@@ -19,6 +19,7 @@ from ..modeling import VanillaTransformerForConditionalGeneration
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .card import write_run_card
 from .checkpoints import (
+    CheckpointWriteError,
     average_checkpoints,
     list_checkpoints,
     read_state,
@@ -53,6 +54,14 @@ def prepare_output_dir(args) -> None:
             f"--output-dir {args.output_dir} already holds a run ({', '.join(existing)}); pass "
             "--overwrite-output-dir to replace it, --resume-from to continue it, or choose another folder."
         )
+    try:
+        os.makedirs(args.output_dir, exist_ok=True)
+        probe = os.path.join(args.output_dir, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise ValueError(f"--output-dir {args.output_dir}: cannot write there ({error.strerror or error}).") from error
 
 
 def build_tokenizer(args, raw, accelerator):
@@ -147,6 +156,27 @@ def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerat
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def forget_metrics_after(output_dir: str, step: int) -> None:
+    """A resumed run repeats the steps after its checkpoint: drop their records from the killed run so that
+    metrics.jsonl holds each step once. The file is rewritten under a temporary name and renamed into place."""
+    path = os.path.join(output_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path) as handle:
+        kept = []
+        for line in handle:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+            except (ValueError, KeyError):  # a line cut short by the kill
+                continue
+    with open(path + ".tmp", "w") as handle:
+        handle.writelines(kept)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)
+
+
 def log_metrics(args, accelerator, record: dict) -> None:
     if accelerator.is_main_process:
         with open(os.path.join(args.output_dir, METRICS_FILE), "a") as handle:
@@ -174,7 +204,6 @@ def train(args) -> dict:
         cpu=args.cpu,
     )
     set_seed(args.seed)
-    os.makedirs(args.output_dir, exist_ok=True)
 
     raw = load_raw_datasets(args)
     tokenizer = build_tokenizer(args, raw, accelerator)
@@ -206,6 +235,8 @@ def train(args) -> dict:
         accelerator.load_state(resume_checkpoint)
         state = read_state(resume_checkpoint)
         step, epoch, batches_done = state["step"], state["epoch"], state["batches_in_epoch"]
+        if accelerator.is_main_process:
+            forget_metrics_after(args.output_dir, step)
         accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")
 
     batches_per_epoch = len(train_loader)
@@ -215,8 +246,11 @@ def train(args) -> dict:
     update_totals = torch.zeros(3)  # loss sum, NLL sum, target tokens over the micro-batches of one update
     model.train()
     while step < max_steps:
-        sampler.set_epoch(epoch)
         loader = accelerator.skip_first_batches(train_loader, batches_done) if batches_done else train_loader
+        # the sampler's shuffle follows the epoch. accelerate's loaders hand the sampler their own count of passes,
+        # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
+        loader.set_epoch(epoch)
+        sampler.set_epoch(epoch)
         for batch in loader:
             batches_done += 1
             with accelerator.accumulate(model):
@@ -266,9 +300,12 @@ def train(args) -> dict:
                 accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%")
             log_metrics(args, accelerator, record)
             if args.save_steps and step % args.save_steps == 0:
-                save_checkpoint(accelerator, args.output_dir, step,
-                                {"step": step, "epoch": epoch, "batches_in_epoch": batches_done},
-                                args.keep_checkpoints)
+                try:
+                    save_checkpoint(accelerator, args.output_dir, step,
+                                    {"step": step, "epoch": epoch, "batches_in_epoch": batches_done},
+                                    args.keep_checkpoints)
+                except CheckpointWriteError as error:
+                    raise TrainingStopped(str(error)) from error
             if step >= max_steps:
                 break
         else:
@@ -334,11 +371,19 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         accelerator.print(f"  {source}\n    -> {hypothesis}\n    (reference: {reference})")
 
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(args.output_dir)
-        tokenizer.save_pretrained(args.output_dir)
-        with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
-            json.dump(results, handle, indent=2)
-        write_run_card(args, unwrapped, results)
+        try:
+            unwrapped.save_pretrained(args.output_dir)
+            tokenizer.save_pretrained(args.output_dir)
+            with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
+                json.dump(results, handle, indent=2)
+            write_run_card(args, unwrapped, results)
+        except OSError as error:
+            last = list_checkpoints(args.output_dir)
+            raise TrainingStopped(
+                f"could not write the final model to {args.output_dir}: {error.strerror or error}. The checkpoints "
+                f"are untouched (last: {last[-1] if last else 'none'}); free space, then run again with --resume-from "
+                "to evaluate and save."
+            ) from error
         from .plots import plot_run
 
         plot_run(args.output_dir, quiet=True)

@@ -7,6 +7,7 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..configuration.configuration_vanilla_transformer import check_tokenizer_matches
 from .data import DataError, load_raw_datasets
 from .loop import evaluate_split
 
@@ -19,6 +20,10 @@ def load_model_folder(path: str):
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
     except (OSError, ValueError) as error:
         raise SystemExit(f"error: --model {path}: could not load a model folder: {error}")
+    try:
+        check_tokenizer_matches(model.config, tokenizer, f"--model {path}")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
     return model, tokenizer
 
 

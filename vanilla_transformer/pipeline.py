@@ -14,6 +14,8 @@ import transformers.pipelines
 from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from .configuration import check_tokenizer_matches
+
 
 class TranslationPipeline(Pipeline):
     _pipeline_calls_generate = True
@@ -21,6 +23,10 @@ class TranslationPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_tokenizer = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        check_tokenizer_matches(self.model.config, self.tokenizer, "translation pipeline")
 
     def _sanitize_parameters(self, max_source_length: int | None = None, **generate_kwargs):
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
