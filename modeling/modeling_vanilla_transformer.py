@@ -369,6 +369,24 @@ class DecoderLayer(GradientCheckpointingLayer):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def mismatched_weights(model_class, folder: str, config=None) -> str:
+    """Which weights of a local folder have other shapes than the model its config describes, e.g.
+    "model.encoder.layers.0.ffn.w_1.weight has shape (3, 3) in model.safetensors, expected (64, 32)"."""
+    from safetensors import safe_open
+
+    config = config if isinstance(config, VanillaTransformerConfig) else VanillaTransformerConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        expected = {name: tuple(p.shape) for name, p in model_class(config).state_dict().items()}
+    found = []
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+        with safe_open(os.path.join(folder, file), framework="pt") as weights:
+            for name in weights.keys():
+                shape = tuple(weights.get_slice(name).get_shape())
+                if name in expected and shape != expected[name]:
+                    found.append(f"{name} has shape {shape} in {file}, expected {expected[name]}")
+    return "; ".join(found) or "some weights have other shapes than the config describes"
+
+
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
@@ -400,6 +418,12 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         except SafetensorError as error:
             raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
                           f"corrupted file): {error}") from error
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error) or not os.path.isdir(folder):
+                raise
+            raise RuntimeError(f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
+                               "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
+                               "to re-initialise those weights).") from error
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and

@@ -6,7 +6,7 @@ Importing the package registers the model type "vanilla_transformer" with `AutoC
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration import VanillaTransformerConfig
+from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .modeling import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
@@ -25,6 +25,7 @@ register_translation_pipeline()
 
 __all__ = [
     "VanillaTransformerConfig",
+    "check_tokenizer_matches",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",

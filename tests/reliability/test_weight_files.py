@@ -50,5 +50,41 @@ def test_a_weight_of_the_wrong_shape_is_an_error(saved):
     assert name in weights
     weights[name] = torch.zeros(3, 3)
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+    with pytest.raises(RuntimeError, match=rf"{name} has shape \(3, 3\) in model.safetensors, expected \(64, 32\)"):
         AutoModelForSeq2SeqLM.from_pretrained(folder)
+
+
+def test_a_missing_shard_is_named(saved):
+    model, root = saved
+    folder = root / "sharded"
+    model.save_pretrained(folder, max_shard_size="20KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2
+    shards[1].unlink()
+    with pytest.raises(OSError, match=shards[1].name):
+        AutoModelForSeq2SeqLM.from_pretrained(folder)
+
+
+def test_a_tokenizer_from_another_run_is_refused(trained_folder, tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    from vanilla_transformer import check_tokenizer_matches
+    from vanilla_transformer.training.cli import main
+    from vanilla_transformer.training.tokenizer import train_bpe_tokenizer
+
+    folder = tmp_path / "mixed"
+    shutil.copytree(trained_folder, folder)
+    config = AutoModelForSeq2SeqLM.from_pretrained(folder).config
+    bigger = train_bpe_tokenizer([f"word{i} other{i}" for i in range(2000)], config.vocab_size + 100)
+    assert len(bigger) > config.vocab_size
+    bigger.save_pretrained(folder)
+    before = (folder / "config.json").read_text()
+    with pytest.raises(SystemExit, match=rf"tokenizer has {len(bigger)} tokens but the model's config.json has "
+                                         rf"vocab_size={config.vocab_size}"):
+        main(["translate", "--model", str(folder), "forty-two"])
+    assert (folder / "config.json").read_text() == before
+    tokenizer = AutoTokenizer.from_pretrained(trained_folder)
+    config.pad_token_id = tokenizer.pad_token_id + 1  # same size, but padding would be read as a word
+    with pytest.raises(ValueError, match=rf"here: the tokenizer's pad_token_id is {tokenizer.pad_token_id} but the "
+                                         rf"model's config.json has pad_token_id={tokenizer.pad_token_id + 1}"):
+        check_tokenizer_matches(config, tokenizer, "here")
