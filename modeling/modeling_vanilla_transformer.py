@@ -79,9 +79,14 @@ def additive_mask(may_attend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(may_attend.shape, dtype=dtype, device=may_attend.device).masked_fill(~may_attend, -math.inf)
 
 
+def hides_nothing(attention_mask: torch.Tensor | None) -> bool:
+    """No padding anywhere: attention then runs without a mask, which the fused kernels do faster."""
+    return attention_mask is None or (not is_torchdynamo_compiling() and bool(attention_mask.all()))
+
+
 def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Keys that are padding are hidden from every query: (batch, src_len) -> (batch, 1, 1, src_len)."""
-    if attention_mask is None:
+    if hides_nothing(attention_mask):
         return None
     return additive_mask(attention_mask.bool()[:, None, None, :], dtype)
 
@@ -99,6 +104,8 @@ def causal_mask(
     Returns (batch or 1, 1, tgt_len, past_len + tgt_len), or None when nothing needs hiding: one new query attends to
     all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality itself.
     """
+    if hides_nothing(decoder_attention_mask):
+        decoder_attention_mask = None
     if decoder_attention_mask is None and (tgt_len == 1 or (implicit_causal and past_len == 0)):
         return None
     total_len = past_len + tgt_len
@@ -679,6 +686,55 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.4 The final linear layer, softmax and cross-entropy
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class TokenCrossEntropy(torch.autograd.Function):
+    """Per-token -log p(reference) and mean over the vocabulary of -log p, from logits, in two passes over the
+    (tokens, vocab) logits forward and two backward, without materialising log-probabilities or one-hot targets.
+
+    With lse = log sum_v exp(z_v):   nll = lse - z_ref,   uniform = lse - mean_v z_v
+    d nll / dz = p - onehot(ref),    d uniform / dz = p - 1/V,   where p = softmax(z).
+    Ignored tokens give 0 and get no gradient.
+    """
+
+    CHUNK = 256  # rows per pass: temporaries stay small enough to be reused instead of freshly mapped each time
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int):
+        keep = labels != ignore_index  # (tokens,)
+        safe_labels = labels.masked_fill(~keep, 0)
+        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(TokenCrossEntropy.CHUNK)])
+        nll = (lse - logits.gather(-1, safe_labels.unsqueeze(-1)).squeeze(-1)) * keep
+        uniform = (lse - logits.mean(dim=-1)) * keep
+        ctx.save_for_backward(logits, lse, safe_labels, keep)
+        return nll, uniform
+
+    @staticmethod
+    def backward(ctx, grad_nll: torch.Tensor, grad_uniform: torch.Tensor):
+        logits, lse, safe_labels, keep = ctx.saved_tensors
+        a = grad_nll * keep  # (tokens,)
+        b = grad_uniform * keep
+        grad = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], TokenCrossEntropy.CHUNK):
+            end = start + TokenCrossEntropy.CHUNK
+            p = torch.sub(logits[start:end], lse[start:end].unsqueeze(-1), out=grad[start:end]).exp_()
+            p.mul_((a + b)[start:end].unsqueeze(-1)).sub_((b[start:end] / logits.shape[-1]).unsqueeze(-1))
+        grad.scatter_add_(-1, safe_labels.unsqueeze(-1), -a.unsqueeze(-1))
+        return grad, None, None
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100):
+    """(-log p(reference), mean over the vocabulary of -log p) per target token, 0 where labels == ignore_index.
+    Half-precision logits are upcast so that the softmax runs in float32."""
+    vocab = logits.shape[-1]
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return TokenCrossEntropy.apply(logits.reshape(-1, vocab), labels.reshape(-1).to(logits.device), ignore_index)
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: the encoder-decoder followed by the linear projection onto the vocabulary; the
     softmax of §3.4 is applied by the loss and by generation to the returned logits."""
@@ -758,12 +814,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
         loss = None
         if labels is not None:
-            flat_logits, flat_labels = logits.view(-1, logits.shape[-1]).float(), labels.view(-1).to(logits.device)
-            if num_items_in_batch is None:
-                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
-            else:  # gradient accumulation: normalise by the target tokens of the whole accumulated batch
-                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
-                loss = loss / num_items_in_batch
+            nll, _ = token_cross_entropy(logits, labels)  # plain cross-entropy: no label smoothing here
+            # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch
+            loss = nll.sum() / (num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum())
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -141,3 +141,20 @@ def test_bad_inputs_raise_value_errors():
         model(input_ids=src, attention_mask=torch.ones(3, 5), decoder_input_ids=tgt)
     with pytest.raises(ValueError, match="max_position_embeddings=64"):
         model(input_ids=torch.randint(3, 50, (1, 65)), decoder_input_ids=tgt[:1])
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_a_mask_without_padding_equals_no_mask(implementation):
+    from vanilla_transformer.modeling.modeling_vanilla_transformer import causal_mask, padding_mask
+
+    model = tiny_model(attn_implementation=implementation)
+    src, tgt = torch.randint(3, 50, (2, 5)), torch.randint(3, 50, (2, 4))
+    with torch.no_grad():
+        masked = model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt,
+                       decoder_attention_mask=torch.ones_like(tgt)).logits
+        unmasked = model(input_ids=src, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(masked, unmasked)
+    # no padding: no mask tensor is built, so the fused kernels run unmasked
+    assert padding_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None
+    assert causal_mask(torch.ones(2, 4, dtype=torch.long), 4, 0, torch.float32, "cpu", implicit_causal=True) is None
+    assert padding_mask(torch.tensor([[1, 1, 0]]), torch.float32) is not None

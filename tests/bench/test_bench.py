@@ -1,0 +1,30 @@
+"""The benchmark's smallest setting, run once so that the script cannot rot (its figures are not asserted: speed
+targets live in BENCHMARKS.md, not in tests)."""
+
+import json
+import os
+import subprocess
+import sys
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench.py")
+
+
+def test_smallest_benchmark_setting_writes_its_report(tmp_path):
+    out, plot, raw = tmp_path / "BENCHMARKS.md", tmp_path / "scaling.png", tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, BENCH, "--quick", "--sizes", "numbers", "--attn", "sdpa", "--repeats", "1", "--steps", "1",
+         "--out", str(out), "--plot", str(plot), "--json", str(raw)],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = out.read_text()
+    for heading in ("## Training step", "## Generation", "## Peak memory", "## Hardware utilisation", "## Scaling",
+                    "## Where the time goes"):
+        assert heading in report
+    results = json.loads(raw.read_text())
+    assert [r["size"] for r in results["train"]] == ["numbers"]
+    assert {r["beams"] for r in results["generate"]} == {1, 5}
+    assert all(r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] > 0 for r in results["train"] + results["generate"])
+    assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
+    assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
