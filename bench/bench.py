@@ -283,9 +283,13 @@ def run(args) -> dict:
                 theirs = peak_memory("marian", size_name, task, args.attn[0], args.quick, device)
                 results["memory"].append({"size": size_name, "task": task, "ours": ours, "theirs": theirs})
     largest = args.sizes[-1]
-    results["profile"] = {"size": largest, "table": profile_table(
-        TrainStep(build("vanilla", SIZES[largest], args.attn[0], device),
-                  training_batch(SIZES[largest], batches[largest], device)))} if not device.startswith("cuda") else None
+    if not device.startswith("cuda"):
+        size, shape = SIZES[largest], batches[largest]
+        model = build("vanilla", size, args.attn[0], device)
+        sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
+        results["profile"] = {"size": largest,
+                              "train": profile_table(TrainStep(model, training_batch(size, shape, device))),
+                              "beam5": profile_table(Generate(model, sources, 5, shape[2]))}
     if args.plot:
         scale_size = "tiny" if "tiny" in args.sizes else args.sizes[0]
         results["scaling"] = scaling(SIZES[scale_size], args.attn[0], device, args.quick)
@@ -360,8 +364,11 @@ def write_markdown(results: dict, args, command: str) -> str:
             lines.append(f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_batch"][kind])
                          + " |")
     if results.get("profile"):
-        lines += ["", f"## Where the time goes: our training step at the {results['profile']['size']} size", "",
-                  "```", results["profile"]["table"].strip(), "```"]
+        size = results["profile"]["size"]
+        lines += ["", f"## Where the time goes: our training step at the {size} size (torch.profiler)", "",
+                  "```", results["profile"]["train"].strip(), "```",
+                  "", f"## Where the time goes: our beam-5 generation at the {size} size (torch.profiler)", "",
+                  "```", results["profile"]["beam5"].strip(), "```"]
     return "\n".join(lines) + "\n"
 
 

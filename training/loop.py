@@ -239,6 +239,7 @@ def train(args) -> dict:
             forget_metrics_after(args.output_dir, step)
         accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")
 
+    saved_at = step  # the step of the newest checkpoint on disk (or the start)
     batches_per_epoch = len(train_loader)
     max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
     progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
@@ -306,11 +307,19 @@ def train(args) -> dict:
                                     args.keep_checkpoints)
                 except CheckpointWriteError as error:
                     raise TrainingStopped(str(error)) from error
+                saved_at = step
             if step >= max_steps:
                 break
         else:
             epoch, batches_done = epoch + 1, 0
     progress.close()
+    if args.save_steps and saved_at != step:
+        # the last updates are checkpointed too, so that averaging and resuming see the final state
+        try:
+            save_checkpoint(accelerator, args.output_dir, step,
+                            {"step": step, "epoch": epoch, "batches_in_epoch": batches_done}, args.keep_checkpoints)
+        except CheckpointWriteError as error:
+            raise TrainingStopped(str(error)) from error
     train_seconds = time.time() - started
     return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
 

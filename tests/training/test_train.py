@@ -64,10 +64,12 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
 
 def test_checkpoint_averaging(tmp_path, data_files):
     out = tmp_path / "run"
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "6", "--save-steps", "2",
+    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "7", "--save-steps", "2",
                  "--average-checkpoints", "3", "--eval-steps", "0", *TINY_MODEL_FLAGS]) == 0
-    paths = list_checkpoints(str(out))
-    assert len(paths) == 3
+    # the final state is checkpointed too, so the average holds the last updates
+    assert [os.path.basename(p) for p in list_checkpoints(str(out))] == [
+        "checkpoint-2", "checkpoint-4", "checkpoint-6", "checkpoint-7"]
+    paths = list_checkpoints(str(out))[-3:]
     saved = [load_file(os.path.join(p, "model.safetensors")) for p in paths]
     averaged = average_checkpoints(paths)
     for key in averaged:
