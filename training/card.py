@@ -33,8 +33,13 @@ def procedure(args, results: dict) -> str:
         f"{results.get('train_seconds')} s); seed {args.seed}; mixed precision: {args.mixed_precision};",
         (f"the final weights are the average of the last {args.average_checkpoints} checkpoints;"
          if args.average_checkpoints > 1 else "the final weights are those of the last update;"),
-        f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}).",
+        f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}"
+        + (f", chosen on the validation split among {', '.join(map(str, args.tune_length_penalty))}"
+           if args.tune_length_penalty else "") + ").",
     ]
+    if getattr(args, "lowercase", False):
+        lines.insert(1, "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
+                     "translation and outputs are lowercase, so lowercased BLEU is the comparable score;")
     return "\n".join("- " + line for line in lines)
 
 

@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     tok = train.add_argument_group("tokenizer")
     tok.add_argument("--vocab-size", type=positive_int, help="joint BPE vocabulary size")
     tok.add_argument("--tokenizer-name", help="use this tokenizer (folder or Hub name) instead of training one")
+    tok.add_argument("--lowercase", action="store_true",
+                     help="the trained tokenizer lowercases all text (the usual Multi30k preprocessing); the model "
+                     "then writes lowercase, so compare it by lowercased BLEU. References are never changed.")
     opt = train.add_argument_group("optimisation")
     opt.add_argument("--max-tokens", type=positive_int, help="tokens per batch (per process)")
     opt.add_argument("--max-steps", type=positive_int, help="optimizer updates")
@@ -177,6 +180,8 @@ def resolve_train_arguments(parser, args) -> argparse.Namespace:
         parser.error("--dataset-config needs --dataset-name")
     if args.tokenizer_name and args.vocab_size:
         parser.error("--vocab-size trains a new tokenizer; it cannot be combined with --tokenizer-name")
+    if args.tokenizer_name and args.lowercase:
+        parser.error("--lowercase applies to a tokenizer trained here; it cannot be combined with --tokenizer-name")
     if args.push_to_hub and not args.hub_model_id:
         parser.error("--push-to-hub needs --hub-model-id NAME (e.g. user/vanilla-transformer-en-de)")
     if args.hub_model_id and not args.push_to_hub:

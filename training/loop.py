@@ -71,7 +71,8 @@ def build_tokenizer(args, raw, accelerator):
         return load_tokenizer(os.path.join(args.output_dir, "tokenizer"))
     folder = os.path.join(args.output_dir, "tokenizer")
     if accelerator.is_main_process:
-        tokenizer = train_bpe_tokenizer(training_texts(raw, args.source_lang, args.target_lang), args.vocab_size)
+        tokenizer = train_bpe_tokenizer(
+            training_texts(raw, args.source_lang, args.target_lang), args.vocab_size, lowercase=args.lowercase)
         tokenizer.save_pretrained(folder)
     accelerator.wait_for_everyone()
     return load_tokenizer(folder)

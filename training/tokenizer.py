@@ -8,14 +8,16 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
 
-def train_bpe_tokenizer(texts, vocab_size: int) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(texts, vocab_size: int, lowercase: bool = False) -> PreTrainedTokenizerFast:
     """BPE over source and target text together. Ids: <pad>=0, <s>=1, </s>=2, <unk>=3.
 
-    Encoding appends </s>; the decoder's start token <s> is added by shifting the labels right.
+    Encoding appends </s>; the decoder's start token <s> is added by shifting the labels right. With `lowercase`
+    the tokenizer's normalizer lowercases every text it encodes (training pairs and, later, inputs to translate).
     """
     specials = list(SPECIAL_TOKENS.values())
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else (
+        normalizers.NFC())
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()  # words start with "▁", as in SentencePiece
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)

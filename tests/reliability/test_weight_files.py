@@ -31,14 +31,22 @@ def test_a_pickle_only_folder_is_refused_unless_explicitly_allowed(saved):
         assert torch.equal(allowed.state_dict()[name], tensor), name
 
 
-def test_a_truncated_safetensors_file_is_named(saved):
+def damage(data: bytes, how: str) -> bytes:
+    if how == "truncated":
+        return data[: len(data) // 2]
+    return data[:8] + b"\x00\xff not json \xfe" * 8 + data[8 + 8 * 15:]  # the JSON header is garbled
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupted"])
+def test_a_damaged_safetensors_file_is_named_and_left_as_it_was(saved, how):
     _, root = saved
-    folder = root / "truncated"
+    folder = root / how
     shutil.copytree(root / "good", folder)
-    data = (folder / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(OSError, match=r"truncated.*safetensors weights cannot be read"):
+    data = damage((folder / "model.safetensors").read_bytes(), how)
+    (folder / "model.safetensors").write_bytes(data)
+    with pytest.raises(OSError, match=rf"{how}.*safetensors weights cannot be read"):
         AutoModelForSeq2SeqLM.from_pretrained(folder)
+    assert (folder / "model.safetensors").read_bytes() == data
 
 
 def test_a_weight_of_the_wrong_shape_is_an_error(saved):

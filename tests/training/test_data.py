@@ -112,3 +112,15 @@ def test_tokenizer_trains_saves_and_loads(tmp_path):
     ids = loaded(text[1])["input_ids"]
     assert ids[-1] == loaded.eos_token_id
     assert loaded.decode(ids, skip_special_tokens=True) == text[1]
+
+
+def test_lowercase_tokenizer_lowercases_training_text_and_later_inputs(tmp_path):
+    texts = ["Ein Hund läuft.", "A Dog runs.", "Zwei Hunde laufen.", "Two dogs run."] * 20
+    cased = train_bpe_tokenizer(iter(texts), vocab_size=120)
+    lowered = train_bpe_tokenizer(iter(texts), vocab_size=120, lowercase=True)
+    assert not any(token != token.lower() for token in lowered.get_vocab())
+    assert any(token != token.lower() for token in cased.get_vocab())
+    lowered.save_pretrained(tmp_path)
+    loaded = load_tokenizer(str(tmp_path))
+    assert loaded("A DOG runs.")["input_ids"] == loaded("a dog runs.")["input_ids"]
+    assert loaded.decode(loaded("A Dog runs.")["input_ids"], skip_special_tokens=True) == "a dog runs."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi30k (task 1) text-only translation from English, with a Transformer-Tiny-sized model (Wu et al. 2021:
-# 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, label smoothing 0.1, joint BPE, averaged checkpoints, beam 5).
+# 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, label smoothing 0.1, joint BPE, averaged checkpoints, beam 5),
+# on lowercased text as is usual for Multi30k: compare by lowercased BLEU.
 #
 #   bash training/recipes/multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [extra train flags]
 #
@@ -19,5 +20,5 @@ vanilla-transformer train \
   --source-lang en --target-lang "$TGT" \
   --output-dir "$OUT" \
   --preset tiny \
-  --num-beams 5 --keep-checkpoints 8 --average-checkpoints 8 --tune-length-penalty 0.6 0.8 1.0 1.2 \
+  --lowercase --num-beams 5 --keep-checkpoints 8 --average-checkpoints 8 --tune-length-penalty 0.6 0.8 1.0 1.2 \
   "$@"
