@@ -77,11 +77,12 @@ def synchronize(device: str) -> None:
 
 
 class TrainStep:
-    """Forward with labels (each model's own cross-entropy), backward, gradient clipping, an Adam update."""
+    """Forward with labels (each model's own cross-entropy), backward, gradient clipping, a fused Adam update (as
+    `vanilla-transformer train` uses), the same for both models."""
 
     def __init__(self, model, batch):
         self.model, self.batch = model.train(), batch
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def __call__(self):
         loss = self.model(**self.batch, use_cache=False).loss

@@ -118,6 +118,27 @@ def causal_mask(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# §5.4 Residual dropout
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class Dropout(nn.Dropout):
+    """Dropout with rate P_drop (§5.4): each element is kept with probability 1 - P_drop and scaled by 1 / (1 - P_drop).
+
+    On the CPU the keep mask is drawn as `uniform >= P_drop`, several times faster than the `bernoulli_` behind
+    `nn.Dropout`, and kept as booleans for the backward pass; other devices use the fused `F.dropout` kernel.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu" or self.p == 1.0:
+            return F.dropout(x, self.p, training=True)
+        keep = torch.rand_like(x) >= self.p
+        return x.mul(keep).mul_(1.0 / (1.0 - self.p))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # §3.4-3.5 Embeddings and positional encoding
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -155,7 +176,7 @@ class TransformerEmbedding(nn.Module):
         else:
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         self.max_positions = config.max_position_embeddings
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_len: int = 0):
         if (input_ids is None) == (inputs_embeds is None):
@@ -279,7 +300,7 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.w_1 = nn.Linear(config.d_model, config.d_ff)
         self.activation = ACT2FN[config.activation]
-        self.dropout = nn.Dropout(config.activation_dropout)
+        self.dropout = Dropout(config.activation_dropout)
         self.w_2 = nn.Linear(config.d_ff, config.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -296,7 +317,7 @@ class AddNorm(nn.Module):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm_position == "pre"
 
     def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
@@ -832,6 +853,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
 __all__ = [
     "AddNorm",
+    "Dropout",
     "Decoder",
     "DecoderLayer",
     "Encoder",

@@ -158,3 +158,24 @@ def test_a_mask_without_padding_equals_no_mask(implementation):
     assert padding_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None
     assert causal_mask(torch.ones(2, 4, dtype=torch.long), 4, 0, torch.float32, "cpu", implicit_causal=True) is None
     assert padding_mask(torch.tensor([[1, 1, 0]]), torch.float32) is not None
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_keeps_one_minus_p_scales_and_is_the_identity_in_eval(p):
+    from vanilla_transformer.modeling.modeling_vanilla_transformer import Dropout
+
+    dropout = Dropout(p)
+    x = torch.rand(400, 500) + 1.0  # no zeros of its own
+    x.requires_grad_(True)
+    torch.manual_seed(0)
+    y = dropout(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005  # 200k draws: the standard error is about 0.001
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), y)  # the global seed decides the mask
+    assert not torch.equal(dropout(x), y)
+    assert dropout.eval()(x) is x
+    assert isinstance(dropout, torch.nn.Dropout)
