@@ -180,7 +180,17 @@ def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, d
     if device.startswith("cuda"):
         print(torch.cuda.max_memory_allocated() / 2**20)
     else:
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
+        print(peak_rss_mib())
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory. Linux's VmHWM belongs to the process image and starts afresh at exec;
+    getrusage's ru_maxrss does not (it keeps the high-water mark of the forking parent), so it is only a fallback."""
+    with contextlib.suppress(OSError):
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def scaling(size: dict, attn: str, device: str, quick: bool) -> dict:
@@ -336,7 +346,8 @@ def write_markdown(results: dict, args, command: str) -> str:
         lines.append(f"| {r['size']} | {r['attn']} | {search} | {r['ours_sent_s']:.1f} | {r['theirs_sent_s']:.1f} | "
                      f"{r['ratio']:.2f}x | {verdict(r['ratio'], 1.3)} |")
     if results["memory"]:
-        unit = "max allocated" if args.device.startswith("cuda") else "peak RSS of a fresh process"
+        unit = ("max allocated" if args.device.startswith("cuda") else
+                "peak RSS (VmHWM) of a fresh process, torch and transformers included")
         lines += ["", f"## Peak memory ({unit}, MiB)", "",
                   "| size | task | ours | Marian | ours / Marian | target <= 1.0 |", "|---|---|---|---|---|---|"]
         for r in results["memory"]:

@@ -152,7 +152,9 @@ def model_card(
         if not isinstance(metrics, dict) or "bleu" not in metrics:
             continue
         for metric_type, key, name in (("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
-                                       ("chrf", "chrf", "chrF")):
+                                       ("chrf", "chrf", "chrF"), ("chrf", "chrf_lowercase", "chrF (lowercased)")):
+            if key not in metrics:
+                continue
             eval_results.append(EvalResult(
                 task_type="translation", task_name="Translation",
                 dataset_type=dataset_type or dataset_id or dataset_name,
@@ -170,12 +172,13 @@ def model_card(
         eval_results=eval_results or None,
     )
     if results:
-        rows = [f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('exact_match', '')} |"
-                for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
+        rows = [f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
+                f"{m.get('exact_match', '')} |" for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
         signature = next((m["bleu_signature"] for m in results.values() if isinstance(m, dict)
                           and "bleu_signature" in m), "")
         evaluation = ("sacreBLEU on the held-out splits, beam search:\n\n"
-                      "| split | BLEU | BLEU (lowercased) | chrF | exact match % |\n|---|---|---|---|---|\n"
+                      "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % |\n"
+                      "|---|---|---|---|---|---|\n"
                       + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else ""))
     else:
         evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."

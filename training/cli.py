@@ -15,7 +15,7 @@ PRESETS = {
                   vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=1e-3, max_steps=None, num_epochs=10,
                   eval_steps=1000, save_steps=1000, max_source_length=128, max_target_length=128),
     "tiny": dict(d_model=128, num_heads=4, d_ff=256, encoder_layers=4, decoder_layers=4, dropout=0.3,
-                 vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=3e-3, max_steps=None, num_epochs=25,
+                 vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=3e-3, max_steps=None, num_epochs=36,
                  eval_steps=500, save_steps=120, max_source_length=128, max_target_length=128),
     "base": dict(d_model=512, num_heads=8, d_ff=2048, encoder_layers=6, decoder_layers=6, dropout=0.1,
                  vocab_size=37000, max_tokens=25000, warmup_steps=4000, lr=None, max_steps=100_000, num_epochs=None,

@@ -327,15 +327,16 @@ def train(args) -> dict:
 
 
 def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
-    """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU in
-    `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best (metrics, hypotheses)."""
+    """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU (lowercased
+    with `--lowercase`) in `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best (metrics, hypotheses)."""
+    score = "bleu_lowercase" if getattr(args, "lowercase", False) else "bleu"  # a lowercasing model writes lowercase
     search, best = {}, None
     for alpha in args.tune_length_penalty:
         metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
                                              accelerator, length_penalty=alpha)
-        search[str(alpha)] = metrics["bleu"]
-        accelerator.print(f"length penalty {alpha}: validation BLEU {metrics['bleu']}")
-        if best is None or metrics["bleu"] > best[1][0]["bleu"]:
+        search[str(alpha)] = metrics[score]
+        accelerator.print(f"length penalty {alpha}: validation {score} {metrics[score]}")
+        if best is None or metrics[score] > best[1][0][score]:
             best = (alpha, (metrics, hypotheses))
     args.length_penalty = best[0]
     accelerator.print(f"Chose length penalty {best[0]} on the validation split.")
@@ -372,7 +373,8 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
             metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
         results[split] = metrics
         accelerator.print(
-            f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']}, "
+            f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
+            f"(lowercased {metrics['chrf_lowercase']}), "
             f"exact match {metrics['exact_match']}%  [{metrics['bleu_signature']}]"
         )
         if not samples:

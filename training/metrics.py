@@ -1,4 +1,4 @@
-"""Translation metrics with sacreBLEU: BLEU (cased and lowercased) and chrF, plus exact match."""
+"""Translation metrics with sacreBLEU: BLEU and chrF (cased and lowercased), plus exact match."""
 
 import sacrebleu
 
@@ -12,13 +12,17 @@ def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[st
     bleu_lower = bleu_lc.corpus_score(hypotheses, [references])
     chrf = sacrebleu.metrics.CHRF()
     chrf_score = chrf.corpus_score(hypotheses, [references])
+    chrf_lc = sacrebleu.metrics.CHRF(lowercase=True)
+    chrf_lower = chrf_lc.corpus_score(hypotheses, [references])
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / max(1, len(references))
     return {
         "bleu": round(bleu_cased.score, 2),
         "bleu_lowercase": round(bleu_lower.score, 2),
         "chrf": round(chrf_score.score, 2),
+        "chrf_lowercase": round(chrf_lower.score, 2),
         "exact_match": round(100 * exact, 2),
         "bleu_signature": str(bleu.get_signature()),
         "bleu_lowercase_signature": str(bleu_lc.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
+        "chrf_lowercase_signature": str(chrf_lc.get_signature()),
     }

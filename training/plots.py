@@ -41,7 +41,11 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     axes[0].plot(steps, [r["nll_loss"] for r in records], label="NLL", linewidth=0.8)
     axes[0].set(title="Training loss", xlabel="step", ylabel="nats per target token")
     axes[0].legend()
-    axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o")
+    axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o", label="cased")
+    if any("validation_bleu_lowercase" in r for r in evals):
+        axes[1].plot([r["step"] for r in evals], [r.get("validation_bleu_lowercase") for r in evals], marker="o",
+                     label="lowercased")
+        axes[1].legend()
     axes[1].set(title="Validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
     axes[2].plot(steps, [r["lr"] for r in records])
     axes[2].set(title="Learning rate", xlabel="step")
