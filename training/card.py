@@ -37,7 +37,7 @@ def procedure(args, results: dict) -> str:
         + (f", chosen on the validation split among {', '.join(map(str, args.tune_length_penalty))}"
            if args.tune_length_penalty else "") + ").",
     ]
-    if getattr(args, "lowercase", False):
+    if args.lowercase:
         lines.insert(1, "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
                      "translation and outputs are lowercase, so lowercased BLEU is the comparable score;")
     return "\n".join("- " + line for line in lines)

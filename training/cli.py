@@ -6,7 +6,7 @@ import sys
 
 # Model and schedule sizes. "numbers" trains the embedded task in about two minutes on 2 CPU cores; "small" suits
 # Multi30k-sized corpora; "tiny" is the Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model,
-# with a schedule that fits about an hour on 2 CPU cores; "base" is the paper's base model and schedule (§5.3).
+# with a schedule of about an hour and a half on 2 CPU cores; "base" is the paper's base model and schedule (§5.3).
 PRESETS = {
     "numbers": dict(d_model=128, num_heads=4, d_ff=512, encoder_layers=2, decoder_layers=2, dropout=0.1,
                     vocab_size=400, max_tokens=4096, warmup_steps=200, lr=2e-3, max_steps=400, num_epochs=None,
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--hub-private-repo", action="store_true", default=None)
     train.add_argument("--tune-length-penalty", type=float, nargs="+", metavar="ALPHA",
                        help="at the end, decode the validation split with each length penalty and keep the one with "
-                       "the best BLEU for the test split and the saved generation config")
+                       "the best BLEU (lowercased with --lowercase) for the test split and the saved generation config")
     add_generation_arguments(train)
 
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model folder on a split")

@@ -178,6 +178,15 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+def save_training_state(accelerator, args, step: int, epoch: int, batches_done: int) -> None:
+    """Checkpoint the run after update `step`; a failed write stops the run, naming the last whole checkpoint."""
+    try:
+        save_checkpoint(accelerator, args.output_dir, step,
+                        {"step": step, "epoch": epoch, "batches_in_epoch": batches_done}, args.keep_checkpoints)
+    except CheckpointWriteError as error:
+        raise TrainingStopped(str(error)) from error
+
+
 def log_metrics(args, accelerator, record: dict) -> None:
     if accelerator.is_main_process:
         with open(os.path.join(args.output_dir, METRICS_FILE), "a") as handle:
@@ -303,12 +312,7 @@ def train(args) -> dict:
                 accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%")
             log_metrics(args, accelerator, record)
             if args.save_steps and step % args.save_steps == 0:
-                try:
-                    save_checkpoint(accelerator, args.output_dir, step,
-                                    {"step": step, "epoch": epoch, "batches_in_epoch": batches_done},
-                                    args.keep_checkpoints)
-                except CheckpointWriteError as error:
-                    raise TrainingStopped(str(error)) from error
+                save_training_state(accelerator, args, step, epoch, batches_done)
                 saved_at = step
             if step >= max_steps:
                 break
@@ -317,19 +321,16 @@ def train(args) -> dict:
     progress.close()
     if args.save_steps and saved_at != step:
         # the last updates are checkpointed too, so that averaging and resuming see the final state
-        try:
-            save_checkpoint(accelerator, args.output_dir, step,
-                            {"step": step, "epoch": epoch, "batches_in_epoch": batches_done}, args.keep_checkpoints)
-        except CheckpointWriteError as error:
-            raise TrainingStopped(str(error)) from error
+        save_training_state(accelerator, args, step, epoch, batches_done)
     train_seconds = time.time() - started
     return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
 
 
 def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
     """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU (lowercased
-    with `--lowercase`) in `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best (metrics, hypotheses)."""
-    score = "bleu_lowercase" if getattr(args, "lowercase", False) else "bleu"  # a lowercasing model writes lowercase
+    with `--lowercase`) in `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best
+    (metrics, hypotheses)."""
+    score = "bleu_lowercase" if args.lowercase else "bleu"  # a lowercasing model writes lowercase
     search, best = {}, None
     for alpha in args.tune_length_penalty:
         metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
