@@ -9,17 +9,17 @@ import sys
 # with a schedule of about an hour and a half on 2 CPU cores; "base" is the paper's base model and schedule (§5.3).
 PRESETS = {
     "numbers": dict(d_model=128, num_heads=4, d_ff=512, encoder_layers=2, decoder_layers=2, dropout=0.1,
-                    vocab_size=400, max_tokens=4096, warmup_steps=200, lr=2e-3, max_steps=400, num_epochs=None,
-                    eval_steps=200, save_steps=200, max_source_length=16, max_target_length=16),
+                    vocab_size=400, max_tokens=4096, warmup_steps=200, cooldown_steps=0, lr=2e-3, max_steps=400,
+                    num_epochs=None, eval_steps=200, save_steps=200, max_source_length=16, max_target_length=16),
     "small": dict(d_model=256, num_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3, dropout=0.3,
-                  vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=1e-3, max_steps=None, num_epochs=10,
-                  eval_steps=1000, save_steps=1000, max_source_length=128, max_target_length=128),
+                  vocab_size=8000, max_tokens=4096, warmup_steps=500, cooldown_steps=0, lr=1e-3, max_steps=None,
+                  num_epochs=10, eval_steps=1000, save_steps=1000, max_source_length=128, max_target_length=128),
     "tiny": dict(d_model=128, num_heads=4, d_ff=256, encoder_layers=4, decoder_layers=4, dropout=0.3,
-                 vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=3e-3, max_steps=None, num_epochs=36,
-                 eval_steps=500, save_steps=120, max_source_length=128, max_target_length=128),
+                 vocab_size=8000, max_tokens=4096, warmup_steps=500, cooldown_steps=1000, lr=3e-3, max_steps=None,
+                 num_epochs=33, eval_steps=500, save_steps=120, max_source_length=128, max_target_length=128),
     "base": dict(d_model=512, num_heads=8, d_ff=2048, encoder_layers=6, decoder_layers=6, dropout=0.1,
-                 vocab_size=37000, max_tokens=25000, warmup_steps=4000, lr=None, max_steps=100_000, num_epochs=None,
-                 eval_steps=5000, save_steps=5000, max_source_length=256, max_target_length=256),
+                 vocab_size=37000, max_tokens=25000, warmup_steps=4000, cooldown_steps=0, lr=None, max_steps=100_000,
+                 num_epochs=None, eval_steps=5000, save_steps=5000, max_source_length=256, max_target_length=256),
 }
 
 
@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--warmup-steps", type=positive_int)
     opt.add_argument("--lr", type=positive_float, help="peak learning rate; without it the paper's "
                      "d_model^-0.5 * warmup^-0.5")
+    opt.add_argument("--cooldown-steps", type=non_negative_int,
+                     help="decay the learning rate linearly to 0 over the last N updates (0: the paper's schedule "
+                     "to the end)")
     opt.add_argument("--weight-decay", type=float, default=0.0)
     opt.add_argument("--clip-norm", type=float, default=1.0, help="0 disables gradient clipping")
     opt.add_argument("--gradient-accumulation-steps", type=positive_int, default=1)
@@ -196,13 +199,19 @@ def resolve_train_arguments(parser, args) -> argparse.Namespace:
         args.length_penalty = 1.0
     uses_embedded = not (args.dataset_name or args.train_file)
     preset = args.preset or ("numbers" if uses_embedded else "small")
+    from_preset = set()
     for key, value in PRESETS[preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+            from_preset.add(key)
     if args.max_steps is None and args.num_epochs is None:
         parser.error("give --max-steps or --num-epochs")
     if args.d_model % args.num_heads:
         parser.error(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
+    if args.max_steps is not None and args.cooldown_steps > args.max_steps:
+        origin = f" (set by --preset {preset})" if "cooldown_steps" in from_preset else ""
+        parser.error(f"--cooldown-steps {args.cooldown_steps}{origin} is longer than the run (--max-steps "
+                     f"{args.max_steps}): give a shorter --cooldown-steps")
     if args.average_checkpoints > args.keep_checkpoints:
         parser.error(f"--average-checkpoints {args.average_checkpoints} needs at least as many kept checkpoints "
                      f"(--keep-checkpoints {args.keep_checkpoints})")

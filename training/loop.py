@@ -233,9 +233,15 @@ def train(args) -> dict:
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                  weight_decay=args.weight_decay, fused=accelerator.device.type in ("cpu", "cuda"))
-    # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args.d_model, args.warmup_steps, args.lr))
+    schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    batches_per_epoch = len(train_loader)
+    max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
+    if args.cooldown_steps > max_steps:
+        raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than the run ({max_steps} updates)")
+    # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
+    scheduler = torch.optim.lr_scheduler.LambdaLR(schedule_optimizer, lr_lambda(
+        args.d_model, args.warmup_steps, args.lr, total_steps=max_steps, cooldown_steps=args.cooldown_steps))
     accelerator.register_for_checkpointing(scheduler)
     if trackers:
         accelerator.init_trackers("vanilla-transformer", config={k: v for k, v in vars(args).items()
@@ -251,8 +257,6 @@ def train(args) -> dict:
         accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")
 
     saved_at = step  # the step of the newest checkpoint on disk (or the start)
-    batches_per_epoch = len(train_loader)
-    max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
     progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
     started, window_tokens, window_start = time.time(), 0, time.time()
     update_totals = torch.zeros(3)  # loss sum, NLL sum, target tokens over the micro-batches of one update
@@ -296,7 +300,8 @@ def train(args) -> dict:
             update_totals.zero_()
             window_tokens += tokens
             record = {
-                "step": step, "epoch": epoch, "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
+                "step": step, "epoch": epoch,
+                "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
                 "lr": scheduler.get_last_lr()[0], "target_tokens": int(tokens),
             }
             if step % args.log_steps == 0 or step == max_steps:

@@ -18,7 +18,10 @@ def train_bpe_tokenizer(texts, vocab_size: int, lowercase: bool = False) -> PreT
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else (
         normalizers.NFC())
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()  # words start with "▁", as in SentencePiece
+    # words start with "▁", as in SentencePiece, and punctuation stands alone as in Moses tokenization, so that
+    # "dog" and "dog." share one token; decoding joins the pieces and turns "▁" back into spaces, losing nothing
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(),
+                                                       pre_tokenizers.Punctuation("isolated")])
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer=trainer)

@@ -124,3 +124,17 @@ def test_lowercase_tokenizer_lowercases_training_text_and_later_inputs(tmp_path)
     loaded = load_tokenizer(str(tmp_path))
     assert loaded("A DOG runs.")["input_ids"] == loaded("a dog runs.")["input_ids"]
     assert loaded.decode(loaded("A Dog runs.")["input_ids"], skip_special_tokens=True) == "a dog runs."
+
+
+def test_punctuation_stands_alone_and_decoding_restores_the_text():
+    texts = ['A dog runs.', 'The dog, a big one, sleeps.', 'Ein Hund läuft.', 'Der Hund, ein großer, schläft.',
+             'A man in a t-shirt says "hello" at 3.5 meters.', "The children's ball is red-and-white!"] * 30
+    tokenizer = train_bpe_tokenizer(iter(texts), vocab_size=300)
+    tokens = tokenizer.tokenize("The dog. A dog, the dog!")
+    # "dog" ends a sentence, precedes a comma and stands alone: one token for all three, punctuation apart
+    assert [t for t in tokens if "dog" in t] == ["▁dog"] * 3
+    assert {".", ",", "!"} <= set(tokens)
+    # unseen words made of seen characters, with punctuation doubled, leading, trailing and inside numbers
+    for text in set(texts) | {'The man said "hi" -- then left...', "3.5 and 5,3!", '"Dog"!! A red, red ball.'}:
+        ids = tokenizer(text)["input_ids"]
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text

@@ -24,9 +24,9 @@ def test_multi30k_recipe_runs_its_configuration(tmp_path):
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "HF_HUB_OFFLINE": "1"}
     # the recipe's flags, shortened to a few steps and a small vocabulary for the smoke test
     done = subprocess.run(
-        ["bash", RECIPE, str(data), "fr", str(out), "--max-steps", "4", "--save-steps", "2", "--eval-steps", "2",
-         "--vocab-size", "200", "--report-to", "none", "--eval-batch-size", "20", "--keep-checkpoints", "2",
-         "--average-checkpoints", "2", "--tune-length-penalty", "1.0"],
+        ["bash", RECIPE, str(data), "fr", str(out), "--max-steps", "4", "--cooldown-steps", "2", "--save-steps", "2",
+         "--eval-steps", "2", "--vocab-size", "200", "--report-to", "none", "--eval-batch-size", "20",
+         "--keep-checkpoints", "2", "--average-checkpoints", "2", "--tune-length-penalty", "1.0"],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vanilla_transformer.training.criterion import label_smoothed_nll_loss
-from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
+from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
 
 
 def test_schedule_is_equation_3_of_the_paper():
@@ -28,6 +28,20 @@ def test_lambda_counts_optimizer_updates_from_one():
     f = lr_lambda(512, 4000)
     assert f(0) == pytest.approx(inverse_sqrt_lr(1, 512, 4000))
     assert f(3999) == pytest.approx(inverse_sqrt_lr(4000, 512, 4000))
+
+
+def test_cooldown_falls_linearly_to_zero_over_the_last_updates():
+    total, cooldown = 100, 10
+    assert [cooldown_factor(step, total, cooldown) for step in (1, 50, 90)] == [1.0, 1.0, 1.0]
+    # updates 91..100 are the last ten: 10/10, 9/10, ..., 1/10, never zero for an update that is taken
+    assert [cooldown_factor(step, total, cooldown) for step in range(91, 101)] == pytest.approx(
+        [k / 10 for k in range(10, 0, -1)])
+    assert cooldown_factor(101, total, cooldown) == 0.0
+    assert all(cooldown_factor(step, total, 0) == 1.0 for step in (1, 100, 1000))  # 0 disables it
+    f = lr_lambda(128, 20, 3e-3, total_steps=total, cooldown_steps=cooldown)
+    plain = lr_lambda(128, 20, 3e-3)
+    assert [f(s) for s in range(90)] == [plain(s) for s in range(90)]
+    assert f(94) == pytest.approx(plain(94) * 0.6)  # update 95 of 100
 
 
 def test_label_smoothing_against_a_hand_computation():

@@ -11,6 +11,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
 from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
@@ -62,6 +63,22 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_cooldown_brings_the_learning_rate_to_zero_at_the_last_update(tmp_path, data_files, capsys):
+    flags = [*data_flags(data_files), "--eval-steps", "0", "--save-steps", "0", *TINY_MODEL_FLAGS,
+             "--warmup-steps", "2", "--lr", "1e-3"]
+    out = tmp_path / "run"
+    assert main(["train", *flags, "--output-dir", str(out), "--max-steps", "6", "--cooldown-steps", "3"]) == 0
+    logged = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # each record holds the rate for the next update; updates 4, 5, 6 take 3/3, 2/3 and 1/3 of the usual rate
+    expected = lr_lambda(32, 2, 1e-3, total_steps=6, cooldown_steps=3)
+    assert logged == pytest.approx([expected(step) for step in range(1, 7)])
+    assert logged[-1] == 0.0 and logged[3] == pytest.approx(inverse_sqrt_lr(5, 32, 2, 1e-3) * 2 / 3)
+    # a run measured in epochs learns its length only from the data: a longer cool-down is named, not clipped
+    code = main(["train", *flags, "--output-dir", str(tmp_path / "epochs"), "--num-epochs", "1",
+                 "--cooldown-steps", "1000"])
+    assert code == 2 and "--cooldown-steps 1000 is longer than the run" in capsys.readouterr().err
+
+
 def test_checkpoint_averaging(tmp_path, data_files):
     out = tmp_path / "run"
     assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "7", "--save-steps", "2",
@@ -104,6 +121,8 @@ def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, 
         (["--tokenizer-name", "t", "--vocab-size", "10"], "cannot be combined with --tokenizer-name"),
         (["--d-model", "30", "--num-heads", "4"], "--d-model 30 must be divisible by --num-heads 4"),
         (["--source-lang", "en", "--target-lang", "en"], "are both 'en'"),
+        (["--max-steps", "5", "--cooldown-steps", "6"], "--cooldown-steps 6 is longer than the run"),
+        (["--preset", "tiny", "--max-steps", "5"], "--cooldown-steps 1000 (set by --preset tiny) is longer"),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
         (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),
         (["--train-file", "t.jsonl", "--tune-length-penalty", "0.6"], "give --validation-file"),
