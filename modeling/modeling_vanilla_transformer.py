@@ -792,6 +792,18 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @staticmethod
+    def _reorder_cache(past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search keeps, at each step, the best continuations of each source; the decoder's self-attention
+        keys/values follow the beams they came from. The cross-attention keys/values are not reordered: every beam of
+        a source holds the same rows (one encoder output, expanded per beam), and beams never move between sources.
+        """
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
     @can_return_tuple
     def forward(
         self,

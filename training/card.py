@@ -20,6 +20,8 @@ def procedure(args, results: dict) -> str:
     schedule = (f"peak learning rate {args.lr} reached after {args.warmup_steps} warm-up updates, then decaying as "
                 "step^-0.5" if args.lr else
                 f"the paper's schedule d_model^-0.5 * min(step^-0.5, step * {args.warmup_steps}^-1.5)")
+    if args.cooldown_steps:
+        schedule += f", decaying linearly to 0 over the last {args.cooldown_steps} updates"
     length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"

@@ -90,3 +90,21 @@ def test_generation_config_is_honoured():
     )
     out = model.generate(input_ids=torch.randint(3, 50, (2, 6)))
     assert out.shape[1] <= 5
+
+
+def test_beam_reordering_moves_self_attention_states_and_leaves_cross_attention_states():
+    model = tiny_model()
+    beams, src = 3, torch.randint(3, 50, (2, 5))
+    expanded = src.repeat_interleave(beams, dim=0)  # as generate() expands each source over its beams
+    with torch.no_grad():
+        out = model(input_ids=expanded, decoder_input_ids=torch.randint(3, 50, (6, 4)), use_cache=True)
+    cache = out.past_key_values
+    self_keys = cache.self_attention_cache.layers[0].keys.clone()
+    cross_keys = cache.cross_attention_cache.layers[0].keys
+    # each new beam continues a beam of the same source: rows 0-2 come from 0-2, rows 3-5 from 3-5
+    beam_idx = torch.tensor([2, 2, 0, 4, 3, 3])
+    reordered = model._reorder_cache(cache, beam_idx)
+    assert torch.equal(reordered.self_attention_cache.layers[0].keys, self_keys[beam_idx])
+    assert reordered.cross_attention_cache.layers[0].keys is cross_keys  # untouched, not copied
+    # reordering the cross-attention rows would not have changed them: all beams of a source share them
+    assert torch.equal(cross_keys[beam_idx], cross_keys)
