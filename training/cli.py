@@ -6,7 +6,7 @@ import sys
 
 # Model and schedule sizes. "numbers" trains the embedded task in about two minutes on 2 CPU cores; "small" suits
 # Multi30k-sized corpora; "tiny" is the Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model,
-# with a schedule of about an hour and a half on 2 CPU cores; "base" is the paper's base model and schedule (§5.3).
+# with a schedule of about 80 minutes on 2 CPU cores; "base" is the paper's base model and schedule (§5.3).
 PRESETS = {
     "numbers": dict(d_model=128, num_heads=4, d_ff=512, encoder_layers=2, decoder_layers=2, dropout=0.1,
                     vocab_size=400, max_tokens=4096, warmup_steps=200, cooldown_steps=0, lr=2e-3, max_steps=400,
