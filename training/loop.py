@@ -1,6 +1,7 @@
 """The training loop: plain functions around `accelerator.prepare`, `accumulate`, `gather_for_metrics` and
 `save_state`/`load_state`."""
 
+import ctypes
 import json
 import math
 import os
@@ -43,6 +44,25 @@ class TrainingStopped(RuntimeError):
 # --------------------------------------------------------------------------------------------------------------------
 # Setting up
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def keep_freed_memory_mapped() -> bool:
+    """Ask glibc to keep freed memory instead of returning it to the kernel; returns whether it could.
+
+    On the CPU every training step allocates and frees the same large tensors (the (tokens, vocab) logits and their
+    gradient are 128 MiB at 4096 tokens and 8000 types). glibc serves blocks that large with fresh mmap calls and
+    unmaps them when freed, so each step pays a page fault per 4 KiB page touched: about 15% of a Multi30k tiny
+    step. Served from the heap and never trimmed, the pages stay mapped from one step to the next. This is the
+    training command's own process setting (the same as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...); importing
+    the package changes nothing.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc: leave the allocator alone
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # from <malloc.h>
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def prepare_output_dir(args) -> None:
@@ -214,6 +234,8 @@ def train(args) -> dict:
         cpu=args.cpu,
     )
     set_seed(args.seed)
+    if accelerator.device.type == "cpu":
+        keep_freed_memory_mapped()
 
     raw = load_raw_datasets(args)
     tokenizer = build_tokenizer(args, raw, accelerator)

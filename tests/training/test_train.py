@@ -3,6 +3,9 @@ checkpoint averaging, and clear errors for bad command lines."""
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -194,3 +197,28 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
     resumed = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
                     "--eval-steps", "0", "--resume-from", str(out), *TINY_MODEL_FLAGS])
     assert resumed == 0 and (out / "model.safetensors").is_file()  # the overflow was a one-off: resuming finishes
+
+
+def test_freed_training_tensors_stay_mapped_for_the_next_step():
+    """After the training command's allocator setting, a freed 256 MiB tensor stays in the process (the next step
+    reuses its pages) instead of being unmapped and faulted in again; without it, glibc returns the block at once.
+    Checked in fresh processes, since the setting is process-wide."""
+    probe = textwrap.dedent("""
+        import sys, torch
+        from vanilla_transformer.training.loop import keep_freed_memory_mapped
+        if sys.argv[1] == "on":
+            assert keep_freed_memory_mapped()
+        def resident_mib():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * 4096 / 2**20
+        before = resident_mib()
+        x = torch.ones(64 * 2**20)  # 256 MiB, every page touched
+        del x
+        print(resident_mib() - before)
+    """)
+    kept = {}
+    for mode in ("on", "off"):
+        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        kept[mode] = float(done.stdout.split()[-1])
+    assert kept["on"] > 200 and kept["off"] < 50, kept

@@ -5,6 +5,11 @@
 #
 #   bash training/recipes/multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [extra train flags]
 #
+# The run uses the whole machine: NPROC processes (default 2, one per core) of one thread each, data-parallel, with
+# --max-tokens 4096/NPROC per process so that every update sees 4096 tokens. On 2 CPU cores two single-thread
+# processes train about twice as fast as one process with two threads: the tiny model's matrices are too small
+# for one product to keep two cores busy.
+#
 # DATA_DIR holds train.jsonl, validation.jsonl and test_2016_flickr.jsonl in the datasets translation schema.
 # The model is chosen on the validation split only: the weights of the last update (the learning rate cools down to 0,
 # and on validation they beat the average of the last 4 or 8 checkpoints), then the length penalty with the best
@@ -14,12 +19,14 @@ DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [extra train flags]
 TGT=${2:?target language: de or fr}
 OUT=${3:?output folder}
 shift 3
-vanilla-transformer train \
+NPROC=${NPROC:-2}
+export OMP_NUM_THREADS=1
+torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.training.cli train --cpu \
   --train-file "$DATA/train.jsonl" \
   --validation-file "$DATA/validation.jsonl" \
   --test-file "$DATA/test_2016_flickr.jsonl" \
   --source-lang en --target-lang "$TGT" \
   --output-dir "$OUT" \
-  --preset tiny \
+  --preset tiny --max-tokens $((4096 / NPROC)) \
   --lowercase --num-beams 5 --keep-checkpoints 2 --tune-length-penalty 0.6 0.8 1.0 1.2 \
   "$@"
