@@ -23,10 +23,12 @@ def procedure(args, results: dict) -> str:
     if args.cooldown_steps:
         schedule += f", decaying linearly to 0 over the last {args.cooldown_steps} updates"
     length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
+    processes = results.get("processes", 1)
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"
         + ("" if args.tokenizer_name else f" ({args.vocab_size} tokens)") + ";",
         f"batches of similar-length sentence pairs up to {args.max_tokens} tokens per process"
+        + (f", {processes} data-parallel processes" if processes > 1 else "")
         + (f", {args.gradient_accumulation_steps} accumulated per update" if args.gradient_accumulation_steps > 1
            else "") + ";",
         f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens;",

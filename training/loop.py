@@ -384,7 +384,7 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         unwrapped.tie_weights()
         accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
 
-    results = {"train_steps": step, "train_seconds": round(train_seconds, 1)}
+    results = {"train_steps": step, "train_seconds": round(train_seconds, 1), "processes": accelerator.num_processes}
     validation = None
     if args.tune_length_penalty and "validation" in tokenized:
         results["length_penalty_search"], validation = tune_length_penalty(
