@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
-from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.cli import PRESETS, main
 from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
@@ -125,7 +125,8 @@ def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, 
         (["--d-model", "30", "--num-heads", "4"], "--d-model 30 must be divisible by --num-heads 4"),
         (["--source-lang", "en", "--target-lang", "en"], "are both 'en'"),
         (["--max-steps", "5", "--cooldown-steps", "6"], "--cooldown-steps 6 is longer than the run"),
-        (["--preset", "tiny", "--max-steps", "5"], "--cooldown-steps 1000 (set by --preset tiny) is longer"),
+        (["--preset", "tiny", "--max-steps", "5"],
+         f"--cooldown-steps {PRESETS['tiny']['cooldown_steps']} (set by --preset tiny) is longer"),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
         (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),
         (["--train-file", "t.jsonl", "--tune-length-penalty", "0.6"], "give --validation-file"),
