@@ -596,6 +596,11 @@ class Decoder(nn.Module):
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
         elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
+            raise ValueError(
+                "past_key_values: a fixed-size cache (such as cache_implementation='static') is not supported; the "
+                "decoder's masks assume the cache holds exactly the past positions. Use the default dynamic cache."
+            )
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
 
         x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)

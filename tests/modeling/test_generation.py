@@ -108,3 +108,11 @@ def test_beam_reordering_moves_self_attention_states_and_leaves_cross_attention_
     assert reordered.cross_attention_cache.layers[0].keys is cross_keys  # untouched, not copied
     # reordering the cross-attention rows would not have changed them: all beams of a source share them
     assert torch.equal(cross_keys[beam_idx], cross_keys)
+
+
+def test_a_fixed_size_cache_is_refused_with_a_clear_error():
+    # a static cache hands back all its slots, filled or not; the decoder's masks cover only the past positions
+    model = tiny_model()
+    with pytest.raises(ValueError, match="fixed-size cache"):
+        model.generate(input_ids=torch.randint(3, 50, (2, 6)), decoder_start_token_id=1, max_new_tokens=3,
+                       cache_implementation="static")
