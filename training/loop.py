@@ -76,7 +76,8 @@ def prepare_output_dir(args) -> None:
         )
     try:
         os.makedirs(args.output_dir, exist_ok=True)
-        probe = os.path.join(args.output_dir, ".write-test")
+        # one probe per process: the processes of a distributed run check the same folder at the same time
+        probe = os.path.join(args.output_dir, f".write-test-{os.getpid()}")
         with open(probe, "w"):
             pass
         os.remove(probe)
