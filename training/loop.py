@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 
 import torch
@@ -76,11 +77,9 @@ def prepare_output_dir(args) -> None:
         )
     try:
         os.makedirs(args.output_dir, exist_ok=True)
-        # one probe per process: the processes of a distributed run check the same folder at the same time
-        probe = os.path.join(args.output_dir, f".write-test-{os.getpid()}")
-        with open(probe, "w"):
+        # a uniquely named file that removes itself: the processes of a distributed run check the folder at once
+        with tempfile.TemporaryFile(dir=args.output_dir):
             pass
-        os.remove(probe)
     except OSError as error:
         raise ValueError(f"--output-dir {args.output_dir}: cannot write there ({error.strerror or error}).") from error
 
