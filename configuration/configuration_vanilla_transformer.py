@@ -54,7 +54,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",
-        "num_hidden_layers": "encoder_layers",
+        "num_hidden_layers": "decoder_layers",  # the layers that keep keys/values in generate(): caches are sized by it
         "intermediate_size": "d_ff",
     }
 

@@ -94,26 +94,33 @@ def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> tor
 def causal_mask(
     decoder_attention_mask: torch.Tensor | None,
     tgt_len: int,
-    past_len: int,
+    past_len: int | torch.Tensor,
+    kv_len: int,
     dtype: torch.dtype,
     device: torch.device,
     implicit_causal: bool,
 ) -> torch.Tensor | None:
-    """Decoder self-attention mask (§3.2.3): position i may see positions <= i and no padding.
+    """Decoder self-attention mask (§3.2.3): the query at position past_len + i may see the keys at positions
+    <= past_len + i, and no padding.
 
-    Returns (batch or 1, 1, tgt_len, past_len + tgt_len), or None when nothing needs hiding: one new query attends to
-    all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality itself.
+    `kv_len` is the number of key slots attention sees: past_len + tgt_len with a cache that grows step by step, the
+    whole size of a fixed-size (static) cache, whose slots beyond the current position the same rule hides.
+    Returns (batch or 1, 1, tgt_len, kv_len), or None when nothing needs hiding: with a growing cache one new query
+    attends to all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality.
     """
     if hides_nothing(decoder_attention_mask):
         decoder_attention_mask = None
-    if decoder_attention_mask is None and (tgt_len == 1 or (implicit_causal and past_len == 0)):
+    grows = isinstance(past_len, int) and kv_len == past_len + tgt_len
+    if decoder_attention_mask is None and grows and (tgt_len == 1 or (implicit_causal and past_len == 0)):
         return None
-    total_len = past_len + tgt_len
-    key_positions = torch.arange(total_len, device=device)
-    query_positions = torch.arange(past_len, total_len, device=device)
-    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, total_len)
+    key_positions = torch.arange(kv_len, device=device)
+    query_positions = torch.arange(tgt_len, device=device) + past_len
+    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, kv_len)
     if decoder_attention_mask is not None:
-        may_attend = may_attend & decoder_attention_mask.bool()[:, None, None, -total_len:]
+        not_padding = decoder_attention_mask.bool()
+        if not_padding.shape[-1] < kv_len:  # a fixed-size cache: its slots beyond the mask are future positions
+            not_padding = F.pad(not_padding, (0, kv_len - not_padding.shape[-1]), value=True)
+        may_attend = may_attend & not_padding[:, None, None, -kv_len:]
     return additive_mask(may_attend, dtype)
 
 
@@ -178,18 +185,20 @@ class TransformerEmbedding(nn.Module):
         self.max_positions = config.max_position_embeddings
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_len: int = 0):
+    def forward(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_len: int | torch.Tensor = 0
+    ):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         seq_len = inputs_embeds.shape[1]
-        if past_len + seq_len > self.max_positions:
+        if not is_torchdynamo_compiling() and past_len + seq_len > self.max_positions:
             raise ValueError(
-                f"the sequence reaches position {past_len + seq_len}, beyond max_position_embeddings="
+                f"the sequence reaches position {int(past_len) + seq_len}, beyond max_position_embeddings="
                 f"{self.max_positions}; truncate the input or use a config with more positions."
             )
-        positions = torch.arange(past_len, past_len + seq_len, device=inputs_embeds.device)
+        positions = torch.arange(seq_len, device=inputs_embeds.device) + past_len
         x = inputs_embeds * self.scale + self.embed_positions(positions).to(inputs_embeds.dtype)
         return self.dropout(x)  # (batch, seq_len, d_model)
 
@@ -423,7 +432,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_attention_backend = False
-    _can_compile_fullgraph = False  # input checks read token ids; generation compiles per step otherwise
+    _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
 
     @classmethod
@@ -596,17 +605,17 @@ class Decoder(nn.Module):
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
         elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
-        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
-            raise ValueError(
-                "past_key_values: a fixed-size cache (such as cache_implementation='static') is not supported; the "
-                "decoder's masks assume the cache holds exactly the past positions. Use the default dynamic cache."
-            )
+        # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+        tgt_len = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        kv_len = past_len + tgt_len
+        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
+            kv_len = past_key_values.self_attention_cache.layers[0].max_cache_len  # all its slots, filled or not
 
         x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
         # masks, built once for all layers: causal + target padding, and source padding for cross-attention
         implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
-        self_attn_mask = causal_mask(attention_mask, x.shape[1], past_len, x.dtype, x.device, implicit_causal)
+        self_attn_mask = causal_mask(attention_mask, tgt_len, past_len, kv_len, x.dtype, x.device, implicit_causal)
         cross_attn_mask = padding_mask(encoder_attention_mask, x.dtype)
 
         hidden_states, self_attentions, cross_attentions = (), (), ()
@@ -717,6 +726,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+CROSS_ENTROPY_CHUNK = 256  # rows per pass: temporaries stay small enough to be reused instead of freshly mapped
+
+
 class TokenCrossEntropy(torch.autograd.Function):
     """Per-token -log p(reference) and mean over the vocabulary of -log p, from logits, in two passes over the
     (tokens, vocab) logits forward and two backward, without materialising log-probabilities or one-hot targets.
@@ -726,13 +738,11 @@ class TokenCrossEntropy(torch.autograd.Function):
     Ignored tokens give 0 and get no gradient.
     """
 
-    CHUNK = 256  # rows per pass: temporaries stay small enough to be reused instead of freshly mapped each time
-
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int):
         keep = labels != ignore_index  # (tokens,)
         safe_labels = labels.masked_fill(~keep, 0)
-        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(TokenCrossEntropy.CHUNK)])
+        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(CROSS_ENTROPY_CHUNK)])
         nll = (lse - logits.gather(-1, safe_labels.unsqueeze(-1)).squeeze(-1)) * keep
         uniform = (lse - logits.mean(dim=-1)) * keep
         ctx.save_for_backward(logits, lse, safe_labels, keep)
@@ -744,8 +754,8 @@ class TokenCrossEntropy(torch.autograd.Function):
         a = grad_nll * keep  # (tokens,)
         b = grad_uniform * keep
         grad = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], TokenCrossEntropy.CHUNK):
-            end = start + TokenCrossEntropy.CHUNK
+        for start in range(0, logits.shape[0], CROSS_ENTROPY_CHUNK):
+            end = start + CROSS_ENTROPY_CHUNK
             p = torch.sub(logits[start:end], lse[start:end].unsqueeze(-1), out=grad[start:end]).exp_()
             p.mul_((a + b)[start:end].unsqueeze(-1)).sub_((b[start:end] / logits.shape[-1]).unsqueeze(-1))
         grad.scatter_add_(-1, safe_labels.unsqueeze(-1), -a.unsqueeze(-1))
@@ -796,6 +806,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+        """With a fixed-size (static) cache, generate() asks the model for a ready-made 4-D decoder mask. This decoder
+        builds its masks itself, in one place (`causal_mask`), from the 2-D padding mask and the cache, so the 2-D mask
+        is passed on unchanged."""
+        return attention_mask
 
     @staticmethod
     def _reorder_cache(past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:

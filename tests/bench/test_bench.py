@@ -23,7 +23,7 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
         assert heading in report
     results = json.loads(raw.read_text())
     assert [r["size"] for r in results["train"]] == ["numbers"]
-    assert {r["beams"] for r in results["generate"]} == {1, 5}
+    assert {(r["beams"], r["compiled"]) for r in results["generate"]} == {(1, False), (5, False), (1, True), (5, True)}
     assert all(r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] > 0 for r in results["train"] + results["generate"])
     assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}

@@ -16,7 +16,7 @@ def test_defaults_are_the_paper_base_model():
 
 
 def test_attribute_map_gives_generic_names():
-    c = VanillaTransformerConfig(d_model=64, num_heads=2, d_ff=128, encoder_layers=3)
+    c = VanillaTransformerConfig(d_model=64, num_heads=2, d_ff=128, encoder_layers=2, decoder_layers=3)
     assert (c.hidden_size, c.num_attention_heads, c.intermediate_size, c.num_hidden_layers) == (64, 2, 128, 3)
 
 

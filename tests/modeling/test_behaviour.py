@@ -156,7 +156,7 @@ def test_a_mask_without_padding_equals_no_mask(implementation):
     torch.testing.assert_close(masked, unmasked)
     # no padding: no mask tensor is built, so the fused kernels run unmasked
     assert padding_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None
-    assert causal_mask(torch.ones(2, 4, dtype=torch.long), 4, 0, torch.float32, "cpu", implicit_causal=True) is None
+    assert causal_mask(torch.ones(2, 4, dtype=torch.long), 4, 0, 4, torch.float32, "cpu", implicit_causal=True) is None
     assert padding_mask(torch.tensor([[1, 1, 0]]), torch.float32) is not None
 
 

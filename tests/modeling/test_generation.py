@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import EncoderDecoderCache, GenerationConfig
+from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, StaticCache
 
 from tests.conftest import tiny_model
 
@@ -110,9 +110,50 @@ def test_beam_reordering_moves_self_attention_states_and_leaves_cross_attention_
     assert torch.equal(cross_keys[beam_idx], cross_keys)
 
 
-def test_a_fixed_size_cache_is_refused_with_a_clear_error():
-    # a static cache hands back all its slots, filled or not; the decoder's masks cover only the past positions
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_incremental_decoding_with_a_static_cache_equals_full_forward(implementation):
+    # a static cache hands back all its slots, filled or not: the causal mask must hide the empty ones
+    model = tiny_model(encoder_layers=1, decoder_layers=3)  # the cache is sized by the decoder's layers
+    model.config._attn_implementation = implementation
+    src = torch.randint(3, 50, (2, 7))
+    mask = torch.ones_like(src)
+    mask[1, 5:] = 0
+    tgt = torch.randint(3, 50, (2, 6))
+    with torch.no_grad():
+        full = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, use_cache=False).logits
+        encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
+        cache = EncoderDecoderCache(StaticCache(model.config, max_cache_len=10), StaticCache(model.config, 7))
+        steps = [model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :2],
+                       past_key_values=cache).logits]  # a prefill of two positions, then one at a time
+        for t in range(2, tgt.shape[1]):
+            steps.append(model(encoder_outputs=encoder_outputs, attention_mask=mask,
+                               decoder_input_ids=tgt[:, t : t + 1], past_key_values=cache).logits)
+    assert int(cache.get_seq_length()) == tgt.shape[1]
+    assert cache.self_attention_cache.layers[2].keys.shape[2] == 10
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generation_with_a_static_cache_equals_the_dynamic_cache(num_beams):
     model = tiny_model()
-    with pytest.raises(ValueError, match="fixed-size cache"):
-        model.generate(input_ids=torch.randint(3, 50, (2, 6)), decoder_start_token_id=1, max_new_tokens=3,
-                       cache_implementation="static")
+    src = torch.randint(3, 50, (3, 6))
+    mask = torch.ones_like(src)
+    mask[2, 4:] = 0
+    kwargs = dict(input_ids=src, attention_mask=mask, max_new_tokens=8, num_beams=num_beams, do_sample=False)
+    dynamic = model.generate(**kwargs)
+    static = model.generate(**kwargs, cache_implementation="static")
+    assert torch.equal(static, dynamic)
+
+
+def test_compiled_generation_with_a_static_cache_equals_eager_generation():
+    # what generate() does on an accelerator with cache_implementation="static": the decoding steps run through
+    # torch.compile'd forward calls (here forced on the CPU)
+    model = tiny_model()
+    src = torch.randint(3, 50, (2, 6))
+    eager = model.generate(input_ids=src, max_new_tokens=5, do_sample=False)
+    compile_config = CompileConfig(fullgraph=True, dynamic=False)
+    compile_config._compile_all_devices = True
+    compiled = model.generate(input_ids=src, max_new_tokens=5, do_sample=False, cache_implementation="static",
+                              compile_config=compile_config)
+    assert torch.equal(compiled, eager)
+    assert hasattr(model, "_compiled_call")  # the compiled path was taken, not skipped
