@@ -259,7 +259,7 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
     if met:
         return "met"
     gap = (target / value - 1) if higher_is_better else (value / target - 1)
-    return f"missed by {100 * gap:.0f}%"
+    return f"missed by {100 * gap:.0f}%" if gap >= 0.01 else f"missed by {100 * gap:.1f}%"
 
 
 def run(args) -> dict:
@@ -399,6 +399,19 @@ def write_markdown(results: dict, args, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measuring_command(argv: list[str]) -> str:
+    """The command line that produced the figures, without the flags that only name output files."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--out", "--plot"):
+            skip = True
+        elif not arg.startswith(("--json=", "--out=", "--plot=")):
+            kept.append(arg)
+    return " ".join(["python bench/bench.py", *kept])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repeats")
@@ -415,15 +428,21 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.png"),
                         help="the scaling PNG ('' to skip)")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--report-from", metavar="JSON", help="measure nothing: write the report from the raw "
+                        "results a previous run saved with --json")
     parser.add_argument("--memory-probe", nargs=4, metavar=("MODEL", "SIZE", "TASK", "ATTN"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     transformers.logging.set_verbosity_error()
     if args.memory_probe:
         memory_probe(*args.memory_probe, args.quick, args.device)
         return 0
-    results = run(args)
-    command = "python bench/bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    markdown = write_markdown(results, args, command.strip())
+    if args.report_from:
+        with open(args.report_from) as handle:
+            results = json.load(handle)
+    else:
+        results = run(args)
+        results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
+    markdown = write_markdown(results, args, results.get("command", "python bench/bench.py"))
     with open(args.out, "w") as handle:
         handle.write(markdown)
     if args.json:

@@ -28,3 +28,12 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # the report can be written again from the raw results, measuring nothing; output file names are not part of
+    # the recorded command
+    again = tmp_path / "again.md"
+    done = subprocess.run([sys.executable, BENCH, "--report-from", str(raw), "--out", str(again), "--plot", str(plot)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert again.read_text() == report
+    assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report

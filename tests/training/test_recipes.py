@@ -34,6 +34,7 @@ def test_multi30k_recipe_runs_its_configuration(tmp_path):
     assert {"validation", "test", "length_penalty_search"} <= results.keys()
     assert "Averaged the last 2 checkpoints." in done.stdout
     config = AutoModelForSeq2SeqLM.from_pretrained(out).config
-    # Transformer-Tiny: 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3
+    # Transformer-Tiny: 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, and 0.1 on attention weights and ReLU
     assert (config.encoder_layers, config.decoder_layers, config.d_model, config.num_heads, config.d_ff,
             config.dropout) == (4, 4, 128, 4, 256, 0.3)
+    assert (config.attention_dropout, config.activation_dropout) == (0.1, 0.1)
