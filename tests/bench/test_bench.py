@@ -24,6 +24,8 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     results = json.loads(raw.read_text())
     assert [r["size"] for r in results["train"]] == ["numbers"]
     assert {(r["beams"], r["compiled"]) for r in results["generate"]} == {(1, False), (5, False), (1, True), (5, True)}
+    greedy_compiled = [r for r in results["generate"] if r["compiled"] and r["beams"] == 1]
+    assert greedy_compiled[0]["ours_compiled"] and greedy_compiled[0]["theirs_compiled"]
     assert all(r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] > 0 for r in results["train"] + results["generate"])
     assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
