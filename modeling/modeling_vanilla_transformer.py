@@ -607,12 +607,12 @@ class Decoder(nn.Module):
             past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
         # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
-        tgt_len = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+
+        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
+        tgt_len = x.shape[1]
         kv_len = past_len + tgt_len
         if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
             kv_len = past_key_values.self_attention_cache.layers[0].max_cache_len  # all its slots, filled or not
-
-        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
         # masks, built once for all layers: causal + target padding, and source padding for cross-attention
         implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
         self_attn_mask = causal_mask(attention_mask, tgt_len, past_len, kv_len, x.dtype, x.device, implicit_causal)
