@@ -28,5 +28,5 @@ torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.training.
   --source-lang en --target-lang "$TGT" \
   --output-dir "$OUT" \
   --preset tiny --max-tokens $((4096 / NPROC)) \
-  --lowercase --num-beams 5 --keep-checkpoints 2 --tune-length-penalty 0.6 0.8 1.0 1.2 \
+  --lowercase --num-beams 5 --keep-checkpoints 2 --tune-length-penalty 0.4 0.6 0.8 1.0 1.2 1.4 1.6 \
   "$@"
