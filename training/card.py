@@ -26,7 +26,9 @@ def procedure(args, results: dict) -> str:
     processes = results.get("processes", 1)
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"
-        + ("" if args.tokenizer_name else f" ({args.vocab_size} tokens)") + ";",
+        + ("" if args.tokenizer_name else f" ({args.vocab_size} tokens)")
+        + (f", with BPE-dropout {args.bpe_dropout} on the training pairs (segmented anew every epoch)"
+           if args.bpe_dropout else "") + ";",
         f"batches of similar-length sentence pairs up to {args.max_tokens} tokens per process"
         + (f", {processes} data-parallel processes" if processes > 1 else "")
         + (f", {args.gradient_accumulation_steps} accumulated per update" if args.gradient_accumulation_steps > 1

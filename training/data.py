@@ -5,6 +5,9 @@ import random
 from collections.abc import Iterator
 
 import datasets
+import torch
+from accelerate.utils import broadcast_object_list
+from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
 from .numbers import numbers_dataset
@@ -100,6 +103,63 @@ def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets
     return tokenized
 
 
+class BpeDropoutPairs(torch.utils.data.Dataset):
+    """BPE-dropout (Provilkov et al. 2020): the training pairs are segmented anew for every epoch, each merge of the
+    tokenizer's BPE being skipped with probability `dropout`, so the model sees many segmentations of each word.
+    Validation, test and translation use the tokenizer as trained, without dropout.
+
+    The pairs are those `tokenize_datasets` keeps (within `--max-source-length` / `--max-target-length` when
+    segmented without dropout); a pair whose sampled segmentation is longer than that keeps its plain segmentation.
+    The `tokenizers` library draws the skipped merges from its own generator, which no seed fixes, so the main process
+    segments and hands the result to the others: every process then batches the same pairs.
+    """
+
+    def __init__(self, raw_train, tokenizer: PreTrainedTokenizerBase, args, dropout: float):
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None or not isinstance(backend.model, models.BPE):
+            kind = type(backend.model).__name__ if backend is not None else "a slow (Python) tokenizer"
+            raise DataError(f"--bpe-dropout {dropout} needs a BPE tokenizer; this tokenizer's model is {kind}.")
+        self.sampler = Tokenizer.from_str(backend.to_str())  # a copy: the saved tokenizer keeps no dropout
+        self.sampler.model.dropout = dropout
+        self.max_lengths = (args.max_source_length, args.max_target_length)
+        pairs = raw_train["translation"]
+        sources, targets = [p[args.source_lang] for p in pairs], [p[args.target_lang] for p in pairs]
+        plain = (self._encode(backend, sources), self._encode(backend, targets))
+        keep = [i for i in range(len(pairs))
+                if len(plain[0][i]) <= self.max_lengths[0] and len(plain[1][i]) <= self.max_lengths[1]]
+        self.texts = ([sources[i] for i in keep], [targets[i] for i in keep])
+        self.plain = ([plain[0][i] for i in keep], [plain[1][i] for i in keep])
+        self.input_ids, self.labels = self.plain
+        self.epoch = None  # the epoch the current segmentation was drawn for
+
+    @staticmethod
+    def _encode(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in tokenizer.encode_batch(texts)]
+
+    def resegment(self, epoch: int, accelerator) -> None:
+        """Draw this epoch's segmentation (on the main process; the others receive it)."""
+        drawn = [None]
+        if accelerator.is_main_process:
+            sides = []
+            for texts, plain, limit in zip(self.texts, self.plain, self.max_lengths):
+                sampled = self._encode(self.sampler, texts)
+                sides.append([ids if len(ids) <= limit else fallback for ids, fallback in zip(sampled, plain)])
+            drawn = [sides]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(drawn, from_process=0)
+        self.input_ids, self.labels = drawn[0]
+        self.epoch = epoch
+
+    def lengths(self) -> tuple[list[int], list[int]]:
+        return [len(x) for x in self.input_ids], [len(x) for x in self.labels]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, index: int) -> dict:
+        return {"input_ids": self.input_ids[index], "labels": self.labels[index]}
+
+
 class TokenBatchSampler:
     """Batches of similar-length pairs holding at most `max_tokens` tokens (padded source or target, whichever is
     larger), as fairseq builds them. Pairs are sorted by length within shuffled buckets, and the batch order is
@@ -107,16 +167,20 @@ class TokenBatchSampler:
 
     def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, shuffle: bool = True,
                  num_replicas: int = 1):
-        self.lengths = [max(s, t) for s, t in zip(source_lengths, target_lengths)]
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
         self.num_replicas = num_replicas
         self.epoch = 0
+        self.set_lengths(source_lengths, target_lengths)
+
+    def set_lengths(self, source_lengths, target_lengths) -> None:
+        """The pairs' lengths in tokens; they change with every epoch's segmentation under BPE-dropout."""
+        self.lengths = [max(s, t) for s, t in zip(source_lengths, target_lengths)]
         self._cache: tuple[int, list[list[int]]] | None = None  # (epoch, batches)
         longest = max(self.lengths)
-        if longest > max_tokens:
-            raise DataError(f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens).")
+        if longest > self.max_tokens:
+            raise DataError(f"--max-tokens {self.max_tokens} is smaller than the longest pair ({longest} tokens).")
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

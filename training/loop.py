@@ -29,7 +29,7 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .criterion import label_smoothed_nll_loss
-from .data import TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets
+from .data import BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets
 from .metrics import translation_metrics
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
@@ -243,11 +243,15 @@ def train(args) -> dict:
         tokenized = tokenize_datasets(raw, tokenizer, args)
     model = build_model(args, tokenizer)
 
-    train_data = tokenized["train"]
-    sampler = TokenBatchSampler(
-        [len(x) for x in train_data["input_ids"]], [len(x) for x in train_data["labels"]], args.max_tokens,
-        seed=args.seed, num_replicas=accelerator.num_processes,
-    )
+    if args.bpe_dropout:
+        # segmented anew every epoch; the first draw also sizes the epochs that --num-epochs counts
+        train_data = BpeDropoutPairs(raw["train"], tokenizer, args, args.bpe_dropout)
+        train_data.resegment(0, accelerator)
+        lengths = train_data.lengths()
+    else:
+        train_data = tokenized["train"]
+        lengths = [len(x) for x in train_data["input_ids"]], [len(x) for x in train_data["labels"]]
+    sampler = TokenBatchSampler(*lengths, args.max_tokens, seed=args.seed, num_replicas=accelerator.num_processes)
     # a private generator: starting a data iterator must not draw from the global RNG that dropout uses,
     # or a resumed run would see different dropout masks from an uninterrupted one
     train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model),
@@ -289,6 +293,9 @@ def train(args) -> dict:
         # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
         loader.set_epoch(epoch)
         sampler.set_epoch(epoch)
+        if args.bpe_dropout and train_data.epoch != epoch:
+            train_data.resegment(epoch, accelerator)
+            sampler.set_lengths(*train_data.lengths())
         for batch in loader:
             batches_done += 1
             with accelerator.accumulate(model):

@@ -138,3 +138,51 @@ def test_punctuation_stands_alone_and_decoding_restores_the_text():
     for text in set(texts) | {'The man said "hi" -- then left...', "3.5 and 5,3!", '"Dog"!! A red, red ball.'}:
         ids = tokenizer(text)["input_ids"]
         assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def bpe_dropout_args(**kwargs):
+    return argparse.Namespace(**{**dict(source_lang="en", target_lang="de", max_source_length=64,
+                                        max_target_length=64), **kwargs})
+
+
+def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
+    from accelerate import Accelerator
+    from tokenizers import Tokenizer, models
+
+    from vanilla_transformer.training.data import BpeDropoutPairs, tokenize_datasets
+
+    raw = numbers_dataset(seed=0, train_size=300, eval_size=10, max_number=1000)
+    tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
+    args = bpe_dropout_args()
+    pairs_ = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
+    plain = tokenize_datasets(raw, tokenizer, args)["train"]
+    assert (pairs_.input_ids, pairs_.labels) == (plain["input_ids"], plain["labels"])  # before the first draw
+
+    accelerator = Accelerator(cpu=True)
+    pairs_.resegment(0, accelerator)
+    first = (pairs_.input_ids, pairs_.labels)
+    pairs_.resegment(1, accelerator)
+    second = (pairs_.input_ids, pairs_.labels)
+    assert first[1] != plain["labels"] and second[1] != first[1]
+    assert sum(map(len, first[1])) > sum(map(len, plain["labels"]))  # skipped merges leave more, shorter pieces
+    for sampled, reference in ((first[0], plain["input_ids"]), (second[1], plain["labels"])):
+        assert [ids[-1] for ids in sampled] == [tokenizer.eos_token_id] * len(sampled)
+        def texts(segmentations):
+            return [tokenizer.decode(ids, skip_special_tokens=True) for ids in segmentations]
+        assert texts(sampled) == texts(reference)
+    assert tokenizer.backend_tokenizer.model.dropout is None  # the tokenizer that is saved segments as trained
+    item = pairs_[3]
+    assert item == {"input_ids": second[0][3], "labels": second[1][3]}
+
+    # a sampled segmentation longer than the length limit falls back to the plain one, which fits
+    short = bpe_dropout_args(max_source_length=max(map(len, plain["input_ids"])),
+                             max_target_length=max(map(len, plain["labels"])))
+    capped = BpeDropoutPairs(raw["train"], tokenizer, short, dropout=0.9)
+    capped.resegment(0, accelerator)
+    assert max(map(len, capped.input_ids)) <= short.max_source_length
+    assert max(map(len, capped.labels)) <= short.max_target_length
+
+    words = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))
+    from transformers import PreTrainedTokenizerFast
+    with pytest.raises(DataError, match=r"--bpe-dropout 0.1 needs a BPE tokenizer.*WordLevel"):
+        BpeDropoutPairs(raw["train"], PreTrainedTokenizerFast(tokenizer_object=words), args, dropout=0.1)

@@ -41,3 +41,38 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files)
     assert (ra["processes"], rb["processes"]) == (1, 2)
     assert "data-parallel" not in (one / "README.md").read_text()
     assert "tokens per process, 2 data-parallel processes" in (two / "README.md").read_text()
+
+
+BPE_DROPOUT_SCRIPT = """
+import argparse, json, sys
+from accelerate import Accelerator
+from vanilla_transformer.training.data import BpeDropoutPairs
+from vanilla_transformer.training.numbers import numbers_dataset
+from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
+
+accelerator = Accelerator(cpu=True)
+raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_number=1000)
+tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
+args = argparse.Namespace(source_lang="en", target_lang="de", max_source_length=64, max_target_length=64)
+pairs = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
+drawn = []
+for epoch in range(2):
+    pairs.resegment(epoch, accelerator)
+    drawn.append([pairs.input_ids, pairs.labels])
+with open(f"{sys.argv[1]}/rank{accelerator.process_index}.json", "w") as handle:
+    json.dump({"drawn": drawn, "plain": pairs.plain}, handle)
+"""
+
+
+def test_bpe_dropout_gives_every_process_the_same_segmentation(tmp_path):
+    script = tmp_path / "segment.py"
+    script.write_text(BPE_DROPOUT_SCRIPT)
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+         str(script), str(tmp_path)],
+        check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+    )
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert rank0["drawn"] == rank1["drawn"]  # the segmentations the two processes batch are the same draw
+    assert rank0["drawn"][0] != rank0["drawn"][1]  # a new draw per epoch
+    assert rank0["drawn"][0][1] != rank0["plain"][1]

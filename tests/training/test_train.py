@@ -223,3 +223,21 @@ def test_freed_training_tensors_stay_mapped_for_the_next_step():
         assert done.returncode == 0, done.stderr[-2000:]
         kept[mode] = float(done.stdout.split()[-1])
     assert kept["on"] > 200 and kept["off"] < 50, kept
+
+
+def test_bpe_dropout_changes_the_segmentation_from_epoch_to_epoch(tmp_path, data_files):
+    def tokens_per_epoch(run, *extra):
+        assert main(["train", *data_flags(data_files), "--output-dir", str(run), "--max-steps", "55",
+                     "--eval-steps", "0", "--save-steps", "0", *TINY_MODEL_FLAGS, *extra]) == 0
+        totals = {}
+        for record in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+            totals[record["epoch"]] = totals.get(record["epoch"], 0) + record["target_tokens"]
+        return totals
+
+    plain = tokens_per_epoch(tmp_path / "plain")
+    sampled = tokens_per_epoch(tmp_path / "sampled", "--bpe-dropout", "0.3")
+    assert len(plain) >= 4 and len(sampled) >= 4  # epochs 0-2 are complete
+    assert plain[0] == plain[1] == plain[2]  # every epoch holds the same target tokens...
+    # ...unless each draws its own, longer segmentation (two draws can tie by chance; three hardly ever do)
+    assert len({sampled[0], sampled[1], sampled[2]}) > 1 and min(sampled[0], sampled[1]) > plain[0]
+    assert "BPE-dropout 0.3" in (tmp_path / "sampled" / "README.md").read_text()
