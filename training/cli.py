@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--tokenizer-name", help="use this tokenizer (folder or Hub name) instead of training one")
     tok.add_argument("--bpe-dropout", type=probability, help="BPE-dropout (Provilkov et al. 2020): segment the "
                      "training pairs anew every epoch, skipping each merge with this probability; evaluation and "
-                     "translation segment without it (default: the preset's; 0 in every preset)")
+                     "translation segment without it. The draws come from the tokenizers library's own generator, "
+                     "which --seed does not fix (default: the preset's; 0 in every preset)")
     tok.add_argument("--lowercase", action="store_true",
                      help="the trained tokenizer lowercases all text (the usual Multi30k preprocessing); the model "
                      "then writes lowercase, so compare it by lowercased BLEU. References are never changed.")
