@@ -198,11 +198,11 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def save_training_state(accelerator, args, step: int, epoch: int, batches_done: int) -> None:
+def save_training_state(accelerator, args, step: int, epoch: int, batches_done: int, batches_per_epoch: int) -> None:
     """Checkpoint the run after update `step`; a failed write stops the run, naming the last whole checkpoint."""
+    state = {"step": step, "epoch": epoch, "batches_in_epoch": batches_done, "batches_per_epoch": batches_per_epoch}
     try:
-        save_checkpoint(accelerator, args.output_dir, step,
-                        {"step": step, "epoch": epoch, "batches_in_epoch": batches_done}, args.keep_checkpoints)
+        save_checkpoint(accelerator, args.output_dir, step, state, args.keep_checkpoints)
     except CheckpointWriteError as error:
         raise TrainingStopped(str(error)) from error
 
@@ -262,6 +262,10 @@ def train(args) -> dict:
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     batches_per_epoch = len(train_loader)
+    if resume_checkpoint and args.bpe_dropout:
+        # each draw batches a little differently: a resumed run keeps the epoch size, so the length and the schedule,
+        # of its first draw
+        batches_per_epoch = read_state(resume_checkpoint).get("batches_per_epoch", batches_per_epoch)
     max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
     if args.cooldown_steps > max_steps:
         raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than the run ({max_steps} updates)")
@@ -346,7 +350,7 @@ def train(args) -> dict:
                 accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%")
             log_metrics(args, accelerator, record)
             if args.save_steps and step % args.save_steps == 0:
-                save_training_state(accelerator, args, step, epoch, batches_done)
+                save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
                 saved_at = step
             if step >= max_steps:
                 break
@@ -355,7 +359,7 @@ def train(args) -> dict:
     progress.close()
     if args.save_steps and saved_at != step:
         # the last updates are checkpointed too, so that averaging and resuming see the final state
-        save_training_state(accelerator, args, step, epoch, batches_done)
+        save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
     train_seconds = time.time() - started
     return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
 

@@ -241,3 +241,19 @@ def test_bpe_dropout_changes_the_segmentation_from_epoch_to_epoch(tmp_path, data
     # ...unless each draws its own, longer segmentation (two draws can tie by chance; three hardly ever do)
     assert len({sampled[0], sampled[1], sampled[2]}) > 1 and min(sampled[0], sampled[1]) > plain[0]
     assert "BPE-dropout 0.3" in (tmp_path / "sampled" / "README.md").read_text()
+
+
+def test_a_resumed_bpe_dropout_run_keeps_the_length_and_schedule_of_its_first_draw(tmp_path, data_files):
+    run = tmp_path / "run"
+    flags = [*data_flags(data_files), "--output-dir", str(run), "--num-epochs", "3", "--save-steps", "5",
+             "--keep-checkpoints", "20", "--eval-steps", "0", "--cooldown-steps", "10", "--bpe-dropout", "0.6",
+             *TINY_MODEL_FLAGS]
+    assert main(["train", *flags]) == 0
+    first = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    state = json.loads((run / "checkpoints" / "checkpoint-5" / "trainer_state.json").read_text())
+    assert state["batches_per_epoch"] * 3 == first[-1]["step"]
+    # the resumed run draws new segmentations, but runs to the same last update, its learning rate reaching 0 there
+    assert main(["train", *flags, "--resume-from", str(run / "checkpoints" / "checkpoint-5")]) == 0
+    second = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in second] == [r["step"] for r in first]
+    assert [r["lr"] for r in second] == [r["lr"] for r in first] and second[-1]["lr"] == 0.0
