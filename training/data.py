@@ -80,6 +80,11 @@ def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_l
                     )
 
 
+def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> bool:
+    """Whether a tokenised pair fits `--max-source-length` and `--max-target-length` (longer ones are not trained on)."""
+    return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
+
+
 def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
     """Tokenise with `Dataset.map(batched=True)` (cached by the datasets library) and drop pairs longer than
     `--max-source-length` / `--max-target-length` tokens from the training split."""
@@ -92,7 +97,7 @@ def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets
 
     tokenized = raw.map(tokenize, batched=True, remove_columns=raw["train"].column_names, desc="Tokenising")
     tokenized["train"] = tokenized["train"].filter(
-        lambda ex: len(ex["input_ids"]) <= args.max_source_length and len(ex["labels"]) <= args.max_target_length,
+        lambda ex: within_length_limits(ex["input_ids"], ex["labels"], args),
         desc="Filtering by length",
     )
     if len(tokenized["train"]) == 0:
@@ -125,8 +130,7 @@ class BpeDropoutPairs(torch.utils.data.Dataset):
         pairs = raw_train["translation"]
         sources, targets = [p[args.source_lang] for p in pairs], [p[args.target_lang] for p in pairs]
         plain = (self._encode(backend, sources), self._encode(backend, targets))
-        keep = [i for i in range(len(pairs))
-                if len(plain[0][i]) <= self.max_lengths[0] and len(plain[1][i]) <= self.max_lengths[1]]
+        keep = [i for i in range(len(pairs)) if within_length_limits(plain[0][i], plain[1][i], args)]
         self.texts = ([sources[i] for i in keep], [targets[i] for i in keep])
         self.plain = ([plain[0][i] for i in keep], [plain[1][i] for i in keep])
         self.input_ids, self.labels = self.plain

@@ -225,6 +225,7 @@ def train(args) -> dict:
             elif os.path.exists(path):
                 os.remove(path)
     resume_checkpoint = resolve_resume(args.resume_from) if args.resume_from else None
+    resume_state = read_state(resume_checkpoint) if resume_checkpoint else None
     trackers = [t for t in args.report_to if t != "none"]
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
@@ -262,10 +263,10 @@ def train(args) -> dict:
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     batches_per_epoch = len(train_loader)
-    if resume_checkpoint and args.bpe_dropout:
+    if resume_state and args.bpe_dropout:
         # each draw batches a little differently: a resumed run keeps the epoch size, so the length and the schedule,
         # of its first draw
-        batches_per_epoch = read_state(resume_checkpoint).get("batches_per_epoch", batches_per_epoch)
+        batches_per_epoch = resume_state.get("batches_per_epoch", batches_per_epoch)
     max_steps = args.max_steps or args.num_epochs * math.ceil(batches_per_epoch / args.gradient_accumulation_steps)
     if args.cooldown_steps > max_steps:
         raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than the run ({max_steps} updates)")
@@ -280,8 +281,7 @@ def train(args) -> dict:
     step, epoch, batches_done = 0, 0, 0
     if resume_checkpoint:
         accelerator.load_state(resume_checkpoint)
-        state = read_state(resume_checkpoint)
-        step, epoch, batches_done = state["step"], state["epoch"], state["batches_in_epoch"]
+        step, epoch, batches_done = (resume_state[key] for key in ("step", "epoch", "batches_in_epoch"))
         if accelerator.is_main_process:
             forget_metrics_after(args.output_dir, step)
         accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")

@@ -2,8 +2,17 @@ import argparse
 
 import pandas as pd
 import pytest
+from accelerate import Accelerator
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
 
-from vanilla_transformer.training.data import DataError, TokenBatchSampler, load_raw_datasets
+from vanilla_transformer.training.data import (
+    BpeDropoutPairs,
+    DataError,
+    TokenBatchSampler,
+    load_raw_datasets,
+    tokenize_datasets,
+)
 from vanilla_transformer.training.numbers import english, german, numbers_dataset
 from vanilla_transformer.training.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
@@ -140,20 +149,10 @@ def test_punctuation_stands_alone_and_decoding_restores_the_text():
         assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
-def bpe_dropout_args(**kwargs):
-    return argparse.Namespace(**{**dict(source_lang="en", target_lang="de", max_source_length=64,
-                                        max_target_length=64), **kwargs})
-
-
 def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
-    from accelerate import Accelerator
-    from tokenizers import Tokenizer, models
-
-    from vanilla_transformer.training.data import BpeDropoutPairs, tokenize_datasets
-
     raw = numbers_dataset(seed=0, train_size=300, eval_size=10, max_number=1000)
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
-    args = bpe_dropout_args()
+    args = data_args(max_source_length=64, max_target_length=64)
     pairs_ = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
     plain = tokenize_datasets(raw, tokenizer, args)["train"]
     assert (pairs_.input_ids, pairs_.labels) == (plain["input_ids"], plain["labels"])  # before the first draw
@@ -175,7 +174,7 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     assert item == {"input_ids": second[0][3], "labels": second[1][3]}
 
     # a sampled segmentation longer than the length limit falls back to the plain one, which fits
-    short = bpe_dropout_args(max_source_length=max(map(len, plain["input_ids"])),
+    short = data_args(max_source_length=max(map(len, plain["input_ids"])),
                              max_target_length=max(map(len, plain["labels"])))
     capped = BpeDropoutPairs(raw["train"], tokenizer, short, dropout=0.9)
     capped.resegment(0, accelerator)
@@ -183,6 +182,5 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     assert max(map(len, capped.labels)) <= short.max_target_length
 
     words = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))
-    from transformers import PreTrainedTokenizerFast
     with pytest.raises(DataError, match=r"--bpe-dropout 0.1 needs a BPE tokenizer.*WordLevel"):
         BpeDropoutPairs(raw["train"], PreTrainedTokenizerFast(tokenizer_object=words), args, dropout=0.1)
