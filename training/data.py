@@ -81,7 +81,8 @@ def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_l
 
 
 def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> bool:
-    """Whether a tokenised pair fits `--max-source-length` and `--max-target-length` (longer ones are not trained on)."""
+    """Whether a tokenised pair fits `--max-source-length` and `--max-target-length`; longer pairs are not trained
+    on."""
     return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
 
 
