@@ -29,6 +29,8 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     assert all(r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] > 0 for r in results["train"] + results["generate"])
     assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
+    for r in results["memory"]:  # the task's own memory is part of the peak, and a training step needs some
+        assert r["probes"] == 1 and 0 < r["ours_added"] < r["ours"] and 0 < r["theirs_added"] < r["theirs"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # the report can be written again from the raw results, measuring nothing; output file names are not part of
