@@ -196,11 +196,12 @@ def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, d
         fn = Generate(model, training_batch(size, (32, shape[1], 1), device)["input_ids"], 5, shape[2])
     if device.startswith("cuda"):
         synchronize(device)
-        start = torch.cuda.memory_allocated() / 2**20
+        start, setup_peak = torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20
+        torch.cuda.reset_peak_memory_stats()
         fn()
         fn()
         synchronize(device)
-        peak = task_peak = torch.cuda.max_memory_allocated() / 2**20
+        task_peak = torch.cuda.max_memory_allocated() / 2**20
     else:
         start, setup_peak = current_rss_mib(), peak_rss_mib()
         # Linux: start the high-water mark afresh, so that what the task added is not hidden by a higher peak reached
@@ -210,8 +211,7 @@ def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, d
         fn()
         fn()
         task_peak = peak_rss_mib()
-        peak = max(setup_peak, task_peak)
-    print(peak, task_peak - start)
+    print(max(setup_peak, task_peak), task_peak - start)
 
 
 def current_rss_mib() -> float:
