@@ -214,23 +214,23 @@ def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, d
     print(max(setup_peak, task_peak), task_peak - start)
 
 
-def current_rss_mib() -> float:
-    """This process's resident memory now (Linux's VmRSS); elsewhere its peak so far, the closest getrusage gives."""
+def proc_status_mib(field: str) -> float:
+    """A memory field of /proc/self/status (Linux) in MiB; elsewhere getrusage's ru_maxrss, the process's peak so far.
+    VmHWM, the peak, belongs to the process image and starts afresh at exec; ru_maxrss does not (it keeps the
+    high-water mark of the forking parent), so it is only a fallback."""
     with contextlib.suppress(OSError):
         for line in open("/proc/self/status"):
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mib() -> float:
+    return proc_status_mib("VmRSS")
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory. Linux's VmHWM belongs to the process image and starts afresh at exec;
-    getrusage's ru_maxrss does not (it keeps the high-water mark of the forking parent), so it is only a fallback."""
-    with contextlib.suppress(OSError):
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return proc_status_mib("VmHWM")
 
 
 def scaling(size: dict, attn: str, device: str, quick: bool) -> dict:

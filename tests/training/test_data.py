@@ -175,7 +175,7 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
 
     # a sampled segmentation longer than the length limit falls back to the plain one, which fits
     short = data_args(max_source_length=max(map(len, plain["input_ids"])),
-                             max_target_length=max(map(len, plain["labels"])))
+                      max_target_length=max(map(len, plain["labels"])))
     capped = BpeDropoutPairs(raw["train"], tokenizer, short, dropout=0.9)
     capped.resegment(0, accelerator)
     assert max(map(len, capped.input_ids)) <= short.max_source_length
