@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from vanilla_transformer.modeling import modeling_vanilla_transformer
 from vanilla_transformer.training.criterion import label_smoothed_nll_loss
 from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
 
@@ -79,8 +80,11 @@ def reference_label_smoothed_loss(logits, labels, epsilon):
     return -(target * log_probs).sum(-1)[keep].sum()
 
 
+@pytest.mark.parametrize("rows_per_chunk", [None, 5])  # all rows in one pass; 5 rows per pass, the last one short
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon):
+def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon, rows_per_chunk, monkeypatch):
+    if rows_per_chunk:
+        monkeypatch.setattr(modeling_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", rows_per_chunk * 37)
     torch.manual_seed(1)
     logits = torch.randn(4, 6, 37, dtype=torch.double, requires_grad=True)
     labels = torch.randint(0, 37, (4, 6))
