@@ -731,7 +731,8 @@ CROSS_ENTROPY_CHUNK_ELEMENTS = 2**20  # logits per pass (4 MiB in float32): each
 
 class TokenCrossEntropy(torch.autograd.Function):
     """Per-token -log p(reference) and mean over the vocabulary of -log p, from logits, without materialising
-    log-probabilities or one-hot targets: a chunk of rows at a time, each chunk read once forward and once backward.
+    log-probabilities or one-hot targets: a chunk of rows at a time, each chunk read once forward and once backward,
+    in float32 at least (half-precision logits are upcast a chunk at a time, never as a whole).
 
     nll = -log p_ref,   uniform = -mean_v log p_v,   where p = softmax(z)
     d nll / dz = p - onehot(ref),    d uniform / dz = p - 1/V
@@ -742,13 +743,12 @@ class TokenCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int):
         keep = labels != ignore_index  # (tokens,)
         safe_labels = labels.masked_fill(~keep, 0)
-        nll, uniform = logits.new_empty(labels.shape), logits.new_empty(labels.shape)
-        rows = max(1, CROSS_ENTROPY_CHUNK_ELEMENTS // logits.shape[-1])
-        for start in range(0, logits.shape[0], rows):
-            end = start + rows
-            log_p = torch.log_softmax(logits[start:end], dim=-1)  # (rows, vocab), one fused pass per row
-            nll[start:end] = -log_p.gather(-1, safe_labels[start:end, None]).squeeze(-1)
-            uniform[start:end] = -log_p.mean(dim=-1)
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        nll, uniform = (torch.empty(labels.shape, dtype=dtype, device=logits.device) for _ in range(2))
+        for rows in chunks(logits):
+            log_p = torch.log_softmax(logits[rows], dim=-1, dtype=dtype)  # (rows, vocab), one fused pass
+            nll[rows] = -log_p.gather(-1, safe_labels[rows, None]).squeeze(-1)
+            uniform[rows] = -log_p.mean(dim=-1)
         ctx.save_for_backward(logits, safe_labels, keep)
         return nll * keep, uniform * keep
 
@@ -758,21 +758,23 @@ class TokenCrossEntropy(torch.autograd.Function):
         a = (grad_nll * keep).unsqueeze(-1)  # (tokens, 1)
         b = (grad_uniform * keep).unsqueeze(-1)
         grad = torch.empty_like(logits)
-        rows = max(1, CROSS_ENTROPY_CHUNK_ELEMENTS // logits.shape[-1])
-        for start in range(0, logits.shape[0], rows):
-            end = start + rows
-            p = torch.softmax(logits[start:end], dim=-1)  # (rows, vocab)
-            torch.addcmul(-b[start:end] / logits.shape[-1], p, a[start:end] + b[start:end], out=grad[start:end])
-        grad.scatter_add_(-1, safe_labels.unsqueeze(-1), -a)
+        for rows in chunks(logits):
+            p = torch.softmax(logits[rows], dim=-1, dtype=a.dtype)  # (rows, vocab)
+            torch.addcmul(-b[rows] / logits.shape[-1], p, a[rows] + b[rows], out=p)
+            grad[rows] = p.scatter_add_(-1, safe_labels[rows, None], -a[rows])
         return grad, None, None
 
 
+def chunks(logits: torch.Tensor):
+    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each."""
+    rows = max(1, CROSS_ENTROPY_CHUNK_ELEMENTS // logits.shape[-1])
+    return (slice(start, start + rows) for start in range(0, logits.shape[0], rows))
+
+
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100):
-    """(-log p(reference), mean over the vocabulary of -log p) per target token, 0 where labels == ignore_index.
-    Half-precision logits are upcast so that the softmax runs in float32."""
+    """(-log p(reference), mean over the vocabulary of -log p) per target token, in float32 (float64 for float64
+    logits), 0 where labels == ignore_index."""
     vocab = logits.shape[-1]
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
     return TokenCrossEntropy.apply(logits.reshape(-1, vocab), labels.reshape(-1).to(logits.device), ignore_index)
 
 

@@ -65,7 +65,7 @@ def test_without_smoothing_it_is_summed_cross_entropy():
     labels[0, 3:] = -100
     loss, nll, tokens = label_smoothed_nll_loss(logits, labels, epsilon=0.0)
     expected = torch.nn.functional.cross_entropy(logits.view(-1, 11), labels.view(-1), reduction="sum")
-    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(loss, expected.float())
     torch.testing.assert_close(nll, expected)
     assert tokens.item() == 13
 
@@ -100,3 +100,19 @@ def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon, rows_pe
     small_labels = labels[:2, :3].remainder(7).masked_fill(labels[:2, :3] == -100, -100)
     small_logits = logits[:2, :3, :7].detach().clone().requires_grad_()
     assert torch.autograd.gradcheck(lambda z: label_smoothed_nll_loss(z, small_labels, epsilon)[0], (small_logits,))
+
+
+def test_bfloat16_logits_are_scored_in_float32_a_chunk_at_a_time(monkeypatch):
+    monkeypatch.setattr(modeling_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", 7 * 53)
+    torch.manual_seed(2)
+    logits = (torch.randn(30, 53) * 4).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, 53, (30,))
+    labels[::4] = -100
+    loss, _, _ = label_smoothed_nll_loss(logits, labels, 0.1)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    upcast = logits.detach().float().requires_grad_()  # the same values in float32
+    expected = reference_label_smoothed_loss(upcast, labels, 0.1)
+    (expected_grad,) = torch.autograd.grad(expected, upcast)
+    torch.testing.assert_close(loss, expected.float())
+    torch.testing.assert_close(grad, expected_grad.to(torch.bfloat16))  # rounded once, at the end
