@@ -385,7 +385,9 @@ def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
 def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:
     """Average checkpoints if asked, evaluate with beam search, and write the model folder."""
     accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model)
+    # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,
+    # the final scores and the saved model all use the float32 weights in float32
+    unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if args.average_checkpoints > 1:
         paths = list_checkpoints(args.output_dir)[-args.average_checkpoints:]
         averaged = average_checkpoints(paths)

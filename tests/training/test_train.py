@@ -9,9 +9,11 @@ import textwrap
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
 from vanilla_transformer.training.cli import PRESETS, main
 from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
@@ -111,6 +113,31 @@ def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, 
     assert results["validation"]["bleu"] == search[best]
     assert AutoModelForSeq2SeqLM.from_pretrained(out).generation_config.length_penalty == float(best)
     assert f"Chose length penalty {best}" in capsys.readouterr().out
+
+
+def test_bf16_mixed_precision_trains_under_autocast_and_evaluates_in_float32(tmp_path, data_files, monkeypatch):
+    seen = []  # (computing gradients, autocast on) for every forward call of the run
+    forward = VanillaTransformerForConditionalGeneration.forward
+
+    def recording_forward(self, *args, **kwargs):
+        seen.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(VanillaTransformerForConditionalGeneration, "forward", recording_forward)
+    out = tmp_path / "run"
+    AcceleratorState._reset_state(True)  # accelerate keeps one precision per process; other tests' runs used none
+    try:
+        assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "20", "--eval-steps",
+                     "0", "--save-steps", "0", "--mixed-precision", "bf16", "--cpu", *TINY_MODEL_FLAGS]) == 0
+    finally:
+        AcceleratorState._reset_state(True)
+    training = [autocast for grad, autocast in seen if grad]
+    decoding = [autocast for grad, autocast in seen if not grad]  # the final validation and test decodes
+    assert len(training) == 20 and all(training)
+    assert decoding and not any(decoding)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert {w.dtype for w in load_file(out / "model.safetensors").values()} == {torch.float32}
 
 
 @pytest.mark.parametrize(
