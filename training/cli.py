@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--clip-norm", type=float, default=1.0, help="0 disables gradient clipping")
     opt.add_argument("--gradient-accumulation-steps", type=positive_int, default=1)
     opt.add_argument("--mixed-precision", choices=["no", "fp16", "bf16"], default="no",
-                     help="autocast the training forward (weights, gradients and optimizer stay float32; bf16 also on "
-                          "CPUs with AVX512-BF16 or AMX). Greedy validation during training runs under it too; the "
+                     help="autocast the training forward (weights, gradients and optimizer stay float32; bf16 is fast on "
+                          "CPUs with AVX512-BF16 or AMX too). Greedy validation during training runs under it too; the "
                           "final length-penalty search, scores and saved model are float32")
     opt.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
     ckpt = train.add_argument_group("checkpoints and logging")
