@@ -36,7 +36,9 @@ def procedure(args, results: dict) -> str:
         f"dropout P_drop {args.dropout} on sub-layer outputs and embedding sums"
         + (f", {args.attention_dropout} on attention weights" if args.attention_dropout else "")
         + (f", {args.activation_dropout} after the feed-forward ReLU" if args.activation_dropout else "") + ";",
-        f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens;",
+        f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens"
+        + (f", with R-Drop (every batch through two dropout masks, alpha {args.rdrop_alpha} on their symmetric KL "
+           "divergence)" if args.rdrop_alpha else "") + ";",
         f"Adam (beta1 0.9, beta2 0.98, eps 1e-9), {schedule};",
         f"gradient clipping at norm {args.clip_norm}; {length} ({results.get('train_steps')} updates, "
         f"{results.get('train_seconds')} s); seed {args.seed}; mixed precision: {args.mixed_precision};",

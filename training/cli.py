@@ -1,6 +1,7 @@
 """The `vanilla-transformer` command: train, evaluate, translate, attention, plot."""
 
 import argparse
+import math
 import os
 import sys
 
@@ -55,6 +56,13 @@ def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
     return value
 
 
@@ -124,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-steps", type=positive_int, help="optimizer updates")
     opt.add_argument("--num-epochs", type=positive_int, help="used when --max-steps is not given")
     opt.add_argument("--label-smoothing", type=probability, default=0.1)
+    opt.add_argument("--rdrop-alpha", type=non_negative_float, default=0.0,
+                     help="R-Drop (Liang et al. 2021): every batch goes through the model twice, under two dropout "
+                     "masks, and the loss adds this weight times the symmetric KL divergence of the two predictions "
+                     "(fairseq's weighting; 5 in its translation examples). Each update then costs about twice as "
+                     "much. 0 turns it off")
     opt.add_argument("--warmup-steps", type=positive_int)
     opt.add_argument("--lr", type=positive_float, help="peak learning rate; without it the paper's "
                      "d_model^-0.5 * warmup^-0.5")

@@ -28,7 +28,7 @@ from .checkpoints import (
     resolve_resume,
     save_checkpoint,
 )
-from .criterion import label_smoothed_nll_loss
+from .criterion import label_smoothed_nll_loss, rdrop_kl_sum
 from .data import BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets
 from .metrics import translation_metrics
 from .schedule import lr_lambda
@@ -303,12 +303,19 @@ def train(args) -> dict:
         for batch in loader:
             batches_done += 1
             with accelerator.accumulate(model):
-                logits = model(
-                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    decoder_input_ids=batch["decoder_input_ids"], use_cache=False,
-                ).logits
-                loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, batch["labels"], args.label_smoothing)
-                loss = loss_sum / tokens  # normalised by the non-pad target tokens
+                inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "decoder_input_ids", "labels")}
+                if args.rdrop_alpha:  # R-Drop: the batch twice, through two dropout masks
+                    inputs = {key: torch.cat([value, value]) for key, value in inputs.items()}
+                labels = inputs.pop("labels")
+                logits = model(**inputs, use_cache=False).logits
+                loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, labels, args.label_smoothing)
+                if args.rdrop_alpha:
+                    # fairseq's weighting: both passes' cross-entropy plus alpha times the symmetric KL, normalised
+                    # by the target tokens of both passes; logged per distinct target token, like the plain loss
+                    loss = (loss_sum + args.rdrop_alpha * rdrop_kl_sum(logits, labels)) / tokens
+                    loss_sum, nll_sum, tokens = loss_sum / 2, nll_sum / 2, tokens // 2
+                else:
+                    loss = loss_sum / tokens  # normalised by the non-pad target tokens
                 totals = accelerator.reduce(torch.stack([loss_sum.detach(), nll_sum.detach(), tokens.float()]),
                                             reduction="sum")
                 if not torch.isfinite(totals[0]):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vanilla_transformer.modeling import modeling_vanilla_transformer
-from vanilla_transformer.training.criterion import label_smoothed_nll_loss
+from vanilla_transformer.training.criterion import label_smoothed_nll_loss, rdrop_kl_sum
 from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
 
 
@@ -116,3 +116,22 @@ def test_bfloat16_logits_are_scored_in_float32_a_chunk_at_a_time(monkeypatch):
     (expected_grad,) = torch.autograd.grad(expected, upcast)
     torch.testing.assert_close(loss, expected.float())
     torch.testing.assert_close(grad, expected_grad.to(torch.bfloat16))  # rounded once, at the end
+
+
+def test_rdrop_term_is_the_symmetric_kl_of_the_two_passes_over_the_target_tokens():
+    torch.manual_seed(3)
+    logits = torch.randn(2 * 3, 5, 11, dtype=torch.double, requires_grad=True)  # the batch of 3, twice
+    labels = torch.randint(0, 11, (3, 5))
+    labels[1, 2:] = -100
+    doubled = torch.cat([labels, labels])
+    kl = rdrop_kl_sum(logits, doubled)
+    log_p, log_q = torch.log_softmax(logits, -1).chunk(2)
+    keep = labels != -100
+    kl_pq = torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)  # KL(p || q)
+    kl_qp = torch.nn.functional.kl_div(log_p, log_q, log_target=True, reduction="none").sum(-1)  # KL(q || p)
+    torch.testing.assert_close(kl.double(), ((kl_pq + kl_qp)[keep].sum() / 2))
+    (grad,) = torch.autograd.grad(kl, logits)
+    assert grad[1, 2:].abs().max() == 0 and grad[4, 2:].abs().max() == 0  # padding gets no gradient
+    assert grad[:3].abs().max() > 0 and grad[3:].abs().max() > 0  # both passes are pulled together
+    same = torch.cat([logits[:3], logits[:3]]).detach()
+    assert rdrop_kl_sum(same, doubled).item() == pytest.approx(0.0, abs=1e-12)

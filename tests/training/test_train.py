@@ -140,12 +140,36 @@ def test_bf16_mixed_precision_trains_under_autocast_and_evaluates_in_float32(tmp
     assert {w.dtype for w in load_file(out / "model.safetensors").values()} == {torch.float32}
 
 
+def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_named_in_the_card(tmp_path, data_files):
+    common = [*data_flags(data_files), "--max-steps", "4", "--eval-steps", "0", "--save-steps", "0",
+              "--num-beams", "1", *TINY_MODEL_FLAGS]
+    no_dropout = ["--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0"]
+    runs = {name: tmp_path / name for name in ("plain", "rdrop", "rdrop-dropout")}
+    assert main(["train", *common, *no_dropout, "--output-dir", str(runs["plain"])]) == 0
+    assert main(["train", *common, *no_dropout, "--rdrop-alpha", "5", "--output-dir", str(runs["rdrop"])]) == 0
+    # without dropout the two passes agree, the KL term is 0, and the cross-entropy of the doubled batch normalised
+    # by its doubled token count is the plain loss: the same updates, up to float rounding
+    plain, rdrop = losses(runs["plain"]), losses(runs["rdrop"])
+    assert plain.keys() == rdrop.keys() == {1, 2, 3, 4}
+    assert [rdrop[s] for s in plain] == pytest.approx([plain[s] for s in plain], abs=2e-4)
+    wa, wb = load_file(runs["plain"] / "model.safetensors"), load_file(runs["rdrop"] / "model.safetensors")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    assert "R-Drop" not in (runs["plain"] / "README.md").read_text()
+    # with dropout the two passes differ and the KL term changes the updates
+    assert main(["train", *common, "--dropout", "0.3", "--rdrop-alpha", "5",
+                 "--output-dir", str(runs["rdrop-dropout"])]) == 0
+    wc = load_file(runs["rdrop-dropout"] / "model.safetensors")
+    assert not all(torch.allclose(wa[k], wc[k], atol=1e-3) for k in wa)
+    assert "R-Drop" in (runs["rdrop-dropout"] / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
         (["--max-steps", "0"], "--max-steps: expected a positive integer"),
         (["--d-model", "-8"], "--d-model: expected a positive integer"),
         (["--dropout", "1.5"], "--dropout: expected a value in [0, 1)"),
+        (["--rdrop-alpha", "-1"], "--rdrop-alpha: expected a finite number >= 0"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--dataset-name", "x", "--train-file", "y.jsonl"], "--dataset-name and --train-file are mutually exclusive"),
         (["--tokenizer-name", "t", "--vocab-size", "10"], "cannot be combined with --tokenizer-name"),
