@@ -41,3 +41,16 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert again.read_text() == report
     assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report
+
+
+def test_generation_split_accounts_for_the_whole_generate_call():
+    sys.path.insert(0, os.path.dirname(BENCH))
+    try:
+        from generation_split import split
+    finally:
+        sys.path.pop(0)
+    result = split("numbers", num_beams=2, repeats=1)
+    for parts in result.values():
+        # the encoder and decoder are timed inside the generate() call, so they take part, not all, of its time
+        assert 0 < parts["encoder"] < parts["total"] and 0 < parts["decoder"] < parts["total"]
+        assert parts["search"] > 0
