@@ -41,6 +41,16 @@ from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdyn
 from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig
 from .hub_vanilla_transformer import AUTO_MAP, model_card, upload_folder, write_code_files
 
+# transformers 5.24 renamed the cache argument and output field `past_key_values` to `cache`. The forwards below take
+# either name, and their outputs use the installed library's field name.
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def either_cache(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
+    if past_key_values is not None and cache is not None:
+        raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
+    return cache if cache is not None else past_key_values
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Inputs: checks, shifting right, masks
 # ---------------------------------------------------------------------------------------------------------------------
@@ -593,8 +603,10 @@ class Decoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         return_dict: bool = True,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        past_key_values = either_cache(past_key_values, cache)
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
         check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
@@ -634,7 +646,7 @@ class Decoder(nn.Module):
             hidden_states += (x,)
         output = BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=x,
-            past_key_values=past_key_values if use_cache else None,
+            **{CACHE_FIELD: past_key_values if use_cache else None},
             hidden_states=hidden_states or None,
             attentions=self_attentions or None,
             cross_attentions=cross_attentions or None,
@@ -688,6 +700,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
@@ -704,14 +717,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             decoder_attention_mask,
             encoder_outputs.last_hidden_state,
             attention_mask,
-            past_key_values,
+            either_cache(past_key_values, cache),
             decoder_inputs_embeds,
             use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -845,6 +858,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -865,7 +879,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            past_key_values=either_cache(past_key_values, cache),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -881,7 +895,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
