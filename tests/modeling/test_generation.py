@@ -5,6 +5,23 @@ import torch
 from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, StaticCache
 
 from tests.conftest import tiny_model
+from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
+
+
+@pytest.mark.parametrize("argument", ["cache", "past_key_values"])
+def test_the_cache_is_taken_under_either_name(argument):
+    # transformers 5.24 passes the cache as `cache=`; earlier releases, and older user code, as `past_key_values=`
+    model = tiny_model()
+    src, tgt = torch.randint(3, 50, (2, 5)), torch.randint(3, 50, (2, 4))
+    with torch.no_grad():
+        full = model(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
+        first = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True)
+        cache = first[CACHE_FIELD]
+        last = model(input_ids=src, decoder_input_ids=tgt[:, 3:], use_cache=True, **{argument: cache}).logits
+    assert cache.get_seq_length() == 4  # the second call added its token to the cache it was given
+    torch.testing.assert_close(last, full[:, 3:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache, past_key_values=cache)
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
