@@ -51,6 +51,7 @@ def either_cache(past_key_values: Cache | None, cache: Cache | None) -> Cache | 
         raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
     return cache if cache is not None else past_key_values
 
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Inputs: checks, shifting right, masks
 # ---------------------------------------------------------------------------------------------------------------------
