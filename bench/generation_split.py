@@ -26,7 +26,7 @@ class Stopwatch:
     """Adds up the time spent in one module's forward calls."""
 
     def __init__(self, module: torch.nn.Module):
-        self.seconds, self.module, self.forward = 0.0, module, module.forward
+        self.seconds, self.forward = 0.0, module.forward
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
