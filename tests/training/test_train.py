@@ -144,7 +144,7 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
     common = [*data_flags(data_files), "--max-steps", "4", "--eval-steps", "0", "--save-steps", "0",
               "--num-beams", "1", *TINY_MODEL_FLAGS]
     no_dropout = ["--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0"]
-    runs = {name: tmp_path / name for name in ("plain", "rdrop", "rdrop-dropout")}
+    runs = {name: tmp_path / name for name in ("plain", "rdrop", "dropout", "rdrop-dropout")}
     assert main(["train", *common, *no_dropout, "--output-dir", str(runs["plain"])]) == 0
     assert main(["train", *common, *no_dropout, "--rdrop-alpha", "5", "--output-dir", str(runs["rdrop"])]) == 0
     # without dropout the two passes agree, the KL term is 0, and the cross-entropy of the doubled batch normalised
@@ -155,11 +155,14 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
     wa, wb = load_file(runs["plain"] / "model.safetensors"), load_file(runs["rdrop"] / "model.safetensors")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
     assert "R-Drop" not in (runs["plain"] / "README.md").read_text()
-    # with dropout the two passes differ and the KL term changes the updates
+    # with dropout the two passes differ, and R-Drop trains differently from the same run without it
+    assert main(["train", *common, "--dropout", "0.3", "--output-dir", str(runs["dropout"])]) == 0
     assert main(["train", *common, "--dropout", "0.3", "--rdrop-alpha", "5",
                  "--output-dir", str(runs["rdrop-dropout"])]) == 0
     wc = load_file(runs["rdrop-dropout"] / "model.safetensors")
+    wd = load_file(runs["dropout"] / "model.safetensors")
     assert not all(torch.allclose(wa[k], wc[k], atol=1e-3) for k in wa)
+    assert not all(torch.allclose(wd[k], wc[k], atol=1e-3) for k in wd)
     assert "R-Drop" in (runs["rdrop-dropout"] / "README.md").read_text()
 
 
