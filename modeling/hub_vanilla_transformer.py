@@ -173,13 +173,15 @@ def model_card(
     )
     if results:
         rows = [f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
-                f"{m.get('exact_match', '')} |" for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
+                f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
+                for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
         signature = next((m["bleu_signature"] for m in results.values() if isinstance(m, dict)
                           and "bleu_signature" in m), "")
         evaluation = ("sacreBLEU on the held-out splits, beam search:\n\n"
-                      "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % |\n"
-                      "|---|---|---|---|---|---|\n"
-                      + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else ""))
+                      "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
+                      "|---|---|---|---|---|---|---|\n"
+                      + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
+                      + "\n\nPerplexity: of the reference translations, per target token, with dropout off.")
     else:
         evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
     text = CARD_TEMPLATE.format(

@@ -19,8 +19,9 @@ class DataError(ValueError):
     """Bad input data: the message names the file, split, row or flag and what was expected."""
 
 
-def load_raw_datasets(args) -> datasets.DatasetDict:
-    """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task."""
+def load_raw_datasets(args, require_train: bool = True) -> datasets.DatasetDict:
+    """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task. Evaluation
+    (`require_train=False`) needs only the file of the split it scores."""
     if args.dataset_name:
         try:
             raw = datasets.load_dataset(args.dataset_name, args.dataset_config)
@@ -30,11 +31,11 @@ def load_raw_datasets(args) -> datasets.DatasetDict:
             raise DataError(
                 f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}"
             ) from error
-    elif args.train_file:
+    elif args.train_file or (not require_train and (args.validation_file or args.test_file)):
         raw = load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file})
     else:
         raw = numbers_dataset(seed=args.seed)
-    check_translation_rows(raw, args.source_lang, args.target_lang)
+    check_translation_rows(raw, args.source_lang, args.target_lang, require_train)
     return raw
 
 
@@ -60,9 +61,10 @@ def load_files(files: dict[str, str | None]) -> datasets.DatasetDict:
     return datasets.DatasetDict(splits)
 
 
-def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_lang: str) -> None:
+def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_lang: str,
+                           require_train: bool = True) -> None:
     """Every row must hold non-empty source and target text in the translation schema."""
-    if "train" not in raw:
+    if require_train and "train" not in raw:
         raise DataError(f"the dataset has no 'train' split (it has {sorted(raw)}).")
     for split, dataset in raw.items():
         if "translation" not in dataset.column_names:

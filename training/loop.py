@@ -172,6 +172,37 @@ def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerat
     return translation_metrics(hypotheses, references), hypotheses
 
 
+@torch.no_grad()
+def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, accelerator) -> dict[str, float]:
+    """How well the model predicts the reference translations, with dropout off and without label smoothing: the
+    cross-entropy in nats per target token (end-of-sentence included) and its perplexity, and in nats per reference
+    word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
+    loader = DataLoader(
+        tokenized_split.remove_columns([c for c in tokenized_split.column_names if c not in ("input_ids", "labels")]),
+        batch_size=args.eval_batch_size,
+        collate_fn=make_collator(tokenizer),
+    )
+    loader = accelerator.prepare_data_loader(loader)
+    unwrapped = accelerator.unwrap_model(model)
+    was_training = unwrapped.training
+    unwrapped.eval()
+    nll, tokens = [], []
+    for batch in loader:
+        decoder_input_ids = unwrapped.prepare_decoder_input_ids_from_labels(batch["labels"])  # shifted right
+        logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           decoder_input_ids=decoder_input_ids).logits  # (batch, tgt_len, vocab_size)
+        per_token = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["labels"],
+                                                      ignore_index=-100, reduction="none")  # (batch, tgt_len)
+        nll.append(accelerator.gather_for_metrics(per_token.sum(dim=1).double()))
+        tokens.append(accelerator.gather_for_metrics((batch["labels"] != -100).sum(dim=1)))
+    unwrapped.train(was_training)
+    total = torch.cat(nll).sum().item()
+    words = sum(len(pair[args.target_lang].split()) for pair in raw_split["translation"])
+    per_token = total / torch.cat(tokens).sum().item()
+    return {"cross_entropy": round(per_token, 4), "perplexity": round(math.exp(per_token), 3),
+            "cross_entropy_per_word": round(total / max(words, 1), 4)}
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------------------------
@@ -353,8 +384,11 @@ def train(args) -> dict:
             if args.eval_steps and step % args.eval_steps == 0 and "validation" in tokenized:
                 metrics, _ = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
                                             accelerator, num_beams=1, max_new_tokens=args.max_target_length)
+                metrics.update(reference_cross_entropy(model, tokenizer, raw["validation"], tokenized["validation"],
+                                                       args, accelerator))
                 record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
-                accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%")
+                accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%, "
+                                  f"cross-entropy {metrics['cross_entropy']}")
             log_metrics(args, accelerator, record)
             if args.save_steps and step % args.save_steps == 0:
                 save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
@@ -419,11 +453,13 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
             metrics, hypotheses = validation
         else:
             metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
+        metrics.update(reference_cross_entropy(model, tokenizer, raw[split], tokenized[split], args, accelerator))
         results[split] = metrics
         accelerator.print(
             f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
             f"(lowercased {metrics['chrf_lowercase']}), "
-            f"exact match {metrics['exact_match']}%  [{metrics['bleu_signature']}]"
+            f"exact match {metrics['exact_match']}%, cross-entropy {metrics['cross_entropy']} per token  "
+            f"[{metrics['bleu_signature']}]"
         )
         if not samples:
             samples = [(pair[args.source_lang], pair[args.target_lang], hyp)

@@ -1,4 +1,5 @@
-"""Training curves (loss, validation BLEU, learning rate over steps) drawn from a run's metrics.jsonl."""
+"""Training curves (training and validation loss, validation BLEU, learning rate over steps) drawn from a run's
+metrics.jsonl."""
 
 import json
 import os
@@ -39,7 +40,11 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot(steps, [r["loss"] for r in records], label="label-smoothed loss", linewidth=0.8)
     axes[0].plot(steps, [r["nll_loss"] for r in records], label="NLL", linewidth=0.8)
-    axes[0].set(title="Training loss", xlabel="step", ylabel="nats per target token")
+    scored = [r for r in evals if "validation_cross_entropy" in r]
+    if scored:
+        axes[0].plot([r["step"] for r in scored], [r["validation_cross_entropy"] for r in scored], marker="o",
+                     label="validation NLL (dropout off)")
+    axes[0].set(title="Loss", xlabel="step", ylabel="nats per target token")
     axes[0].legend()
     axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o", label="cased")
     if any("validation_bleu_lowercase" in r for r in evals):

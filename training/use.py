@@ -9,7 +9,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..configuration.configuration_vanilla_transformer import check_tokenizer_matches
 from .data import DataError, load_raw_datasets
-from .loop import evaluate_split
+from .loop import evaluate_split, reference_cross_entropy
 
 
 def load_model_folder(path: str):
@@ -30,7 +30,7 @@ def load_model_folder(path: str):
 def evaluate_command(args) -> int:
     model, tokenizer = load_model_folder(args.model)
     try:
-        raw = load_raw_datasets(args)
+        raw = load_raw_datasets(args, require_train=False)
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -40,7 +40,8 @@ def evaluate_command(args) -> int:
     max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
 
     def tokenize(batch):
-        return tokenizer([pair[args.source_lang] for pair in batch["translation"]], truncation=False)
+        return tokenizer([pair[args.source_lang] for pair in batch["translation"]],
+                         text_target=[pair[args.target_lang] for pair in batch["translation"]], truncation=False)
 
     tokenized = raw[args.split].map(tokenize, batched=True, remove_columns=raw[args.split].column_names)
     accelerator = Accelerator()
@@ -48,6 +49,7 @@ def evaluate_command(args) -> int:
     beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
     metrics, _ = evaluate_split(model, tokenizer, raw[args.split], tokenized, args, accelerator,
                                 num_beams=args.num_beams, max_new_tokens=max_new_tokens, **beam)
+    metrics.update(reference_cross_entropy(model, tokenizer, raw[args.split], tokenized, args, accelerator))
     if accelerator.is_main_process:
         print(json.dumps(metrics, indent=2))
         if args.output:

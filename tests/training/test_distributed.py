@@ -38,6 +38,8 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files)
         torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)
     ra, rb = (json.loads((run / "eval_results.json").read_text()) for run in (one, two))
     assert ra["test"]["chrf"] == rb["test"]["chrf"]  # evaluation gathered from both processes, in order
+    for split in ("validation", "test"):  # summed over both processes' pairs, each pair once
+        assert abs(ra[split]["cross_entropy"] - rb[split]["cross_entropy"]) < 1e-4
     assert (ra["processes"], rb["processes"]) == (1, 2)
     assert "data-parallel" not in (one / "README.md").read_text()
     assert "tokens per process, 2 data-parallel processes" in (two / "README.md").read_text()
