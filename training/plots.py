@@ -38,8 +38,8 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     steps = [r["step"] for r in records]
     evals = [r for r in records if "validation_bleu" in r]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].plot(steps, [r["loss"] for r in records], label="label-smoothed loss", linewidth=0.8)
-    axes[0].plot(steps, [r["nll_loss"] for r in records], label="NLL", linewidth=0.8)
+    axes[0].plot(steps, [r["loss"] for r in records], label="training loss (label-smoothed)", linewidth=0.8)
+    axes[0].plot(steps, [r["nll_loss"] for r in records], label="training NLL", linewidth=0.8)
     scored = [r for r in evals if "validation_cross_entropy" in r]
     if scored:
         axes[0].plot([r["step"] for r in scored], [r["validation_cross_entropy"] for r in scored], marker="o",
