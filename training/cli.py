@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "the best BLEU (lowercased with --lowercase) for the test split and the saved generation config")
     add_generation_arguments(train)
 
-    evaluate = commands.add_parser("evaluate", help="BLEU, chrF, exact match and cross-entropy of a model folder on a split")
+    evaluate = commands.add_parser("evaluate", help="BLEU, chrF, exact match and cross-entropy of a model folder "
+                                   "on a split")
     evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
     add_data_arguments(evaluate)
     evaluate.add_argument("--split", default="test")
