@@ -88,9 +88,9 @@ def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> 
     return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
 
 
-def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
-    """Tokenise with `Dataset.map(batched=True)` (cached by the datasets library) and drop pairs longer than
-    `--max-source-length` / `--max-target-length` tokens from the training split."""
+def tokenize_pairs(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args) -> datasets.Dataset:
+    """`input_ids` and `labels` of every pair of a split, with `Dataset.map(batched=True)`, which the datasets
+    library caches; the split's other columns are dropped."""
 
     def tokenize(batch):
         sources = [pair[args.source_lang] for pair in batch["translation"]]
@@ -98,7 +98,13 @@ def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets
         encoded = tokenizer(sources, text_target=targets)
         return {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
 
-    tokenized = raw.map(tokenize, batched=True, remove_columns=raw["train"].column_names, desc="Tokenising")
+    return split.map(tokenize, batched=True, remove_columns=split.column_names, desc="Tokenising")
+
+
+def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
+    """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
+    training split."""
+    tokenized = datasets.DatasetDict({name: tokenize_pairs(split, tokenizer, args) for name, split in raw.items()})
     tokenized["train"] = tokenized["train"].filter(
         lambda ex: within_length_limits(ex["input_ids"], ex["labels"], args),
         desc="Filtering by length",

@@ -1,6 +1,7 @@
 """The training loop: plain functions around `accelerator.prepare`, `accumulate`, `gather_for_metrics` and
 `save_state`/`load_state`."""
 
+import contextlib
 import ctypes
 import json
 import math
@@ -18,6 +19,7 @@ from transformers import GenerationConfig
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
+from ..modeling.modeling_vanilla_transformer import token_cross_entropy
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .card import write_run_card
 from .checkpoints import (
@@ -141,27 +143,39 @@ def generation_config(args, config) -> GenerationConfig:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
-    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
+def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):
+    """Padded batches of the given columns of a tokenised split, sharded over the processes."""
     loader = DataLoader(
-        tokenized.remove_columns([c for c in tokenized.column_names if c != "input_ids"]),
+        tokenized.remove_columns([c for c in tokenized.column_names if c not in columns]),
         batch_size=batch_size,
         collate_fn=make_collator(tokenizer),
     )
-    loader = accelerator.prepare_data_loader(loader)
-    unwrapped = accelerator.unwrap_model(model)
-    was_training = unwrapped.training
-    unwrapped.eval()
+    return accelerator.prepare_data_loader(loader)
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """Dropout off for the block; the model's training mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
+    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
     hypotheses = []
-    for batch in loader:
-        generated = unwrapped.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
-        )
-        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
-        generated = accelerator.gather_for_metrics(generated)
-        hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
-    unwrapped.train(was_training)
+    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
+        for batch in split_loader(tokenized, ("input_ids",), tokenizer, accelerator, batch_size):
+            generated = unwrapped.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+            )
+            generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
+            generated = accelerator.gather_for_metrics(generated)
+            hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
     return [h.strip() for h in hypotheses]
 
 
@@ -177,25 +191,16 @@ def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, 
     """How well the model predicts the reference translations, with dropout off and without label smoothing: the
     cross-entropy in nats per target token (end-of-sentence included) and its perplexity, and in nats per reference
     word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
-    loader = DataLoader(
-        tokenized_split.remove_columns([c for c in tokenized_split.column_names if c not in ("input_ids", "labels")]),
-        batch_size=args.eval_batch_size,
-        collate_fn=make_collator(tokenizer),
-    )
-    loader = accelerator.prepare_data_loader(loader)
-    unwrapped = accelerator.unwrap_model(model)
-    was_training = unwrapped.training
-    unwrapped.eval()
     nll, tokens = [], []
-    for batch in loader:
-        decoder_input_ids = unwrapped.prepare_decoder_input_ids_from_labels(batch["labels"])  # shifted right
-        logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           decoder_input_ids=decoder_input_ids).logits  # (batch, tgt_len, vocab_size)
-        per_token = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["labels"],
-                                                      ignore_index=-100, reduction="none")  # (batch, tgt_len)
-        nll.append(accelerator.gather_for_metrics(per_token.sum(dim=1).double()))
-        tokens.append(accelerator.gather_for_metrics((batch["labels"] != -100).sum(dim=1)))
-    unwrapped.train(was_training)
+    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
+        for batch in split_loader(tokenized_split, ("input_ids", "labels"), tokenizer, accelerator,
+                                  args.eval_batch_size):
+            labels = batch["labels"]  # (batch, tgt_len), -100 at padding
+            logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               decoder_input_ids=unwrapped.prepare_decoder_input_ids_from_labels(labels)).logits
+            per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
+            nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
+            tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
     total = torch.cat(nll).sum().item()
     words = sum(len(pair[args.target_lang].split()) for pair in raw_split["translation"])
     per_token = total / torch.cat(tokens).sum().item()

@@ -8,7 +8,7 @@ from accelerate import Accelerator
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..configuration.configuration_vanilla_transformer import check_tokenizer_matches
-from .data import DataError, load_raw_datasets
+from .data import DataError, load_raw_datasets, tokenize_pairs
 from .loop import evaluate_split, reference_cross_entropy
 
 
@@ -38,12 +38,7 @@ def evaluate_command(args) -> int:
         print(f"error: --split {args.split}: the data has splits {sorted(raw)}", file=sys.stderr)
         return 2
     max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
-
-    def tokenize(batch):
-        return tokenizer([pair[args.source_lang] for pair in batch["translation"]],
-                         text_target=[pair[args.target_lang] for pair in batch["translation"]], truncation=False)
-
-    tokenized = raw[args.split].map(tokenize, batched=True, remove_columns=raw[args.split].column_names)
+    tokenized = tokenize_pairs(raw[args.split], tokenizer, args)
     accelerator = Accelerator()
     model = accelerator.prepare(model)
     beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
