@@ -68,6 +68,19 @@ def keep_freed_memory_mapped() -> bool:
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
+def flush_denormals() -> bool:
+    """Make the CPU treat float32 denormals (magnitudes below 1.2e-38) as zero; returns whether it could.
+
+    A trained model's attention weights hold denormals: the softmax of well-separated scores underflows into them
+    (about 1% of the weights of the Multi30k tiny model after training, none at initialisation). x86 CPUs handle
+    denormal operands in microcode: the batched product of such weights with the values takes about 3x as long. So
+    float32 training slows down as the model learns, by about 10% over a Multi30k run. Flushed to zero, they cost
+    nothing, and they change no sum of the sizes a model works with. This is the command's own process setting,
+    like the allocator's: importing the package changes nothing.
+    """
+    return torch.set_flush_denormal(True)
+
+
 def prepare_output_dir(args) -> None:
     """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it."""
     existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(args.output_dir, m))]
@@ -273,6 +286,7 @@ def train(args) -> dict:
     set_seed(args.seed)
     if accelerator.device.type == "cpu":
         keep_freed_memory_mapped()
+        flush_denormals()
 
     raw = load_raw_datasets(args)
     tokenizer = build_tokenizer(args, raw, accelerator)

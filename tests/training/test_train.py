@@ -311,3 +311,22 @@ def test_a_resumed_bpe_dropout_run_keeps_the_length_and_schedule_of_its_first_dr
     second = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in second] == [r["step"] for r in first]
     assert [r["lr"] for r in second] == [r["lr"] for r in first] and second[-1]["lr"] == 0.0
+
+
+def test_denormals_are_flushed_to_zero_after_the_training_commands_setting():
+    """A product below float32's smallest normal number (1.2e-38) comes out as 0 after the training command's CPU
+    setting (denormal operands slow the CPU's arithmetic several times over), and as the denormal itself without it.
+    Checked in fresh processes, since the setting is process-wide."""
+    probe = textwrap.dedent("""
+        import sys, torch
+        from vanilla_transformer.training.loop import flush_denormals
+        if sys.argv[1] == "on":
+            assert flush_denormals()
+        print((torch.tensor([1e-30]) * torch.tensor([1e-10])).item())
+    """)
+    product = {}
+    for mode in ("on", "off"):
+        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        product[mode] = float(done.stdout.split()[-1])
+    assert product["on"] == 0.0 and 0 < product["off"] < 1.2e-38, product
