@@ -9,7 +9,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..configuration.configuration_vanilla_transformer import check_tokenizer_matches
 from .data import DataError, load_raw_datasets, tokenize_pairs
-from .loop import evaluate_split, flush_denormals, reference_cross_entropy
+from .loop import evaluate_split, reference_cross_entropy
 
 
 def load_model_folder(path: str):
@@ -40,8 +40,6 @@ def evaluate_command(args) -> int:
     max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
     tokenized = tokenize_pairs(raw[args.split], tokenizer, args)
     accelerator = Accelerator()
-    if accelerator.device.type == "cpu":
-        flush_denormals()
     model = accelerator.prepare(model)
     beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
     metrics, _ = evaluate_split(model, tokenizer, raw[args.split], tokenized, args, accelerator,
@@ -80,7 +78,6 @@ def translate_command(args) -> int:
         with handle:
             sentences = [line.rstrip("\n") for line in handle]
     model, tokenizer = load_model_folder(args.model)
-    flush_denormals()  # the model runs on the CPU here
     for translation in translate_sentences(model, tokenizer, sentences, args.batch_size, args.num_beams,
                                            args.max_length):
         print(translation)
