@@ -74,7 +74,7 @@ def flush_denormals() -> bool:
     A trained model's attention weights hold denormals: the softmax of well-separated scores underflows into them
     (about 1% of the weights of the Multi30k tiny model after training, none at initialisation). x86 CPUs handle
     denormal operands in microcode: the batched product of such weights with the values takes about 3x as long. So
-    float32 training slows down as the model learns, by about 10% over a Multi30k run. Flushed to zero, they cost
+    float32 training slows down as the model learns, by about 9% over a Multi30k run. Flushed to zero, they cost
     nothing, and they change no sum of the sizes a model works with. This is the command's own process setting,
     like the allocator's: importing the package changes nothing.
     """

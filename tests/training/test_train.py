@@ -254,6 +254,16 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
     assert resumed == 0 and (out / "model.safetensors").is_file()  # the overflow was a one-off: resuming finishes
 
 
+def last_number_printed_on_and_off(probe: str) -> dict[str, float]:
+    """Run a process-wide setting's probe in two fresh processes, with the setting ("on") and without it ("off")."""
+    printed = {}
+    for mode in ("on", "off"):
+        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        printed[mode] = float(done.stdout.split()[-1])
+    return printed
+
+
 def test_freed_training_tensors_stay_mapped_for_the_next_step():
     """After the training command's allocator setting, a freed 256 MiB tensor stays in the process (the next step
     reuses its pages) instead of being unmapped and faulted in again; without it, glibc returns the block at once.
@@ -271,11 +281,7 @@ def test_freed_training_tensors_stay_mapped_for_the_next_step():
         del x
         print(resident_mib() - before)
     """)
-    kept = {}
-    for mode in ("on", "off"):
-        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        kept[mode] = float(done.stdout.split()[-1])
+    kept = last_number_printed_on_and_off(probe)
     assert kept["on"] > 200 and kept["off"] < 50, kept
 
 
@@ -324,9 +330,5 @@ def test_denormals_are_flushed_to_zero_after_the_training_commands_setting():
             assert flush_denormals()
         print((torch.tensor([1e-30]) * torch.tensor([1e-10])).item())
     """)
-    product = {}
-    for mode in ("on", "off"):
-        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        product[mode] = float(done.stdout.split()[-1])
+    product = last_number_printed_on_and_off(probe)
     assert product["on"] == 0.0 and 0 < product["off"] < 1.2e-38, product
