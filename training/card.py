@@ -36,6 +36,8 @@ def procedure(args, results: dict) -> str:
         f"dropout P_drop {args.dropout} on sub-layer outputs and embedding sums"
         + (f", {args.attention_dropout} on attention weights" if args.attention_dropout else "")
         + (f", {args.activation_dropout} after the feed-forward ReLU" if args.activation_dropout else "") + ";",
+        (f"word dropout {args.word_dropout} (source and decoder input tokens replaced by <unk>);"
+         if args.word_dropout else None),
         f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens"
         + (f", with R-Drop (every batch through two dropout masks, alpha {args.rdrop_alpha} on their symmetric KL "
            "divergence)" if args.rdrop_alpha else "") + ";",
@@ -51,7 +53,7 @@ def procedure(args, results: dict) -> str:
     if args.lowercase:
         lines.insert(1, "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
                      "translation and outputs are lowercase, so lowercased BLEU is the comparable score;")
-    return "\n".join("- " + line for line in lines)
+    return "\n".join("- " + line for line in lines if line)
 
 
 def write_run_card(args, model, results: dict) -> None:

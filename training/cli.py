@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "masks, and the loss adds this weight times the symmetric KL divergence of the two predictions "
                      "(fairseq's weighting; 5 in its translation examples). Each update then costs about twice as "
                      "much. 0 turns it off")
+    opt.add_argument("--word-dropout", type=probability, default=0.0,
+                     help="word dropout (Token Drop, Zhang et al. 2020): in training batches, replace each source "
+                     "token and each decoder input token with <unk> with this probability; the labels stay whole. "
+                     "0 turns it off")
     opt.add_argument("--warmup-steps", type=positive_int)
     opt.add_argument("--lr", type=positive_float, help="peak learning rate; without it the paper's "
                      "d_model^-0.5 * warmup^-0.5")

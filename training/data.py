@@ -234,6 +234,19 @@ class TokenBatchSampler:
         return len(self.batches())
 
 
+def drop_words(ids: torch.Tensor, rate: float, replacement: int, keep_ids: tuple[int, ...]) -> torch.Tensor:
+    """Word dropout on token ids (Token Drop, Zhang et al. 2020): a copy of `ids` in which each token, except those
+    in `keep_ids` (padding and sentence boundaries), is replaced by `replacement` (<unk>) with probability `rate`.
+
+    Applied to the source ids and to the decoder's shifted-right inputs of a training batch, never to the labels: the
+    model has to predict every reference token from a context with holes in it, a regulariser for small corpora.
+    The draws come from torch's global generator, which --seed fixes and checkpoints save, like dropout's.
+    """
+    droppable = ~torch.isin(ids, torch.tensor(keep_ids, device=ids.device))  # (batch, len)
+    dropped = droppable & (torch.rand(ids.shape, device=ids.device) < rate)
+    return ids.masked_fill(dropped, replacement)
+
+
 def make_collator(tokenizer, model=None) -> DataCollatorForSeq2Seq:
     """Pads sources with the pad id and labels with -100; builds `decoder_input_ids` from the model."""
     return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")

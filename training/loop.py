@@ -31,7 +31,8 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .criterion import label_smoothed_nll_loss, rdrop_kl_sum
-from .data import BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets
+from .data import (BpeDropoutPairs, TokenBatchSampler, drop_words, load_raw_datasets, make_collator,
+                   tokenize_datasets)
 from .metrics import translation_metrics
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
@@ -340,6 +341,7 @@ def train(args) -> dict:
     progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
     started, window_tokens, window_start = time.time(), 0, time.time()
     update_totals = torch.zeros(3)  # loss sum, NLL sum, target tokens over the micro-batches of one update
+    special_ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)  # word dropout keeps them
     model.train()
     while step < max_steps:
         loader = accelerator.skip_first_batches(train_loader, batches_done) if batches_done else train_loader
@@ -354,6 +356,9 @@ def train(args) -> dict:
             batches_done += 1
             with accelerator.accumulate(model):
                 inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "decoder_input_ids", "labels")}
+                if args.word_dropout:
+                    for key in ("input_ids", "decoder_input_ids"):
+                        inputs[key] = drop_words(inputs[key], args.word_dropout, tokenizer.unk_token_id, special_ids)
                 if args.rdrop_alpha:  # R-Drop: the batch twice, through two dropout masks
                     inputs = {key: torch.cat([value, value]) for key, value in inputs.items()}
                 labels = inputs.pop("labels")

@@ -2,6 +2,7 @@ import argparse
 
 import pandas as pd
 import pytest
+import torch
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
@@ -10,6 +11,7 @@ from vanilla_transformer.training.data import (
     BpeDropoutPairs,
     DataError,
     TokenBatchSampler,
+    drop_words,
     load_raw_datasets,
     tokenize_datasets,
 )
@@ -184,3 +186,24 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     words = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))
     with pytest.raises(DataError, match=r"--bpe-dropout 0.1 needs a BPE tokenizer.*WordLevel"):
         BpeDropoutPairs(raw["train"], PreTrainedTokenizerFast(tokenizer_object=words), args, dropout=0.1)
+
+
+def test_word_dropout_replaces_about_its_rate_of_the_tokens_and_never_the_kept_ones():
+    pad, bos, eos, unk = 0, 1, 2, 3
+    torch.manual_seed(0)
+    ids = torch.randint(4, 100, (64, 50))  # (batch, len)
+    ids[:, 0], ids[:, -1], ids[:8, 30:] = bos, eos, pad
+    before = ids.clone()
+    dropped = drop_words(ids, 0.2, unk, (pad, bos, eos))
+    assert torch.equal(ids, before)  # the batch itself is untouched
+    special = (ids == pad) | (ids == bos) | (ids == eos)
+    assert torch.equal(dropped[special], ids[special])
+    changed = dropped != ids
+    assert (dropped[changed] == unk).all()
+    share = changed.sum().item() / (~special).sum().item()
+    assert 0.18 < share < 0.22, share  # 2,800 draws: 0.2 +- 4 standard deviations
+    assert torch.equal(drop_words(ids, 0.0, unk, (pad, bos, eos)), ids)
+    torch.manual_seed(1)
+    again = drop_words(ids, 0.2, unk, (pad, bos, eos))
+    torch.manual_seed(1)
+    assert torch.equal(drop_words(ids, 0.2, unk, (pad, bos, eos)), again)  # the seed fixes the draws

@@ -166,6 +166,29 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
     assert "R-Drop" in (runs["rdrop-dropout"] / "README.md").read_text()
 
 
+def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, data_files):
+    common = [*data_flags(data_files), "--max-steps", "3", "--eval-steps", "0", "--save-steps", "0",
+              "--num-beams", "1", "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
+              *TINY_MODEL_FLAGS]
+    runs = {name: tmp_path / name for name in ("plain", "again", "word-dropout")}
+    for name, extra in (("plain", []), ("again", []), ("word-dropout", ["--word-dropout", "0.5"])):
+        assert main(["train", *common, *extra, "--output-dir", str(runs[name])]) == 0
+    plain, again, dropped = (losses(runs[name]) for name in runs)
+    # with no other dropout the run is deterministic, so the first update's loss (before any weight changed) can
+    # only differ because half the input tokens became <unk>
+    assert plain == again
+    assert dropped[1] != pytest.approx(plain[1], abs=1e-3)
+    # the final scores see whole sentences: the saved model re-scored by `evaluate` matches the run's own figures
+    results = json.loads((runs["word-dropout"] / "eval_results.json").read_text())
+    out = tmp_path / "rescored.json"
+    assert main(["evaluate", "--model", str(runs["word-dropout"]), "--validation-file", str(data_files["validation"]),
+                 "--split", "validation", "--num-beams", "1", "--output", str(out)]) == 0
+    rescored = json.loads(out.read_text())
+    assert rescored["cross_entropy"] == pytest.approx(results["validation"]["cross_entropy"], abs=1e-4)
+    assert "word dropout 0.5" in (runs["word-dropout"] / "README.md").read_text()
+    assert "word dropout" not in (runs["plain"] / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -173,6 +196,7 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
         (["--d-model", "-8"], "--d-model: expected a positive integer"),
         (["--dropout", "1.5"], "--dropout: expected a value in [0, 1)"),
         (["--rdrop-alpha", "-1"], "--rdrop-alpha: expected a finite number >= 0"),
+        (["--word-dropout", "1"], "--word-dropout: expected a value in [0, 1)"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--dataset-name", "x", "--train-file", "y.jsonl"], "--dataset-name and --train-file are mutually exclusive"),
         (["--tokenizer-name", "t", "--vocab-size", "10"], "cannot be combined with --tokenizer-name"),
