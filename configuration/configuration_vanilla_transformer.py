@@ -3,8 +3,8 @@
 Every default is the paper's base model (Table 3, row "base"). Where the paper leaves a choice open, the field says
 what it picks; nothing differs from the paper silently:
 
-- `max_position_embeddings`: the sinusoidal encoding of §3.5 has no length limit, but its table is precomputed up to
-  this many positions (and learned positions need a fixed size).
+- `max_position_embeddings`: the sinusoidal encoding of §3.5 has no length limit: this many positions are precomputed,
+  and longer inputs get theirs on demand. Learned positions need a fixed size, and this is their limit.
 - `attention_dropout` and `activation_dropout` are 0.0: the paper applies dropout (P_drop) only to the output of each
   sub-layer and to the sums of embeddings and positional encodings (§5.4).
 - `vocab_size=37000`: the paper's shared source-target byte-pair vocabulary for English-German (§5.1).
@@ -37,7 +37,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         activation_dropout: dropout after the feed-forward activation (0.0 in the paper).
         activation: "relu" (the paper) or "gelu".
         layer_norm_eps: epsilon of every LayerNorm.
-        max_position_embeddings: longest sequence the positional encoding covers.
+        max_position_embeddings: with sinusoidal positions, how many are precomputed; longer sequences are encoded
+            all the same (§3.5), so it limits nothing. With learned positions, the size of their table and the longest
+            sequence the model can read or write (see `position_limit`).
         norm_position: "post" (the paper: LayerNorm(x + Dropout(Sublayer(x)))) or "pre"
             (x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm closing each stack).
         position_encoding: "sinusoidal" (§3.5, a fixed table, not saved with the weights) or "learned".
@@ -154,4 +156,20 @@ def check_tokenizer_matches(config, tokenizer, where: str = "") -> None:
             )
 
 
-__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches"]
+def position_limit(config) -> int | None:
+    """The longest sequence a model can read or write: `max_position_embeddings` for learned positions, which have no
+    row beyond their table; None for the sinusoids of §3.5, which are defined for every position. Works for any
+    config (None where it has no `position_encoding="learned"`)."""
+    if getattr(config, "position_encoding", None) == "learned":
+        return config.max_position_embeddings
+    return None
+
+
+def truncation_warning(where: str, text: str, length: int, limit: int) -> str:
+    """One line about a sentence cut to the learned positions: where, the sentence (its start if long), the numbers."""
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    return (f"{where}: {shown!r} has {length} tokens, more than the model's max_position_embeddings={limit} learned "
+            f"positions; truncated to {limit} tokens.")
+
+
+__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "truncation_warning"]

@@ -26,6 +26,7 @@ from transformers import (
 )
 
 import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
+from vanilla_transformer.configuration import position_limit
 from vanilla_transformer.training.numbers import english, german
 
 
@@ -67,7 +68,7 @@ def main(argv=None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
     raw = british_numbers(args.train_size, args.eval_size, args.seed)
-    max_length = min(48, model.config.max_position_embeddings)  # the model's positions bound both sides
+    max_length = min(48, position_limit(model.config) or 48)  # learned positions bound both sides; sinusoids do not
 
     def tokenize(batch):
         sources = [pair["en"] for pair in batch["translation"]]

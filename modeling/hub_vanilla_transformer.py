@@ -13,7 +13,9 @@ import re
 import sys
 
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from transformers.utils import cached_file
 
+CARD_FILE = "README.md"
 CONFIGURATION_FILE = "configuration_vanilla_transformer.py"
 MODELING_FILE = "modeling_vanilla_transformer.py"
 HUB_FILE = "hub_vanilla_transformer.py"
@@ -50,6 +52,42 @@ def write_code_files(folder: str, config, modeling_module_file: str) -> list[str
             handle.write(text)
         written.append(path)
     return written
+
+
+# What `from_pretrained` passes on to the download of the model card, as it does to that of config.json.
+_HUB_ARGUMENTS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+
+
+def find_model_card(path_or_repo_id, hub_arguments: dict) -> str | None:
+    """The text of the README.md model card of the local folder or Hub repository a model is loaded from, so that the
+    model carries it into the folders it is saved to; None when there is none or it cannot be fetched (a model loads
+    without its card)."""
+    if path_or_repo_id is None:
+        return None
+    arguments = {key: hub_arguments[key] for key in _HUB_ARGUMENTS if hub_arguments.get(key) is not None}
+    try:
+        path = cached_file(str(path_or_repo_id), CARD_FILE, _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False, _raise_exceptions_for_gated_repo=False,
+                           **arguments)
+        if path is None:
+            return None
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except (OSError, ValueError):
+        return None
+
+
+def write_model_card(folder: str, card_text: str | None, config, num_parameters: int) -> None:
+    """Write `folder`'s README.md unless it has one: the card the model was loaded with (a training run's card, with
+    its measured scores) or, for a model that never had one, a generic card describing the architecture."""
+    path = os.path.join(folder, CARD_FILE)
+    if os.path.exists(path):
+        return
+    if card_text is None:
+        model_card(config, num_parameters).save(path)
+        return
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(card_text)
 
 
 CARD_TEMPLATE = """

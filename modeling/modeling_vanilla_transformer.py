@@ -13,6 +13,8 @@ The file reads top to bottom like Figure 1 of the paper:
 Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_ff, P_drop (`dropout`).
 """
 
+import copy
+import functools
 import math
 import os
 import tempfile
@@ -26,7 +28,7 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, MaxLengthCriteria, StoppingCriteriaList
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -36,20 +38,36 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.deprecation import deprecate_kwarg
 
-from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig
-from .hub_vanilla_transformer import AUTO_MAP, model_card, upload_folder, write_code_files
+from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig, position_limit
+from .hub_vanilla_transformer import AUTO_MAP, find_model_card, upload_folder, write_code_files, write_model_card
+
+logger = logging.get_logger(__name__)
 
 # transformers 5.24 renamed the cache argument and output field `past_key_values` to `cache`. The forwards below take
-# either name, and their outputs use the installed library's field name.
+# the cache as `cache` (see `cache_argument`), and their outputs use the installed library's field name.
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
-def either_cache(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
-    if past_key_values is not None and cache is not None:
-        raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
-    return cache if cache is not None else past_key_values
+def cache_argument(forward: Callable) -> Callable:
+    """The installed library's contract for the old name of the cache argument. Where the library has the rename,
+    `past_key_values=` is deprecated as for its own models: its `deprecate_kwarg` warns and passes the cache on as
+    `cache`. Before the rename `past_key_values` is the library's own name (generate() passes the cache so), taken
+    silently; `cache` is accepted there too."""
+    if CACHE_FIELD == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def taking_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            if kwargs.get("cache") is not None:
+                raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
+            kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    return taking_past_key_values
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -161,25 +179,51 @@ class Dropout(nn.Dropout):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))  (§3.5)."""
-    position = torch.arange(num_positions, dtype=torch.float32)[:, None]  # (num_positions, 1)
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(num_positions, d_model)
+def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))  (§3.5), for the
+    given 1-D positions: a float32 tensor (len(positions), d_model)."""
+    device = positions.device
+    position = positions.to(torch.float32)[:, None]  # (num_positions, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
+    inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i/d_model)
+    table = torch.zeros(positions.shape[0], d_model, device=device)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
     return table
 
 
+def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
+    """The encoding of positions 0 .. num_positions - 1 (§3.5)."""
+    return sinusoids(torch.arange(num_positions), d_model)
+
+
 class SinusoidalPositionalEncoding(nn.Module):
-    """The fixed encoding of §3.5, a buffer that is recomputed rather than saved with the weights."""
+    """The fixed encoding of §3.5, defined for every position: the paper chose it because it "may allow the model to
+    extrapolate to sequence lengths longer than the ones encountered during training". Its rows are a buffer,
+    recomputed rather than saved with the weights, of `num_positions` rows at first; a longer sequence grows it (at
+    least doubling, so decoding step by step rarely recomputes anything). Compiled code, which cannot grow a buffer,
+    computes the rows it needs from the formula instead."""
 
     def __init__(self, num_positions: int, d_model: int):
         super().__init__()
+        self.d_model = d_model
         self.register_buffer("pe", sinusoidal_table(num_positions, d_model), persistent=False)
 
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor, end: int | torch.Tensor) -> torch.Tensor:
+        """The encodings of `positions`, all of which are below `end`."""
+        if is_torchdynamo_compiling():
+            return sinusoids(positions, self.d_model)
+        if end > self.pe.shape[0]:
+            self.grow(int(end))
         return self.pe[positions]
+
+    def grow(self, num_positions: int) -> None:
+        """Append rows to the table, which keeps its first rows as they are, so that it holds at least
+        `num_positions`. Grown inside `torch.inference_mode()` (as pipelines run), it stays an ordinary tensor."""
+        old = self.pe.shape[0]
+        with torch.inference_mode(False):
+            new = sinusoids(torch.arange(old, max(num_positions, 2 * old), device=self.pe.device), self.d_model)
+            self.pe = torch.cat([self.pe, new.to(self.pe.dtype)])
 
 
 class TransformerEmbedding(nn.Module):
@@ -193,7 +237,7 @@ class TransformerEmbedding(nn.Module):
             self.embed_positions = SinusoidalPositionalEncoding(config.max_position_embeddings, config.d_model)
         else:
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
-        self.max_positions = config.max_position_embeddings
+        self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -204,13 +248,19 @@ class TransformerEmbedding(nn.Module):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         seq_len = inputs_embeds.shape[1]
-        if not is_torchdynamo_compiling() and past_len + seq_len > self.max_positions:
-            raise ValueError(
-                f"the sequence reaches position {int(past_len) + seq_len}, beyond max_position_embeddings="
-                f"{self.max_positions}; truncate the input or use a config with more positions."
-            )
+        end = past_len + seq_len  # one past the last position encoded here
         positions = torch.arange(seq_len, device=inputs_embeds.device) + past_len
-        x = inputs_embeds * self.scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        if self.max_positions is None:
+            encoding = self.embed_positions(positions, end)
+        else:
+            if not is_torchdynamo_compiling() and end > self.max_positions:
+                raise ValueError(
+                    f"the sequence reaches position {int(end)}, beyond max_position_embeddings={self.max_positions}, "
+                    "the number of learned positions; truncate the input (generate() and the translation pipeline "
+                    "do), or use sinusoidal positions, which have no limit."
+                )
+            encoding = self.embed_positions(positions)
+        x = inputs_embeds * self.scale + encoding.to(inputs_embeds.dtype)
         return self.dropout(x)  # (batch, seq_len, d_model)
 
 
@@ -445,12 +495,16 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+    # The README.md model card of the folder or Hub repository the model was loaded from (not part of config.json):
+    # save_pretrained and push_to_hub carry it on, so a trained model keeps its card with its measured scores.
+    _model_card_text: str | None = None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, use_safetensors: bool | None = True, **kwargs):
         """`PreTrainedModel.from_pretrained`, but weights are read only from safetensors unless the caller passes
         `use_safetensors=False`: a pickled `pytorch_model.bin` is refused, not loaded silently. A truncated or
-        corrupted safetensors file is reported with the folder it is in."""
+        corrupted safetensors file is reported with the folder it is in. The model remembers the README.md model
+        card of the folder or repository, which `save_pretrained` and `push_to_hub` write again."""
         folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
         if use_safetensors and os.path.isdir(folder):
             files = os.listdir(folder)
@@ -461,8 +515,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                     "they are refused. Convert them to safetensors, or pass use_safetensors=False if you trust them."
                 )
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
-                                           **kwargs)
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
+                                             **kwargs)
         except SafetensorError as error:
             raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
                           f"corrupted file): {error}") from error
@@ -472,19 +526,21 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             raise RuntimeError(f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
                                "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
                                "to re-initialise those weights).") from error
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) on request
+        model._model_card_text = find_model_card(pretrained_model_name_or_path, kwargs)
+        return loaded
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and
-        modeling code as flat files, an `auto_map` in config.json, and a README.md model card if there is none yet
-        (see hub_vanilla_transformer.py). With `push_to_hub=True` the finished folder is uploaded."""
+        modeling code as flat files, an `auto_map` in config.json, and a README.md model card if there is none yet:
+        the card the model was loaded with, else a generic one (see hub_vanilla_transformer.py). With
+        `push_to_hub=True` the finished folder is uploaded."""
         self.config.auto_map = dict(AUTO_MAP)
         super().save_pretrained(save_directory, *args, **kwargs)
         if not kwargs.get("is_main_process", True):
             return
         write_code_files(save_directory, self.config, __file__)
-        card_path = os.path.join(save_directory, "README.md")
-        if not os.path.exists(card_path):
-            model_card(self.config, self.num_parameters()).save(card_path)
+        write_model_card(save_directory, self._model_card_text, self.config, self.num_parameters())
         if push_to_hub:
             repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
             upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))
@@ -594,20 +650,20 @@ class Decoder(nn.Module):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embed.embed_tokens = value
 
+    @cache_argument
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         return_dict: bool = True,
-        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = either_cache(past_key_values, cache)
+        past_key_values = cache  # the decoder layers' name for it
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
         check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
@@ -690,6 +746,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return self.decoder
 
     @can_return_tuple
+    @cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -697,11 +754,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
@@ -718,7 +774,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             decoder_attention_mask,
             encoder_outputs.last_hidden_state,
             attention_mask,
-            either_cache(past_key_values, cache),
+            cache,
             decoder_inputs_embeds,
             use_cache,
             **kwargs,
@@ -834,6 +890,60 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         is passed on unchanged."""
         return attention_mask
 
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
+        """The library's generate(), kept within the table of learned positions (`position_encoding="learned"`): a
+        source longer than max_position_embeddings tokens is cut to that many, with a warning naming its batch rows,
+        and the output stops where the decoder's positions end, so that no search fails halfway. With the sinusoids
+        of §3.5 there is no limit, and nothing changes."""
+        limit = position_limit(self.config)
+        if limit is None:
+            return super().generate(inputs, generation_config, **kwargs)
+        inputs, kwargs = self._source_within_positions(inputs, kwargs, limit)
+        resolved, _ = self._prepare_generation_config(generation_config, **kwargs)
+        prefix = kwargs["decoder_input_ids"].shape[1] if kwargs.get("decoder_input_ids") is not None else 1
+        wanted = resolved.max_length if resolved.max_new_tokens is None else prefix + resolved.max_new_tokens
+        if wanted > limit + 1:  # the decoder reads all but the last token, at positions 0 .. limit - 1
+            logger.warning_once(f"generate(): the output stops after {limit + 1 - prefix} new tokens, where the "
+                                f"model's max_position_embeddings={limit} learned positions end.")
+            cap = {"max_new_tokens": None, "max_length": limit + 1}
+            if generation_config is not None and not cap.keys() & kwargs.keys():
+                generation_config = copy.deepcopy(generation_config)
+                generation_config.update(**cap)
+            else:
+                kwargs.update(cap)
+        return super().generate(inputs, generation_config, **kwargs)
+
+    def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
+        """The library's criteria, without its reminder that generation went past max_position_embeddings where the
+        sinusoids of §3.5 make that no limit."""
+        criteria = super()._get_stopping_criteria(*args, **kwargs)
+        if position_limit(self.config) is None:
+            for criterion in criteria:
+                if isinstance(criterion, MaxLengthCriteria):
+                    criterion.max_position_embeddings = None
+        return criteria
+
+    @staticmethod
+    def _source_within_positions(inputs: torch.Tensor | None, kwargs: dict, limit: int):
+        """Cut a source longer than `limit` learned positions to its first `limit` tokens, warning about the batch rows
+        that lose tokens (all rows without an attention mask; those with real tokens past the limit with one)."""
+        name = next((key for key in ("input_ids", "inputs_embeds") if kwargs.get(key) is not None), None)
+        source = inputs if inputs is not None else kwargs.get(name) if name else None
+        if source is None or kwargs.get("encoder_outputs") is not None or source.shape[1] <= limit:
+            return inputs, kwargs
+        kwargs = dict(kwargs)
+        mask = kwargs.get("attention_mask")
+        rows = mask[:, limit:].any(dim=-1).nonzero().flatten().tolist() if mask is not None else range(len(source))
+        if len(rows) > 0:
+            logger.warning(f"generate(): the source of batch row(s) {', '.join(map(str, rows))} is longer than the "
+                           f"model's max_position_embeddings={limit} learned positions; truncated to {limit} tokens.")
+        if mask is not None:
+            kwargs["attention_mask"] = mask[:, :limit]
+        if inputs is not None:
+            return inputs[:, :limit], kwargs
+        kwargs[name] = source[:, :limit]
+        return inputs, kwargs
+
     @staticmethod
     def _reorder_cache(past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search keeps, at each step, the best continuations of each source; the decoder's self-attention
@@ -847,6 +957,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return past_key_values
 
     @can_return_tuple
+    @cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -854,12 +965,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -880,7 +990,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=either_cache(past_key_values, cache),
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

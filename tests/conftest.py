@@ -56,3 +56,28 @@ def trained_folder(tmp_path_factory):
     ])
     assert code == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def learned_folder(trained_folder, tmp_path_factory):
+    """`trained_folder`'s tokenizer and generation settings with an untrained model of learned positions, as many as
+    the trained model has (max_position_embeddings=18): a model that cannot read or write a longer sentence."""
+    from transformers import AutoTokenizer
+
+    trained = VanillaTransformerForConditionalGeneration.from_pretrained(trained_folder)
+    config = trained.config
+    config.position_encoding = "learned"
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.generation_config = trained.generation_config
+    folder = tmp_path_factory.mktemp("learned") / "model"
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(trained_folder).save_pretrained(folder)
+    return folder
+
+
+def long_sentence(words: int = 200) -> str:
+    """Number words, repeated: far longer than any sentence `trained_folder` was trained on (at most 16 tokens)."""
+    from vanilla_transformer.training.numbers import english
+
+    return " ".join(english(100 + (i * 37) % 300) for i in range(words // 3))

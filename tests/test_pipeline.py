@@ -1,9 +1,12 @@
 """The "translation" pipeline registered by importing vanilla_transformer."""
 
+import logging
+
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
+from tests.conftest import long_sentence
 from vanilla_transformer import TranslationPipeline
 
 SOURCES = ["one hundred twenty-three", "three hundred", "two hundred fifty-one", "one hundred one", "three hundred six"]
@@ -41,3 +44,27 @@ def test_translation_pipeline_rejects_other_inputs(trained_folder):
     translate = pipeline("translation", model=str(trained_folder))
     with pytest.raises(ValueError, match="expected a string or a list of strings"):
         translate(torch.tensor([1, 2, 3]))
+
+
+def test_translation_pipeline_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))  # sinusoidal positions (§3.5): no limit
+    expected = reference(trained_folder, [long_sentence()], max_new_tokens=40)
+    assert translate(long_sentence(), max_new_tokens=40) == [{"translation_text": expected[0]}]
+
+
+def test_translation_pipeline_truncates_a_sentence_longer_than_the_learned_positions_and_names_it(
+        learned_folder, caplog):
+    translate = pipeline("translation", model=str(learned_folder))
+    sentence = long_sentence()
+    with caplog.at_level(logging.WARNING):
+        results = translate([sentence, SOURCES[0]])
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("translation pipeline:")]
+    assert len(warned) == 1
+    assert warned[0].startswith(f"translation pipeline: '{sentence[:57]}...' has ")
+    assert warned[0].endswith("more than the model's max_position_embeddings=18 learned positions; truncated to 18 "
+                              "tokens.")
+    model = AutoModelForSeq2SeqLM.from_pretrained(learned_folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(learned_folder)
+    truncated = model.generate(**tokenizer([sentence], truncation=True, max_length=18, return_tensors="pt"))
+    assert results[0] == {"translation_text": tokenizer.decode(truncated[0], skip_special_tokens=True)}
+    assert translate(sentence, max_source_length=5) == translate(sentence[:40], max_source_length=5)  # still honoured

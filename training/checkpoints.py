@@ -7,6 +7,7 @@ import re
 import shutil
 
 import torch
+from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -41,6 +42,27 @@ def _fsync_tree(path: str) -> None:
         os.close(directory)
 
 
+def drop_tied_copies(models: list, weights: list[dict], output_dir: str) -> None:
+    """An `accelerator.save_state` pre-hook. A tied weight (the one matrix of §3.4 for both embeddings and the
+    pre-softmax projection) is one tensor under several names in a state dict; safetensors stores a tensor once, so
+    accelerate would drop the other names while writing, with the notice "Removed shared tensor {...} while saving"
+    at every checkpoint. Dropping them here writes the same file without it. Only names the model declares tied, and
+    only where they hold the tensor of a name that is kept: any other sharing still gets accelerate's notice. Loading
+    (`load_state`, `from_pretrained`) ties the names again."""
+    for model, state in zip(models, weights):
+        tied = getattr(extract_model_from_parallel(model), "all_tied_weights_keys", None) or {}
+        kept = {}  # tensor storage -> the first name that holds it
+        for name in list(state):
+            if not isinstance(state[name], torch.Tensor):
+                continue
+            storage = id_tensor_storage(state[name])
+            # a wrapper (DistributedDataParallel, torch.compile) prefixes the model's own names
+            if storage in kept and any(name == target or name.endswith("." + target) for target in tied):
+                del state[name]
+            else:
+                kept.setdefault(storage, name)
+
+
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, no permission); the earlier checkpoints are untouched."""
 
@@ -59,7 +81,11 @@ def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, keep: 
                 if name.startswith(TEMPORARY_PREFIX):
                     shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         accelerator.wait_for_everyone()
-        accelerator.save_state(temporary, safe_serialization=True)
+        hook = accelerator.register_save_state_pre_hook(drop_tied_copies)
+        try:
+            accelerator.save_state(temporary, safe_serialization=True)
+        finally:
+            hook.remove()
         if accelerator.is_main_process:
             with open(os.path.join(temporary, STATE_FILE), "w") as handle:
                 json.dump(state, handle, indent=2)

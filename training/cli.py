@@ -70,7 +70,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data (default: the embedded English->German number task)")
     group.add_argument("--dataset-name", help="a Hub dataset in the translation schema")
     group.add_argument("--dataset-config", help="configuration of --dataset-name, e.g. de-en")
-    group.add_argument("--train-file", help="JSON lines, CSV or Parquet with a 'translation' column")
+    group.add_argument("--train-file", help="JSON lines, CSV or Parquet, either with a 'translation' column of "
+                       "{source: ..., target: ...} pairs (in CSV a JSON object per cell) or with one text column per "
+                       "language, named as --source-lang and --target-lang")
     group.add_argument("--validation-file")
     group.add_argument("--test-file")
     group.add_argument("--source-lang", default="en")

@@ -1,7 +1,9 @@
 """Data, always through the `datasets` library: loading, checking, tokenising, and token-count batching."""
 
+import json
 import os
 import random
+import sys
 from collections.abc import Iterator
 
 import datasets
@@ -10,6 +12,7 @@ from accelerate.utils import broadcast_object_list
 from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
+from ..configuration.configuration_vanilla_transformer import truncation_warning
 from .numbers import numbers_dataset
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -32,14 +35,16 @@ def load_raw_datasets(args, require_train: bool = True) -> datasets.DatasetDict:
                 f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}"
             ) from error
     elif args.train_file or (not require_train and (args.validation_file or args.test_file)):
-        raw = load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file})
+        raw = load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file},
+                         args.source_lang, args.target_lang)
     else:
         raw = numbers_dataset(seed=args.seed)
     check_translation_rows(raw, args.source_lang, args.target_lang, require_train)
     return raw
 
 
-def load_files(files: dict[str, str | None]) -> datasets.DatasetDict:
+def load_files(files: dict[str, str | None], source_lang: str, target_lang: str) -> datasets.DatasetDict:
+    """The local files of each split, in the translation schema (see `to_translation_schema` for the layouts)."""
     splits = {}
     for split, path in files.items():
         if path is None:
@@ -58,7 +63,61 @@ def load_files(files: dict[str, str | None]) -> datasets.DatasetDict:
             raise DataError(f"{flag} {path}: could not be read as {FILE_BUILDERS[extension]}: {error}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows.")
+        splits[split] = to_translation_schema(splits[split], f"{flag} {path}", source_lang, target_lang)
     return datasets.DatasetDict(splits)
+
+
+def to_translation_schema(dataset: datasets.Dataset, where: str, source_lang: str,
+                          target_lang: str) -> datasets.Dataset:
+    """The rows of a local file in the translation schema. A file holds either a 'translation' column of pairs
+    {"en": ..., "de": ...} (in CSV, which cannot nest, each cell a JSON object) or one text column per language,
+    named by --source-lang and --target-lang; the per-language columns become a `datasets.Translation` column."""
+    languages = list(dict.fromkeys((source_lang, target_lang)))
+    columns = dataset.column_names
+    if "translation" in columns:
+        feature = dataset.features["translation"]
+        is_text = isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+        return decode_translation_cells(dataset, where, languages) if is_text else dataset
+    missing = [lang for lang in languages if lang not in columns]
+    if missing:
+        raise DataError(
+            f"{where}: found columns {columns}, expected one of two layouts: a 'translation' column holding "
+            f"{{'{source_lang}': ..., '{target_lang}': ...}} per row (in CSV, a JSON object per cell), or one column "
+            f"per language, '{source_lang}' and '{target_lang}' (--source-lang, --target-lang); "
+            f"no {', '.join(repr(lang) for lang in missing)} column."
+        )
+    features = {name: feature for name, feature in dataset.features.items() if name not in languages}
+    features["translation"] = datasets.Translation(languages=languages)
+
+    def pair_up(batch):
+        return {"translation": [dict(zip(languages, texts)) for texts in zip(*(batch[lang] for lang in languages))]}
+
+    return dataset.map(pair_up, batched=True, remove_columns=languages, features=datasets.Features(features),
+                       desc="Pairing the language columns")
+
+
+def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: list[str]) -> datasets.Dataset:
+    """A 'translation' column of text (a CSV file) holding one JSON object per cell, decoded into pairs."""
+    features = dict(dataset.features)
+    features["translation"] = datasets.Translation(languages=languages)
+
+    def decode(batch, indices):
+        pairs = []
+        for row, cell in zip(indices, batch["translation"]):
+            try:
+                pair = json.loads(cell) if cell else None
+            except json.JSONDecodeError:
+                pair = None
+            if not isinstance(pair, dict) or not all(isinstance(pair.get(lang), (str, type(None)))
+                                                     for lang in languages):
+                example = json.dumps(dict(zip(languages, ("...", "..."))))
+                raise DataError(f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of "
+                                f"texts such as {example}; or give one column per language instead.")
+            pairs.append({lang: pair.get(lang) for lang in languages})
+        return {"translation": pairs}
+
+    return dataset.map(decode, batched=True, with_indices=True, features=datasets.Features(features),
+                       desc="Decoding the translation cells")
 
 
 def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_lang: str,
@@ -77,8 +136,7 @@ def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_l
                 text = pair.get(lang) if isinstance(pair, dict) else None
                 if not isinstance(text, str) or not text.strip():
                     raise DataError(
-                        f"split {split!r}, row {row}: no {lang!r} text ({flag}); the row holds "
-                        f"{sorted(pair) if isinstance(pair, dict) else pair!r}."
+                        f"split {split!r}, row {row}: no {lang!r} text ({flag}); the row holds {pair!r:.300}."
                     )
 
 
@@ -88,23 +146,47 @@ def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> 
     return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
 
 
-def tokenize_pairs(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args) -> datasets.Dataset:
+def tokenize_pairs(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args,
+                   max_length: int | None = None) -> datasets.Dataset:
     """`input_ids` and `labels` of every pair of a split, with `Dataset.map(batched=True)`, which the datasets
-    library caches; the split's other columns are dropped."""
+    library caches; the split's other columns are dropped. With `max_length` (a model's learned positions, see
+    `position_limit`), a longer source or reference is truncated to it as the tokenizer truncates (the end-of-sentence
+    token kept), each named in a warning on stderr: the model cannot read it whole."""
 
     def tokenize(batch):
         sources = [pair[args.source_lang] for pair in batch["translation"]]
         targets = [pair[args.target_lang] for pair in batch["translation"]]
         encoded = tokenizer(sources, text_target=targets)
-        return {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
+        columns = {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
+        if max_length is not None:
+            columns["lengths"] = [[len(s), len(t)] for s, t in zip(encoded["input_ids"], encoded["labels"])]
+            cut = tokenizer(sources, text_target=targets, truncation=True, max_length=max_length)
+            columns["input_ids"], columns["labels"] = cut["input_ids"], cut["labels"]
+        return columns
 
-    return split.map(tokenize, batched=True, remove_columns=split.column_names, desc="Tokenising")
+    tokenized = split.map(tokenize, batched=True, remove_columns=split.column_names, desc="Tokenising")
+    if max_length is None:
+        return tokenized
+    for row, lengths in enumerate(tokenized["lengths"]):  # outside the cached map, so that every run warns
+        for side, lang, length in zip(("source", "reference"), (args.source_lang, args.target_lang), lengths):
+            if length > max_length:
+                where = f"warning: pair {row + 1}, {side}"
+                print(truncation_warning(where, split[row]["translation"][lang], length, max_length), file=sys.stderr)
+    return tokenized.remove_columns("lengths")
+
+
+def trained_positions(args) -> int:
+    """`max_position_embeddings` of a model trained within `--max-source-length` / `--max-target-length`: the longest
+    training sentence, and two positions to spare."""
+    return max(args.max_source_length, args.max_target_length) + 2
 
 
 def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
     """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
-    training split."""
-    tokenized = datasets.DatasetDict({name: tokenize_pairs(split, tokenizer, args) for name, split in raw.items()})
+    training split. With learned positions, which end there, longer validation and test pairs are truncated."""
+    limit = trained_positions(args) if getattr(args, "position_encoding", None) == "learned" else None
+    tokenized = datasets.DatasetDict({name: tokenize_pairs(split, tokenizer, args, None if name == "train" else limit)
+                                      for name, split in raw.items()})
     tokenized["train"] = tokenized["train"].filter(
         lambda ex: within_length_limits(ex["input_ids"], ex["labels"], args),
         desc="Filtering by length",

@@ -32,8 +32,8 @@ from .checkpoints import (
 )
 from .criterion import label_smoothed_nll_loss, rdrop_kl_sum
 from .data import (BpeDropoutPairs, TokenBatchSampler, drop_words, load_raw_datasets, make_collator,
-                   tokenize_datasets)
-from .metrics import translation_metrics
+                   tokenize_datasets, trained_positions)
+from .metrics import exact_match_by_group, translation_metrics
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
@@ -128,7 +128,7 @@ def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
         norm_position=args.norm_position,
         position_encoding=args.position_encoding,
         share_embeddings=args.share_embeddings,
-        max_position_embeddings=max(args.max_source_length, args.max_target_length) + 2,
+        max_position_embeddings=trained_positions(args),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -140,7 +140,10 @@ def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
 
 
 def generation_config(args, config) -> GenerationConfig:
-    beam = {"length_penalty": args.length_penalty, "early_stopping": True} if args.num_beams > 1 else {}
+    # early_stopping=False (the library's default): beam search ends when no running beam can still beat the finished
+    # ones. With True it ends as soon as num_beams hypotheses have finished, and a confident model's beams finish a
+    # short wrong translation (a dropped word) before the right, longer one ends.
+    beam = {"length_penalty": args.length_penalty, "early_stopping": False} if args.num_beams > 1 else {}
     return GenerationConfig(
         decoder_start_token_id=config.decoder_start_token_id,
         bos_token_id=config.bos_token_id,
@@ -197,7 +200,23 @@ def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerat
     hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, args.eval_batch_size,
                                    **generate_kwargs)
     references = [pair[args.target_lang] for pair in raw_split["translation"]]
-    return translation_metrics(hypotheses, references), hypotheses
+    metrics = translation_metrics(hypotheses, references)
+    if "digits" in raw_split.column_names:  # the embedded task: exact match per magnitude
+        metrics["exact_match_by_digits"] = exact_match_by_group(hypotheses, references, raw_split["digits"])
+    return metrics, hypotheses
+
+
+def summary(split: str, metrics: dict) -> str:
+    """One line of scores. Where exact match is the figure to read (the embedded task, whose one-word outputs leave
+    BLEU's 2- to 4-gram precisions empty), it comes first, with its figure per digit count."""
+    scores = (f"BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
+              f"(lowercased {metrics['chrf_lowercase']})")
+    if "cross_entropy" in metrics:
+        scores += f", cross-entropy {metrics['cross_entropy']} per token"
+    if "exact_match_by_digits" in metrics:
+        by_digits = ", ".join(f"{d} digits {v}%" for d, v in metrics["exact_match_by_digits"].items())
+        return f"{split}: exact match {metrics['exact_match']}% ({by_digits}); {scores}"
+    return f"{split}: {scores}, exact match {metrics['exact_match']}%"
 
 
 @torch.no_grad()
@@ -411,8 +430,7 @@ def train(args) -> dict:
                 metrics.update(reference_cross_entropy(model, tokenizer, raw["validation"], tokenized["validation"],
                                                        args, accelerator))
                 record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
-                accelerator.print(f"step {step}: validation BLEU {metrics['bleu']}, exact {metrics['exact_match']}%, "
-                                  f"cross-entropy {metrics['cross_entropy']}")
+                accelerator.print(f"step {step}: {summary('validation', metrics)}")
             log_metrics(args, accelerator, record)
             if args.save_steps and step % args.save_steps == 0:
                 save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
@@ -479,12 +497,7 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
             metrics, hypotheses = evaluate_split(model, tokenizer, raw[split], tokenized[split], args, accelerator)
         metrics.update(reference_cross_entropy(model, tokenizer, raw[split], tokenized[split], args, accelerator))
         results[split] = metrics
-        accelerator.print(
-            f"{split}: BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
-            f"(lowercased {metrics['chrf_lowercase']}), "
-            f"exact match {metrics['exact_match']}%, cross-entropy {metrics['cross_entropy']} per token  "
-            f"[{metrics['bleu_signature']}]"
-        )
+        accelerator.print(f"{summary(split, metrics)}  [{metrics['bleu_signature']}]")
         if not samples:
             samples = [(pair[args.source_lang], pair[args.target_lang], hyp)
                        for pair, hyp in zip(raw[split]["translation"][: args.show_samples], hypotheses)]

@@ -1,4 +1,5 @@
-"""Translation metrics with sacreBLEU: BLEU and chrF (cased and lowercased), plus exact match."""
+"""Translation metrics with sacreBLEU: BLEU and chrF (cased and lowercased), plus exact match, overall and per group
+(the embedded task groups its numbers by digit count)."""
 
 import sacrebleu
 
@@ -26,3 +27,12 @@ def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[st
         "chrf_signature": str(chrf.get_signature()),
         "chrf_lowercase_signature": str(chrf_lc.get_signature()),
     }
+
+
+def exact_match_by_group(hypotheses: list[str], references: list[str], groups: list) -> dict[str, float]:
+    """Exact match in percent within each group, keyed by the group (as a string, for JSON), in sorted group order."""
+    totals: dict = {}
+    for hypothesis, reference, group in zip(hypotheses, references, groups, strict=True):
+        hits, count = totals.get(group, (0, 0))
+        totals[group] = (hits + (hypothesis.strip() == reference.strip()), count + 1)
+    return {str(group): round(100 * hits / count, 2) for group, (hits, count) in sorted(totals.items())}

@@ -47,28 +47,59 @@ def _prefix(n: int) -> str:
     return "ein" if n == 1 else german(n)
 
 
-def number_pairs(seed: int, size: int, max_number: int, split: str):
-    """Yield translation rows for a deterministic, disjoint split of the numbers [0, max_number)."""
-    numbers = list(range(max_number))
-    random.Random(seed).shuffle(numbers)
-    held_out = min(size, max_number // 10)
-    chosen = {"validation": numbers[:held_out], "test": numbers[held_out : 2 * held_out],
-              "train": numbers[2 * held_out : 2 * held_out + size]}[split]
-    for n in chosen:
-        yield {"translation": {"en": english(n), "de": german(n)}}
+def digit_count(n: int) -> int:
+    return len(str(n))
 
 
-def numbers_dataset(seed: int = 0, train_size: int = 20000, eval_size: int = 500, max_number: int = 100_000):
-    """Train, validation and test splits of number translations, generated with `Dataset.from_generator`.
+def digit_buckets(max_digits: int) -> dict[int, range]:
+    """The numbers with 1, 2, ..., max_digits digits: {1: range(0, 10), 2: range(10, 100), ...}."""
+    return {d: range(0 if d == 1 else 10 ** (d - 1), 10**d) for d in range(1, max_digits + 1)}
+
+
+def split_numbers(seed: int, train_size: int, eval_size: int, max_digits: int) -> dict[str, list[int]]:
+    """Numbers of every magnitude, each digit count about equally represented in every split.
+
+    Each digit count gets an equal share of each split. The held-out splits take, per digit count, up to
+    eval_size / max_digits numbers, but never more than a fifth of that digit count's numbers each (there are only
+    10 one-digit and 90 two-digit numbers); the rest of the digit count is the training pool, drawn without
+    replacement, or cycled through in shuffled passes where the pool is smaller than the share (the short numbers).
+    Zero is never held out: "null" occurs in no other number, so no model could infer it.
+    """
+    rng = random.Random(seed)
+    splits = {"train": [], "validation": [], "test": []}
+    for digits, numbers in digit_buckets(max_digits).items():
+        pool = [n for n in numbers if n != 0]
+        rng.shuffle(pool)
+        held_out = min(eval_size // max_digits, len(numbers) // 5)
+        splits["validation"] += pool[:held_out]
+        splits["test"] += pool[held_out : 2 * held_out]
+        train_pool = pool[2 * held_out :] + ([0] if digits == 1 else [])
+        share = train_size // max_digits
+        drawn = []
+        while len(drawn) < share:
+            rng.shuffle(train_pool)
+            drawn += train_pool[: share - len(drawn)]
+        splits["train"] += drawn
+    for numbers in splits.values():
+        rng.shuffle(numbers)
+    return splits
+
+
+def numbers_dataset(seed: int = 0, train_size: int = 30000, eval_size: int = 600, max_digits: int = 6):
+    """Train, validation and test splits of number translations (0 to 10**max_digits - 1), with a `digits` column
+    (the number's digit count) by which evaluation reports exact match per magnitude.
 
     Validation and test numbers never occur in training; the same seed gives the same splits.
     """
-    sizes = {"train": train_size, "validation": eval_size, "test": eval_size}
+    features = datasets.Features({
+        "translation": datasets.Translation(languages=["en", "de"]),
+        "digits": datasets.Value("int32"),
+    })
+    splits = split_numbers(seed, train_size, eval_size, max_digits)
     return datasets.DatasetDict({
-        split: datasets.Dataset.from_generator(
-            number_pairs,
-            gen_kwargs={"seed": seed, "size": size, "max_number": max_number, "split": split},
-            features=datasets.Features({"translation": datasets.Translation(languages=["en", "de"])}),
-        )
-        for split, size in sizes.items()
+        split: datasets.Dataset.from_dict({
+            "translation": [{"en": english(n), "de": german(n)} for n in numbers],
+            "digits": [digit_count(n) for n in numbers],
+        }, features=features)
+        for split, numbers in splits.items()
     })

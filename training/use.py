@@ -7,7 +7,11 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from ..configuration.configuration_vanilla_transformer import check_tokenizer_matches
+from ..configuration.configuration_vanilla_transformer import (
+    check_tokenizer_matches,
+    position_limit,
+    truncation_warning,
+)
 from .data import DataError, load_raw_datasets, tokenize_pairs
 from .loop import evaluate_split, reference_cross_entropy
 
@@ -38,7 +42,7 @@ def evaluate_command(args) -> int:
         print(f"error: --split {args.split}: the data has splits {sorted(raw)}", file=sys.stderr)
         return 2
     max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
-    tokenized = tokenize_pairs(raw[args.split], tokenizer, args)
+    tokenized = tokenize_pairs(raw[args.split], tokenizer, args, max_length=position_limit(model.config))
     accelerator = Accelerator()
     model = accelerator.prepare(model)
     beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
@@ -55,9 +59,19 @@ def evaluate_command(args) -> int:
 
 @torch.no_grad()
 def translate_sentences(model, tokenizer, sentences: list[str], batch_size: int, num_beams: int, max_length: int):
+    """Translations of `sentences`, `batch_size` at a time, of at most `max_length` tokens. A model with learned
+    positions reads and writes at most max_position_embeddings tokens: a longer sentence is truncated, with a warning
+    on stderr naming it, and translations stop there."""
+    limit = position_limit(model.config)
+    max_length = max_length if limit is None else min(max_length, limit)
     translations = []
     for start in range(0, len(sentences), batch_size):
-        batch = tokenizer(sentences[start : start + batch_size], return_tensors="pt", padding=True)
+        chunk = sentences[start : start + batch_size]
+        if limit is not None:
+            for sentence, ids in zip(chunk, tokenizer(chunk)["input_ids"]):
+                if len(ids) > limit:
+                    print(truncation_warning("warning", sentence, len(ids), limit), file=sys.stderr)
+        batch = tokenizer(chunk, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit)
         generated = model.generate(**batch, num_beams=num_beams, max_new_tokens=max_length)
         translations += [t.strip() for t in tokenizer.batch_decode(generated, skip_special_tokens=True)]
     return translations

@@ -13,8 +13,11 @@ transformers 4 pipeline did). Keyword arguments other than `max_source_length` a
 import transformers.pipelines
 from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.utils import logging
 
-from .configuration import check_tokenizer_matches
+from .configuration import check_tokenizer_matches, position_limit, truncation_warning
+
+logger = logging.get_logger(__name__)
 
 
 class TranslationPipeline(Pipeline):
@@ -42,6 +45,14 @@ class TranslationPipeline(Pipeline):
         return results
 
     def preprocess(self, text: str, max_source_length: int | None = None):
+        """The tokenised source, cut to `max_source_length` tokens if given, and to the model's learned positions
+        (`position_limit`) with a warning naming the sentence: the model could not read more."""
+        limit = position_limit(self.model.config)
+        if limit is not None and (max_source_length is None or max_source_length > limit):
+            length = len(self.tokenizer(text)["input_ids"])
+            if length > limit:
+                logger.warning(truncation_warning("translation pipeline", text, length, limit))
+            max_source_length = limit
         return self.tokenizer(text, return_tensors="pt", truncation=max_source_length is not None,
                               max_length=max_source_length)
 

@@ -139,8 +139,11 @@ def test_bad_inputs_raise_value_errors():
         model(input_ids=src, decoder_input_ids=torch.full((2, 3), -3))
     with pytest.raises(ValueError, match="batch size 3"):
         model(input_ids=src, attention_mask=torch.ones(3, 5), decoder_input_ids=tgt)
-    with pytest.raises(ValueError, match="max_position_embeddings=64"):
-        model(input_ids=torch.randint(3, 50, (1, 65)), decoder_input_ids=tgt[:1])
+    learned = tiny_model(position_encoding="learned")  # learned positions end at their table; the sinusoids never do
+    with pytest.raises(ValueError, match="reaches position 65, beyond max_position_embeddings=64"):
+        learned(input_ids=torch.randint(3, 50, (1, 65)), decoder_input_ids=tgt[:1])
+    with pytest.raises(ValueError, match="reaches position 65, beyond max_position_embeddings=64"):
+        learned(input_ids=src[:1], decoder_input_ids=torch.randint(3, 50, (1, 65)))
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])

@@ -1,13 +1,18 @@
 """Incremental decoding with the library's cache objects and every generation strategy."""
 
+import warnings
+
 import pytest
 import torch
-from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, StaticCache
+from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, MarianConfig, MarianMTModel, StaticCache
 
 from tests.conftest import tiny_model
 from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
 
+RENAMED = CACHE_FIELD == "cache"  # transformers 5.24 renamed the cache argument `past_key_values` to `cache`
 
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 @pytest.mark.parametrize("argument", ["cache", "past_key_values"])
 def test_the_cache_is_taken_under_either_name(argument):
     # transformers 5.24 passes the cache as `cache=`; earlier releases, and older user code, as `past_key_values=`
@@ -20,8 +25,62 @@ def test_the_cache_is_taken_under_either_name(argument):
         last = model(input_ids=src, decoder_input_ids=tgt[:, 3:], use_cache=True, **{argument: cache}).logits
     assert cache.get_seq_length() == 4  # the second call added its token to the cache it was given
     torch.testing.assert_close(last, full[:, 3:], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="not both"):
-        model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache, past_key_values=cache)
+
+
+def cache_warnings(call) -> list[str]:
+    """The messages of the warnings `call()` emits that name the cache argument."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [str(w.message) for w in caught if "past_key_values" in str(w.message) or "`cache`" in str(w.message)]
+
+
+def test_past_key_values_is_deprecated_exactly_as_for_the_librarys_own_models():
+    if not RENAMED:
+        pytest.skip("the installed transformers still names the cache `past_key_values`: nothing is deprecated")
+    torch.manual_seed(0)
+    marian = MarianMTModel(MarianConfig(
+        vocab_size=20, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=16,
+        pad_token_id=0, decoder_start_token_id=0)).eval()
+    model = tiny_model()
+    src, tgt = torch.randint(3, 20, (2, 5)), torch.randint(3, 20, (2, 4))
+    with torch.no_grad():
+        cache = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True).cache
+        (expected,) = cache_warnings(lambda: marian(input_ids=src, decoder_input_ids=tgt, past_key_values=None))
+        assert cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], past_key_values=cache)) == [
+            expected.replace("MarianMTModel", "VanillaTransformerForConditionalGeneration")]
+        assert cache.get_seq_length() == 4  # the cache passed under the old name was used and grown
+        # the base model too; the decoder inside is passed `cache`, so one call warns once
+        assert cache_warnings(lambda: model.model(input_ids=src, decoder_input_ids=tgt, past_key_values=None)) == [
+            expected.replace("MarianMTModel", "VanillaTransformerModel")]
+        assert cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt, cache=None)) == []
+        # both names: the library's rule, `cache` wins and the old name is dropped with a warning
+        both = cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache,
+                                            past_key_values=None))
+        assert len(both) == 1 and both[0].startswith("Both `past_key_values` and `cache` are set")
+        assert cache.get_seq_length() == 5
+
+
+def test_before_the_rename_past_key_values_is_the_librarys_own_name_and_warns_nothing():
+    if RENAMED:
+        pytest.skip("the installed transformers names the cache `cache`")
+    model = tiny_model()
+    src, tgt = torch.randint(3, 50, (2, 5)), torch.randint(3, 50, (2, 4))
+    with torch.no_grad():
+        cache = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True).past_key_values
+        assert cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], past_key_values=cache)) == []
+        assert cache.get_seq_length() == 4
+        with pytest.raises(ValueError, match="not both"):
+            model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache, past_key_values=cache)
+
+
+@pytest.mark.parametrize("settings", [dict(num_beams=1), dict(num_beams=3), dict(cache_implementation="static")])
+def test_generate_warns_nothing_about_the_cache_argument(settings):
+    # generate() passes the cache under the installed library's name: `cache` from 5.24, `past_key_values` before
+    model = tiny_model()
+    src = torch.randint(3, 50, (2, 6))
+    assert cache_warnings(lambda: model.generate(input_ids=src, max_new_tokens=5, do_sample=False, **settings)) == []
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
@@ -40,9 +99,9 @@ def test_incremental_decoding_with_cache_equals_full_forward(implementation):
         for t in range(tgt.shape[1]):
             out = model(
                 encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1],
-                past_key_values=cache, use_cache=True,
+                cache=cache, use_cache=True,
             )
-            cache = out.past_key_values
+            cache = out[CACHE_FIELD]
             steps.append(out.logits)
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.get_seq_length() == tgt.shape[1]
@@ -58,7 +117,7 @@ def test_chunked_decoding_with_cache_equals_full_forward():
     with torch.no_grad():
         full = model(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
         first = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True)
-        second = model(input_ids=src, decoder_input_ids=tgt[:, 3:], past_key_values=first.past_key_values)
+        second = model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=first[CACHE_FIELD])
     torch.testing.assert_close(torch.cat([first.logits, second.logits], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -115,7 +174,7 @@ def test_beam_reordering_moves_self_attention_states_and_leaves_cross_attention_
     expanded = src.repeat_interleave(beams, dim=0)  # as generate() expands each source over its beams
     with torch.no_grad():
         out = model(input_ids=expanded, decoder_input_ids=torch.randint(3, 50, (6, 4)), use_cache=True)
-    cache = out.past_key_values
+    cache = out[CACHE_FIELD]
     self_keys = cache.self_attention_cache.layers[0].keys.clone()
     cross_keys = cache.cross_attention_cache.layers[0].keys
     # each new beam continues a beam of the same source: rows 0-2 come from 0-2, rows 3-5 from 3-5
@@ -141,10 +200,10 @@ def test_incremental_decoding_with_a_static_cache_equals_full_forward(implementa
         encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
         cache = EncoderDecoderCache(StaticCache(model.config, max_cache_len=10), StaticCache(model.config, 7))
         steps = [model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :2],
-                       past_key_values=cache).logits]  # a prefill of two positions, then one at a time
+                       cache=cache).logits]  # a prefill of two positions, then one at a time
         for t in range(2, tgt.shape[1]):
             steps.append(model(encoder_outputs=encoder_outputs, attention_mask=mask,
-                               decoder_input_ids=tgt[:, t : t + 1], past_key_values=cache).logits)
+                               decoder_input_ids=tgt[:, t : t + 1], cache=cache).logits)
     assert int(cache.get_seq_length()) == tgt.shape[1]
     assert cache.self_attention_cache.layers[2].keys.shape[2] == 10
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)

@@ -2,6 +2,7 @@
 tied and resized embeddings, gradient checkpointing."""
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.utils import logging as hf_logging
 
 from tests.conftest import tiny_config, tiny_model
 from vanilla_transformer import (
@@ -81,6 +83,43 @@ def test_embeddings_are_shared_and_tied():
         id(separate.lm_head.weight),
     }
     assert len(weights) == 3
+
+
+@pytest.fixture
+def transformers_log(caplog):
+    """The records transformers logs at WARNING and above (its loggers do not propagate to pytest's by default)."""
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("transformers")]
+    finally:
+        hf_logging.disable_propagation()
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("model_class", [VanillaTransformerModel, VanillaTransformerForConditionalGeneration])
+def test_a_saved_model_reloads_with_no_missing_unexpected_or_ignored_keys(tmp_path, transformers_log, model_class,
+                                                                          share):
+    torch.manual_seed(0)
+    model = model_class(tiny_config(share_embeddings=share)).eval()
+    model.save_pretrained(tmp_path)
+    loaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert info == {"missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set(), "error_msgs": []}
+    assert transformers_log() == []  # no load report, no word about tied or ignored weights
+    # what is saved is each distinct weight once, under the name the tie declaration reads from
+    saved = set(load_file(tmp_path / "model.safetensors"))
+    assert saved == set(model.state_dict()) - set(model.all_tied_weights_keys)
+    prefix = "model." if model_class is VanillaTransformerForConditionalGeneration else ""
+    assert (f"{prefix}shared.weight" in saved) == share  # a real parameter, written and read back
+    base = loaded.model if prefix else loaded
+    embeddings = [base.encoder.get_input_embeddings().weight, base.decoder.get_input_embeddings().weight]
+    if prefix:
+        embeddings.append(loaded.lm_head.weight)
+    assert len({id(weight) for weight in embeddings}) == (1 if share else len(embeddings))
+    if share:
+        assert embeddings[0] is base.shared.weight
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -109,6 +109,8 @@ def test_trained_folder_loads_in_a_process_that_cannot_import_the_package(traine
     assert remote["tokens"] == expected
     assert remote["tokens_again"] == expected  # a remote-code model saves a self-contained folder too
     assert set(hub.CODE_FILES) <= set(os.listdir(tmp_path / "copy"))
+    # the remote-code model carries the run's card into the folder it saves, as the package's model does
+    assert (tmp_path / "copy" / "README.md").read_bytes() == (trained_folder / "README.md").read_bytes()
 
 
 def test_trained_folder_model_card_has_hub_metadata(trained_folder):
@@ -126,6 +128,57 @@ def test_trained_folder_model_card_has_hub_metadata(trained_folder):
         assert by_name[(split, "chrF")] == results[split]["chrf"]
     assert results["test"]["bleu_signature"] in card.text
     assert "Attention Is All You Need" in card.text and "trust_remote_code=True" in card.text
+
+
+def scores(card: ModelCard) -> dict:
+    return {(r.dataset_split, r.metric_name): r.metric_value for r in card.data.eval_results or []}
+
+
+def test_a_model_loaded_from_a_run_folder_saves_the_runs_card(trained_folder, tmp_path):
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder)
+    model.save_pretrained(tmp_path / "copy")
+    assert (tmp_path / "copy" / "README.md").read_bytes() == (trained_folder / "README.md").read_bytes()
+    results = json.loads((trained_folder / "eval_results.json").read_text())
+    card = ModelCard.load(tmp_path / "copy" / "README.md")
+    assert scores(card)[("test", "BLEU")] == results["test"]["bleu"]
+    assert "# model" in card.text and "Not evaluated" not in card.text
+    assert "README" not in (tmp_path / "copy" / "config.json").read_text()  # the card is not config
+    # the copy has the card too, so a model loaded from it passes the card on again
+    again, info = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "copy", output_loading_info=True)
+    assert not info["missing_keys"]
+    again.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / "README.md").read_bytes() == (trained_folder / "README.md").read_bytes()
+
+
+def test_a_model_loaded_from_the_hub_cache_saves_the_repositorys_card(trained_folder, tmp_path):
+    # the layout huggingface_hub downloads into: the files of a revision under snapshots/, the branch under refs/
+    repo = tmp_path / "cache" / "models--someone--numbers"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in os.listdir(trained_folder):
+        if (trained_folder / name).is_file():
+            (snapshot / name).write_bytes((trained_folder / name).read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    model = AutoModelForSeq2SeqLM.from_pretrained("someone/numbers", cache_dir=tmp_path / "cache")
+    model.save_pretrained(tmp_path / "copy")
+    assert (tmp_path / "copy" / "README.md").read_bytes() == (trained_folder / "README.md").read_bytes()
+
+
+def test_a_model_without_a_card_gets_the_generic_card(tmp_path):
+    tiny_model().save_pretrained(tmp_path / "made")
+    generic = ModelCard.load(tmp_path / "made" / "README.md")
+    assert "Not evaluated" in generic.text and scores(generic) == {}
+    (tmp_path / "made" / "README.md").unlink()
+    AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "made").save_pretrained(tmp_path / "copy")
+    copied = ModelCard.load(tmp_path / "copy" / "README.md")
+    assert "Not evaluated" in copied.text and scores(copied) == {}
+
+
+def test_save_pretrained_keeps_an_existing_card_over_the_loaded_one(trained_folder, tmp_path):
+    (tmp_path / "README.md").write_text("my own card\n")
+    AutoModelForSeq2SeqLM.from_pretrained(trained_folder).save_pretrained(tmp_path)
+    assert (tmp_path / "README.md").read_text() == "my own card\n"
 
 
 class HubCalls:
@@ -179,9 +232,23 @@ def test_model_push_to_hub_uploads_the_self_contained_folder(monkeypatch, tmp_pa
         assert torch.equal(tensor, state[name]), name
     (tmp_path / "README.md").write_bytes(files["README.md"])
     assert "numbers" in ModelCard.load(tmp_path / "README.md").data.tags
+    assert "Not evaluated" in ModelCard.load(tmp_path / "README.md").text  # a model made from a config: generic card
     model.save_pretrained(tmp_path / "local")
     for name in hub.CODE_FILES:
         assert files[name] == (tmp_path / "local" / name).read_bytes()
+
+
+def test_push_to_hub_of_a_loaded_run_uploads_the_runs_card(monkeypatch, trained_folder, tmp_path):
+    calls = HubCalls(monkeypatch)
+    AutoModelForSeq2SeqLM.from_pretrained(trained_folder).push_to_hub("someone/numbers", tags=["numbers"])
+    (commit,) = calls.commits
+    (tmp_path / "README.md").write_bytes(commit["files"]["README.md"])
+    uploaded, run = ModelCard.load(tmp_path / "README.md"), ModelCard.load(trained_folder / "README.md")
+    assert scores(uploaded) == scores(run) and ("test", "BLEU") in scores(uploaded)
+    assert uploaded.text == run.text
+    assert uploaded.data.tags == run.data.tags + ["numbers"]
+    AutoModelForSeq2SeqLM.from_pretrained(trained_folder).push_to_hub("someone/numbers-untagged")
+    assert calls.commits[-1]["files"]["README.md"] == (trained_folder / "README.md").read_bytes()
 
 
 def test_tokenizer_push_to_hub_uploads_the_tokenizer_files(monkeypatch, trained_folder):

@@ -1,5 +1,8 @@
 import argparse
+import collections
+import json
 
+import datasets
 import pandas as pd
 import pytest
 import torch
@@ -15,7 +18,7 @@ from vanilla_transformer.training.data import (
     load_raw_datasets,
     tokenize_datasets,
 )
-from vanilla_transformer.training.numbers import english, german, numbers_dataset
+from vanilla_transformer.training.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
 from vanilla_transformer.training.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
 from .conftest import pairs, write_jsonl
@@ -37,28 +40,101 @@ def test_embedded_task_is_deterministic_and_held_out():
     assert not train & {p["en"] for p in a["validation"]["translation"]}
     assert (english(42), german(42)) == ("forty-two", "zweiundvierzig")
     assert german(1234) == "eintausendzweihundertvierunddreißig"
+    assert (english(999_999), german(300_105)) == ("nine hundred ninety-nine thousand nine hundred ninety-nine",
+                                                   "dreihunderttausendeinhundertfünf")
+
+
+def test_embedded_task_covers_every_digit_count_equally():
+    raw = numbers_dataset(seed=0, train_size=6000, eval_size=600)
+    train = collections.Counter(raw["train"]["digits"])
+    assert train == {digits: 1000 for digits in range(1, 7)}  # the short numbers are repeated to their share
+    for split in ("validation", "test"):
+        held_out = collections.Counter(raw[split]["digits"])
+        # 100 of each digit count, but at most a fifth of the 10 one-digit and 90 two-digit numbers
+        assert held_out == {1: 2, 2: 18, 3: 100, 4: 100, 5: 100, 6: 100}
+    for row in raw["test"]:
+        assert len(str(english_to_number(row["translation"]["en"]))) == row["digits"]
+    seen = {row["translation"]["en"] for row in raw["train"]}
+    assert "zero" in seen  # "null" occurs in no other number, so it is never held out
+    assert len({row["translation"]["en"] for row in raw["train"] if row["digits"] == 6}) == 1000  # no repeats
+
+
+def english_to_number(words: str) -> int:
+    """The inverse of `english`, to check the digit counts independently of how the task computes them."""
+    values = {w: i for i, w in enumerate(EN_ONES)} | {w: 10 * i for i, w in enumerate(EN_TENS) if w}
+    total, current = 0, 0
+    for word in words.replace("-", " ").split():
+        if word == "hundred":
+            current *= 100
+        elif word == "thousand":
+            total, current = (total + current) * 1000, 0
+        else:
+            current += values[word]
+    return total + current
+
+
+def write_pairs(path, rows, layout: str):
+    """`rows` in a file of the kind its name ends with, in the translation layout (in CSV a JSON object per cell) or
+    one column per language, with an extra column a file might carry."""
+    if path.suffix == ".jsonl" and layout == "translation":
+        return write_jsonl(path, rows)
+    if layout == "translation":
+        cells = [r["translation"] for r in rows]
+        frame = pd.DataFrame({"translation": [json.dumps(c) for c in cells] if path.suffix == ".csv" else cells})
+    else:
+        frame = pd.DataFrame({"id": range(len(rows)), "de": [r["translation"]["de"] for r in rows],
+                              "en": [r["translation"]["en"] for r in rows]})
+    if path.suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True, force_ascii=False)
+    elif path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+    return path
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
-def test_local_files_of_each_kind_load(tmp_path, kind):
+@pytest.mark.parametrize("layout", ["translation", "per-language"])
+def test_local_files_of_each_kind_load_in_either_layout(tmp_path, kind, layout):
     rows = pairs(range(10, 30))
-    if kind == "jsonl":
-        path = write_jsonl(tmp_path / "train.jsonl", rows)
-    else:
-        frame = pd.DataFrame({"translation": [r["translation"] for r in rows]})
-        path = tmp_path / f"train.{kind}"
-        if kind == "csv":
-            import json
-            frame = pd.DataFrame({"translation": [json.dumps(r["translation"]) for r in rows]})
-            frame.to_csv(path, index=False)
-        else:
-            frame.to_parquet(path)
-    if kind == "csv":  # CSV has no nested columns: the loader must name the problem
-        with pytest.raises(DataError, match="row 0"):
-            load_raw_datasets(data_args(train_file=str(path)))
-        return
+    path = write_pairs(tmp_path / f"train.{kind}", rows, layout)
     raw = load_raw_datasets(data_args(train_file=str(path)))
     assert raw["train"]["translation"] == [r["translation"] for r in rows]
+    assert raw["train"].num_rows == len(rows)
+
+
+def test_per_language_columns_follow_the_language_flags(tmp_path):
+    frame = pd.DataFrame({"de": ["eins", "zwei"], "en": ["one", "two"], "fr": ["un", "deux"]})
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    raw = load_raw_datasets(data_args(train_file=str(tmp_path / "train.csv"), source_lang="fr", target_lang="en"))
+    assert raw["train"]["translation"] == [{"fr": "un", "en": "one"}, {"fr": "deux", "en": "two"}]
+    assert raw["train"].features["translation"] == datasets.Translation(languages=["fr", "en"])
+    assert "de" in raw["train"].column_names  # other columns stay; tokenising drops them
+
+
+def test_a_file_in_neither_layout_names_the_flag_the_columns_and_both_layouts(tmp_path):
+    pd.DataFrame({"en": ["one", "two"], "deutsch": ["eins", "zwei"]}).to_csv(tmp_path / "val.csv", index=False)
+    with pytest.raises(DataError) as error:
+        load_raw_datasets(data_args(train_file=str(write_jsonl(tmp_path / "train.jsonl", pairs(range(3)))),
+                                    validation_file=str(tmp_path / "val.csv")))
+    message = str(error.value)
+    assert message.startswith(f"--validation-file {tmp_path / 'val.csv'}: found columns ['en', 'deutsch']")
+    assert "a 'translation' column" in message and "one column per language, 'en' and 'de'" in message
+    assert message.endswith("no 'de' column.")
+
+
+def test_missing_cells_and_undecodable_translation_cells_are_named(tmp_path):
+    pd.DataFrame({"en": ["one", "two", "three"], "de": ["eins", None, "drei"]}).to_csv(tmp_path / "a.csv", index=False)
+    with pytest.raises(DataError, match=r"split 'train', row 1: no 'de' text \(--target-lang\); the row holds "):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "a.csv")))
+    cells = [json.dumps({"en": "one", "de": "eins"}), "{'en': 'two'}"]
+    pd.DataFrame({"translation": cells}).to_csv(tmp_path / "b.csv", index=False)
+    with pytest.raises(DataError, match=r"--train-file .*b.csv, row 1: the 'translation' cell .* is not a JSON "):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "b.csv")))
+    cells[1] = json.dumps({"en": ["two"], "de": "zwei"})
+    pd.DataFrame({"translation": cells}).to_csv(tmp_path / "c.csv", index=False)
+    with pytest.raises(DataError, match=r"c.csv, row 1: the 'translation' cell .* is not a JSON object of texts"):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "c.csv")))
 
 
 def test_missing_empty_and_undecodable_files_are_named(tmp_path):
@@ -112,7 +188,7 @@ def test_token_batches_respect_max_tokens_and_cover_every_pair():
 
 
 def test_tokenizer_trains_saves_and_loads(tmp_path):
-    raw = numbers_dataset(seed=0, train_size=500, eval_size=10, max_number=1000)
+    raw = numbers_dataset(seed=0, train_size=500, eval_size=10, max_digits=3)
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=150)
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
         0, 1, 2, 3)
@@ -152,7 +228,7 @@ def test_punctuation_stands_alone_and_decoding_restores_the_text():
 
 
 def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
-    raw = numbers_dataset(seed=0, train_size=300, eval_size=10, max_number=1000)
+    raw = numbers_dataset(seed=0, train_size=300, eval_size=10, max_digits=3)
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
     args = data_args(max_source_length=64, max_target_length=64)
     pairs_ = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)

@@ -53,7 +53,7 @@ from vanilla_transformer.training.numbers import numbers_dataset
 from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
 
 accelerator = Accelerator(cpu=True)
-raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_number=1000)
+raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)
 tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
 args = argparse.Namespace(source_lang="en", target_lang="de", max_source_length=64, max_target_length=64)
 pairs = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)

@@ -51,6 +51,23 @@ def test_train_on_files_leaves_a_loadable_model_folder(tmp_path, data_files, cap
     assert [os.path.basename(p) for p in list_checkpoints(str(out))] == ["checkpoint-3", "checkpoint-6"]
 
 
+def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
+    from vanilla_transformer.training.numbers import english, german
+
+    files = {}
+    for split, numbers in {"train": range(100, 200), "validation": range(20, 26), "test": range(40, 46)}.items():
+        files[split] = tmp_path / f"{split}.csv"
+        files[split].write_text("de,en\n" + "".join(f"{german(n)},{english(n)}\n" for n in numbers), encoding="utf-8")
+    out = tmp_path / "run"
+    code = main(["train", *data_flags(files), "--output-dir", str(out), "--max-steps", "2", "--save-steps", "0",
+                 "--eval-steps", "0", *TINY_MODEL_FLAGS])
+    assert code == 0
+    results = json.loads((out / "eval_results.json").read_text())
+    assert {"validation", "test"} <= results.keys() and "bleu" in results["test"]
+    printed = capsys.readouterr().out  # a sample: the first validation pair, each side from its own column
+    assert "  twenty\n    -> " in printed and "(reference: zwanzig)" in printed
+
+
 def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
     common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2",
               *TINY_MODEL_FLAGS]

@@ -8,9 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from tests.conftest import long_sentence
 from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.numbers import german
 
-from .conftest import TINY_MODEL_FLAGS, data_flags
+from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
 
 def read_pairs(path):
@@ -64,3 +66,58 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file),
                  "--split", "validation"]) == 2
     assert "--split validation" in capsys.readouterr().err
+
+
+def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder, capsys):
+    sentence = long_sentence()
+    assert len(AutoTokenizer.from_pretrained(trained_folder)(sentence)["input_ids"]) >= 200
+    assert AutoModelForSeq2SeqLM.from_pretrained(trained_folder).config.max_position_embeddings == 18
+    assert main(["translate", "--model", str(trained_folder), "--num-beams", "2", "--max-length", "40", sentence,
+                 "forty-two"]) == 0  # sinusoidal positions (§3.5): no limit
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2
+    assert "warning" not in captured.err
+
+
+def test_translate_truncates_a_sentence_longer_than_the_learned_positions_and_names_it(learned_folder, capsys):
+    sentence = long_sentence()
+    tokenizer = AutoTokenizer.from_pretrained(learned_folder)
+    length = len(tokenizer(sentence)["input_ids"])
+    assert main(["translate", "--model", str(learned_folder), "--num-beams", "2", sentence, "forty-two"]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning")]
+    assert warnings == [f"warning: '{sentence[:57]}...' has {length} tokens, more than the model's "
+                        f"max_position_embeddings=18 learned positions; truncated to 18 tokens."]
+    # what it translated: the sentence's first 18 tokens, the last of them end-of-sentence
+    model = AutoModelForSeq2SeqLM.from_pretrained(learned_folder).eval()
+    truncated = tokenizer([sentence], truncation=True, max_length=18, return_tensors="pt")
+    assert truncated["input_ids"][0, -1] == tokenizer.eos_token_id
+    generated = model.generate(**truncated, num_beams=2, max_new_tokens=18)  # as far as its positions go
+    expected = tokenizer.decode(generated[0], skip_special_tokens=True).strip()
+    assert captured.out.splitlines()[0] == expected and len(captured.out.splitlines()) == 2
+
+
+def test_evaluate_truncates_pairs_longer_than_the_learned_positions_and_names_them(learned_folder, tmp_path, capsys):
+    reference = " ".join(german(100 + (i * 37) % 300) for i in range(66))
+    test_file = write_jsonl(tmp_path / "test.jsonl",
+                            pairs(range(40, 44)) + [{"translation": {"en": long_sentence(), "de": reference}}])
+    out = tmp_path / "scores.json"
+    assert main(["evaluate", "--model", str(learned_folder), "--test-file", str(test_file), "--split", "test",
+                 "--num-beams", "2", "--output", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert [w.split(":")[1] for w in warnings] == [" pair 5, source", " pair 5, reference"]
+    assert all("max_position_embeddings=18 learned positions; truncated to 18 tokens" in w for w in warnings)
+    assert math.isfinite(json.loads(out.read_text())["cross_entropy"])
+
+
+def test_learned_positions_evaluate_a_validation_pair_longer_than_training_allows(tmp_path, data_files, capsys):
+    # validation and test pairs are not length-filtered: with learned positions, a longer one is truncated, not fatal
+    long_pair = {"translation": {"en": long_sentence(60), "de": " ".join(german(100 + i) for i in range(20))}}
+    write_jsonl(data_files["validation"], pairs(range(20, 24)) + [long_pair])
+    out = tmp_path / "run"
+    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2",
+                 "--save-steps", "0", "--position-encoding", "learned", *TINY_MODEL_FLAGS]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: pair 5")]
+    assert [w.split(":")[1] for w in warnings] == [" pair 5, source", " pair 5, reference"]
+    assert "max_position_embeddings=18 learned positions" in warnings[0]
+    assert math.isfinite(json.loads((out / "eval_results.json").read_text())["validation"]["cross_entropy"])

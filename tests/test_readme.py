@@ -1,0 +1,107 @@
+"""The README is a tested document.
+
+Its first command trains the embedded-task model exactly as a new user would, once for this module, in a fresh
+process and a fresh folder. Then every README example that shows an output (a bash or python block followed directly
+by a ```text block) runs against that model and must print exactly that output.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.json"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+CLI = [sys.executable, "-m", "vanilla_transformer.training.cli"]  # `vanilla-transformer`, in this Python
+
+
+def examples_with_output(text: str) -> list[tuple[str, str, str]]:
+    """(language, code, expected output) of every bash or python block that a text block directly follows."""
+    blocks = list(FENCE.finditer(text))
+    return [(code.group(1), code.group(2), output.group(2))
+            for code, output in zip(blocks, blocks[1:])
+            if code.group(1) in ("bash", "python") and output.group(1) == "text"
+            and not text[code.end():output.start()].strip()]
+
+
+def first_command() -> str:
+    """The training part of the README's first command (the part after the installs)."""
+    block = next(m.group(2) for m in FENCE.finditer(README) if m.group(1) == "bash")
+    return block.strip().split("&&")[-1].strip()
+
+
+def argv(command: str) -> list[str]:
+    words = shlex.split(command.replace("\\\n", " "))
+    return CLI + words[1:] if words[0] == "vanilla-transformer" else words
+
+
+def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> Path:
+    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de."""
+    folder = tmp_path_factory.mktemp("readme")
+    done = run(argv(first_command()), folder, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+EXAMPLES = examples_with_output(README)
+
+
+def test_the_first_command_trains_the_embedded_task_with_defaults():
+    assert README.index(first_command()) < README.index("## Run the tests")
+    assert first_command() == "vanilla-transformer train"
+
+
+def test_the_readme_shows_outputs_for_the_examples_a_user_pastes_first():
+    codes = "\n".join(code for _, code, _ in EXAMPLES)
+    for needle in ("vanilla-transformer translate --model runs/numbers-en-de", 'pipeline("translation"',
+                   'AutoModelForSeq2SeqLM.from_pretrained("runs/numbers-en-de")', "trust_remote_code=True",
+                   "vanilla-transformer attention"):
+        assert needle in codes, f"no README example with a shown output uses {needle}"
+
+
+@pytest.mark.parametrize("language, code, expected", EXAMPLES,
+                         ids=[code.strip().splitlines()[-1][:60] for _, code, _ in EXAMPLES])
+def test_readme_example_prints_what_the_readme_shows(first_run, language, code, expected):
+    done = run(argv(code.strip()) if language == "bash" else [sys.executable, "-c", code], first_run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == expected.strip()
+
+
+def test_the_first_run_meets_the_exact_match_target_at_every_digit_count(first_run):
+    results = json.loads((first_run / "runs" / "numbers-en-de" / "eval_results.json").read_text())
+    by_digits = results["test"]["exact_match_by_digits"]
+    assert sorted(by_digits) == ["1", "2", "3", "4", "5", "6"]
+    assert min(by_digits.values()) >= 98.0, by_digits
+
+
+def test_the_readme_table_is_the_recorded_run():
+    recorded = json.loads(RECORDED_RUN.read_text())
+    for split in ("validation", "test"):
+        row = f"| {split} | {recorded[split]['exact_match']}% | " + " | ".join(
+            f"{value}%" for value in recorded[split]["exact_match_by_digits"].values()) + " |"
+        assert row in README, row
+
+
+def test_the_first_run_translates_a_200_token_input(first_run):
+    from transformers import AutoTokenizer
+
+    sentence = " ".join(["nine hundred ninety-nine thousand"] * 40)
+    tokenizer = AutoTokenizer.from_pretrained(first_run / "runs" / "numbers-en-de")
+    assert len(tokenizer(sentence)["input_ids"]) >= 200  # many times the longest sentence it was trained on
+    done = run(CLI + ["translate", "--model", "runs/numbers-en-de", "--num-beams", "1", "--max-length", "40",
+                      sentence], first_run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() and "Traceback" not in done.stderr
