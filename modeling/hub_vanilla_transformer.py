@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+import torch
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
 from transformers.utils import cached_file
 
@@ -75,6 +76,24 @@ def find_model_card(path_or_repo_id, hub_arguments: dict) -> str | None:
             return handle.read()
     except (OSError, ValueError):
         return None
+
+
+def weights_fingerprint(model) -> list[tuple[float, float]] | None:
+    """A cheap summary of a model's weights, the sum and the sum of squares of each parameter, by which
+    `card_for_saving` tells whether the model was changed (fine-tuned) after it was loaded with its card."""
+    if any(p.device.type == "meta" for p in model.parameters()):
+        return None
+    with torch.no_grad():
+        return [(float(p.double().sum()), float(p.double().square().sum())) for p in model.parameters()]
+
+
+def card_for_saving(model) -> str | None:
+    """The card the model was loaded with, as long as its weights are still those it was loaded with: the measured
+    scores of a card describe those weights only, so a model trained further gets the generic card instead."""
+    card = getattr(model, "_model_card_text", None)
+    if card is None or weights_fingerprint(model) != getattr(model, "_model_card_weights", None):
+        return None
+    return card
 
 
 def write_model_card(folder: str, card_text: str | None, config, num_parameters: int) -> None:
@@ -189,8 +208,11 @@ def model_card(
     for split, metrics in (results or {}).items():
         if not isinstance(metrics, dict) or "bleu" not in metrics:
             continue
-        for metric_type, key, name in (("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
-                                       ("chrf", "chrf", "chrF"), ("chrf", "chrf_lowercase", "chrF (lowercased)")):
+        # where exact match is the figure to read (the embedded number task), it leads
+        leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
+        for metric_type, key, name in leading + (
+                ("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
+                ("chrf", "chrf", "chrF"), ("chrf", "chrf_lowercase", "chrF (lowercased)")):
             if key not in metrics:
                 continue
             eval_results.append(EvalResult(
@@ -219,6 +241,9 @@ def model_card(
                       "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
                       "|---|---|---|---|---|---|---|\n"
                       + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
+                      + "".join(f"\n\nExact match % on {split} by digit count: " + ", ".join(
+                          f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
+                          for split, m in results.items() if isinstance(m, dict) and "exact_match_by_digits" in m)
                       + "\n\nPerplexity: of the reference translations, per target token, with dropout off.")
     else:
         evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."

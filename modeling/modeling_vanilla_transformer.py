@@ -42,7 +42,15 @@ from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdyn
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig, position_limit
-from .hub_vanilla_transformer import AUTO_MAP, find_model_card, upload_folder, write_code_files, write_model_card
+from .hub_vanilla_transformer import (
+    AUTO_MAP,
+    card_for_saving,
+    find_model_card,
+    upload_folder,
+    weights_fingerprint,
+    write_code_files,
+    write_model_card,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -498,6 +506,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     # The README.md model card of the folder or Hub repository the model was loaded from (not part of config.json):
     # save_pretrained and push_to_hub carry it on, so a trained model keeps its card with its measured scores.
     _model_card_text: str | None = None
+    _model_card_weights: list | None = None  # the weights the card describes (see `card_for_saving`)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, use_safetensors: bool | None = True, **kwargs):
@@ -528,6 +537,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                                "to re-initialise those weights).") from error
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) on request
         model._model_card_text = find_model_card(pretrained_model_name_or_path, kwargs)
+        model._model_card_weights = weights_fingerprint(model) if model._model_card_text is not None else None
         return loaded
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
@@ -540,7 +550,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         if not kwargs.get("is_main_process", True):
             return
         write_code_files(save_directory, self.config, __file__)
-        write_model_card(save_directory, self._model_card_text, self.config, self.num_parameters())
+        write_model_card(save_directory, card_for_saving(self), self.config, self.num_parameters())
         if push_to_hub:
             repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
             upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))

@@ -53,6 +53,7 @@ def first_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("readme")
     done = run(argv(first_command()), folder, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
     return folder
 
 
@@ -85,6 +86,16 @@ def test_the_first_run_meets_the_exact_match_target_at_every_digit_count(first_r
     by_digits = results["test"]["exact_match_by_digits"]
     assert sorted(by_digits) == ["1", "2", "3", "4", "5", "6"]
     assert min(by_digits.values()) >= 98.0, by_digits
+
+
+def test_the_first_run_prints_exact_match_first_and_per_digit_count(first_run):
+    printed = (first_run / "train_output.txt").read_text(encoding="utf-8")
+    results = json.loads((first_run / "runs" / "numbers-en-de" / "eval_results.json").read_text())
+    for split in ("validation", "test"):
+        by_digits = ", ".join(f"{d} digits {v}%" for d, v in results[split]["exact_match_by_digits"].items())
+        line = f"{split}: exact match {results[split]['exact_match']}% ({by_digits}); BLEU"
+        assert re.search("^" + re.escape(line), printed, re.MULTILINE), line
+        assert list(results[split])[:2] == ["exact_match", "exact_match_by_digits"]
 
 
 def test_the_readme_table_is_the_recorded_run():

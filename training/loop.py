@@ -201,8 +201,9 @@ def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerat
                                    **generate_kwargs)
     references = [pair[args.target_lang] for pair in raw_split["translation"]]
     metrics = translation_metrics(hypotheses, references)
-    if "digits" in raw_split.column_names:  # the embedded task: exact match per magnitude
-        metrics["exact_match_by_digits"] = exact_match_by_group(hypotheses, references, raw_split["digits"])
+    if "digits" in raw_split.column_names:  # the embedded task: exact match first, and per magnitude
+        by_digits = exact_match_by_group(hypotheses, references, raw_split["digits"])
+        metrics = {"exact_match": metrics.pop("exact_match"), "exact_match_by_digits": by_digits, **metrics}
     return metrics, hypotheses
 
 

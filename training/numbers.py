@@ -1,8 +1,10 @@
 """The embedded default task: English number words to German number words.
 
-"forty-two" -> "zweiundvierzig", "three thousand one hundred five" -> "dreitausendeinhundertfünf".
-German writes a number as one word and puts units before tens ("two-and-forty"), so the model has to reorder and to
-build compounds out of subwords: a small but real translation problem that needs no download.
+"forty-two" -> "zweiundvierzig", "three thousand one hundred five" -> "dreitausendeinhundertfünf", for every number
+from 0 to 999,999. German writes a number as one word and puts units before tens ("two-and-forty"), so the model has
+to reorder and to build compounds out of subwords: a small but real translation problem that needs no download.
+Each digit count is an equal share of every split, so that "seven" is learned and measured as well as "seven hundred
+thousand"; evaluation reports exact match per digit count (the `digits` column).
 """
 
 import random
@@ -48,37 +50,47 @@ def _prefix(n: int) -> str:
 
 
 def digit_count(n: int) -> int:
+    """1 for 0 to 9, 2 for 10 to 99, ..."""
     return len(str(n))
 
 
-def digit_buckets(max_digits: int) -> dict[int, range]:
-    """The numbers with 1, 2, ..., max_digits digits: {1: range(0, 10), 2: range(10, 100), ...}."""
-    return {d: range(0 if d == 1 else 10 ** (d - 1), 10**d) for d in range(1, max_digits + 1)}
+ZERO_DIGIT = 0.3  # the chance of each digit after the first being 0: round numbers are common in use, rare if uniform
+
+
+def draw_number(rng: random.Random, digits: int) -> int:
+    """A number of `digits` digits, each digit after the first 0 with probability ZERO_DIGIT, else 1 to 9; so "eight
+    hundred", "one hundred thousand" or "three hundred thousand one hundred five" come up often, as people write them,
+    where uniform draws would almost never give them."""
+    if digits == 1:
+        return rng.randrange(10)
+    number = rng.randrange(1, 10)
+    for _ in range(digits - 1):
+        number = 10 * number + (0 if rng.random() < ZERO_DIGIT else rng.randrange(1, 10))
+    return number
 
 
 def split_numbers(seed: int, train_size: int, eval_size: int, max_digits: int) -> dict[str, list[int]]:
-    """Numbers of every magnitude, each digit count about equally represented in every split.
+    """Numbers of every magnitude, each digit count an equal share of every split.
 
-    Each digit count gets an equal share of each split. The held-out splits take, per digit count, up to
-    eval_size / max_digits numbers, but never more than a fifth of that digit count's numbers each (there are only
-    10 one-digit and 90 two-digit numbers); the rest of the digit count is the training pool, drawn without
-    replacement, or cycled through in shuffled passes where the pool is smaller than the share (the short numbers).
-    Zero is never held out: "null" occurs in no other number, so no model could infer it.
+    The held-out splits take, per digit count, eval_size / max_digits numbers drawn uniformly without repeats, but
+    never more than a fifth of that digit count's numbers each (there are only 10 one-digit and 90 two-digit numbers).
+    Training draws its share of each digit count from the others with `draw_number`, with repeats: the short numbers
+    are few, and the round ones frequent. Zero and one are never held out: "null" occurs in no other number, and
+    "eins" alone is "ein" inside almost every other ("einhundert"), so no model could infer them.
     """
     rng = random.Random(seed)
     splits = {"train": [], "validation": [], "test": []}
-    for digits, numbers in digit_buckets(max_digits).items():
-        pool = [n for n in numbers if n != 0]
-        rng.shuffle(pool)
-        held_out = min(eval_size // max_digits, len(numbers) // 5)
-        splits["validation"] += pool[:held_out]
-        splits["test"] += pool[held_out : 2 * held_out]
-        train_pool = pool[2 * held_out :] + ([0] if digits == 1 else [])
-        share = train_size // max_digits
-        drawn = []
-        while len(drawn) < share:
-            rng.shuffle(train_pool)
-            drawn += train_pool[: share - len(drawn)]
+    for digits in range(1, max_digits + 1):
+        numbers = range(2 if digits == 1 else 10 ** (digits - 1), 10**digits)
+        size = min(eval_size // max_digits, 9 * 10 ** (digits - 1) // 5 + (digits == 1))
+        held_out = rng.sample(numbers, 2 * size)
+        splits["validation"] += held_out[:size]
+        splits["test"] += held_out[size:]
+        excluded, drawn = set(held_out), []
+        while len(drawn) < train_size // max_digits:
+            number = draw_number(rng, digits)
+            if number not in excluded:
+                drawn.append(number)
         splits["train"] += drawn
     for numbers in splits.values():
         rng.shuffle(numbers)

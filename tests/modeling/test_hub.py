@@ -150,6 +150,17 @@ def test_a_model_loaded_from_a_run_folder_saves_the_runs_card(trained_folder, tm
     assert (tmp_path / "again" / "README.md").read_bytes() == (trained_folder / "README.md").read_bytes()
 
 
+def test_a_model_trained_further_after_loading_no_longer_claims_the_runs_scores(trained_folder, tmp_path):
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder)
+    batch = AutoTokenizer.from_pretrained(trained_folder)(["forty-two"], text_target=["zweiundvierzig"],
+                                                          return_tensors="pt")
+    model(**batch).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()  # one fine-tuning update
+    model.save_pretrained(tmp_path / "tuned")
+    card = ModelCard.load(tmp_path / "tuned" / "README.md")
+    assert "Not evaluated" in card.text and scores(card) == {}  # the run's scores describe the run's weights only
+
+
 def test_a_model_loaded_from_the_hub_cache_saves_the_repositorys_card(trained_folder, tmp_path):
     # the layout huggingface_hub downloads into: the files of a revision under snapshots/, the branch under refs/
     repo = tmp_path / "cache" / "models--someone--numbers"

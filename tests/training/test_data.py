@@ -54,9 +54,11 @@ def test_embedded_task_covers_every_digit_count_equally():
         assert held_out == {1: 2, 2: 18, 3: 100, 4: 100, 5: 100, 6: 100}
     for row in raw["test"]:
         assert len(str(english_to_number(row["translation"]["en"]))) == row["digits"]
-    seen = {row["translation"]["en"] for row in raw["train"]}
-    assert "zero" in seen  # "null" occurs in no other number, so it is never held out
-    assert len({row["translation"]["en"] for row in raw["train"] if row["digits"] == 6}) == 1000  # no repeats
+    train_numbers = [english_to_number(row["translation"]["en"]) for row in raw["train"]]
+    assert 0 in train_numbers  # "null" occurs in no other number, so it is never held out
+    # round numbers ("eight hundred") are common in training: each digit after the first is 0 with probability 0.3
+    hundreds = [n for n in train_numbers if 100 <= n < 1000]
+    assert 0.05 < sum(n % 100 == 0 for n in hundreds) / len(hundreds) < 0.15  # 0.09 expected; 0.01 if uniform
 
 
 def english_to_number(words: str) -> int:
