@@ -45,8 +45,10 @@ def german(n: int) -> str:
 
 
 def _prefix(n: int) -> str:
-    """A multiplier in front of 'hundert' or 'tausend': 'ein', 'zwei', ..., 'dreiundzwanzig'."""
-    return "ein" if n == 1 else german(n)
+    """A multiplier in front of 'hundert' or 'tausend': 'ein', 'zwei', ..., 'dreiundzwanzig', 'einhundertein'. A
+    final 'eins' is 'ein' inside a word: 501,000 is 'fünfhunderteintausend'."""
+    word = german(n)
+    return word[:-1] if word.endswith("eins") else word
 
 
 def digit_count(n: int) -> int:

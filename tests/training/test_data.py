@@ -42,6 +42,10 @@ def test_embedded_task_is_deterministic_and_held_out():
     assert german(1234) == "eintausendzweihundertvierunddreißig"
     assert (english(999_999), german(300_105)) == ("nine hundred ninety-nine thousand nine hundred ninety-nine",
                                                    "dreihunderttausendeinhundertfünf")
+    # "eins" only ends a number word; inside one it is "ein"
+    assert [german(n) for n in (1, 1001, 21_000, 101_000, 501_977)] == [
+        "eins", "eintausendeins", "einundzwanzigtausend", "einhunderteintausend",
+        "fünfhunderteintausendneunhundertsiebenundsiebzig"]
 
 
 def test_embedded_task_covers_every_digit_count_equally():
