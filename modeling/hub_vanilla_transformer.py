@@ -2,25 +2,31 @@
 
 A folder written by `VanillaTransformerPreTrainedModel.save_pretrained` loads with `trust_remote_code=True` in a Python
 without the vanilla-transformer package: the remote-code loader of transformers imports the flat copies of the
-configuration, modeling and this file that are written next to `config.json`, and `config.json`'s `auto_map` names
-the classes. With the package installed the same folder loads without `trust_remote_code`.
+configuration, modeling, kernels and this file that are written next to `config.json`, and `config.json`'s `auto_map`
+names the classes. With the package installed the same folder loads without `trust_remote_code`.
 
-This file works unchanged in both layouts, inside the package and as a flat copy in a model folder.
+`HubMixin` gives the model classes their loading, saving and uploading; the functions below do the work.
+
+This file works unchanged in both layouts, inside the package and as a flat copy in a model folder: it imports neither
+the configuration nor the modeling file, and finds the code files it copies next to itself.
 """
 
 import os
 import re
 import sys
+import tempfile
 
 import torch
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from safetensors import SafetensorError
 from transformers.utils import cached_file
 
 CARD_FILE = "README.md"
 CONFIGURATION_FILE = "configuration_vanilla_transformer.py"
 MODELING_FILE = "modeling_vanilla_transformer.py"
+KERNELS_FILE = "kernels_vanilla_transformer.py"
 HUB_FILE = "hub_vanilla_transformer.py"
-CODE_FILES = (CONFIGURATION_FILE, MODELING_FILE, HUB_FILE)
+CODE_FILES = (CONFIGURATION_FILE, MODELING_FILE, KERNELS_FILE, HUB_FILE)
 
 AUTO_MAP = {
     "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
@@ -33,9 +39,12 @@ _PACKAGE_IMPORT = re.compile(r"^from \.\.configuration\.configuration_vanilla_tr
 _FLAT_IMPORT = "from .configuration_vanilla_transformer import"
 
 
-def flat_sources(config_module_file: str, modeling_module_file: str) -> dict[str, str]:
-    """The text of each code file as it must be in a model folder, with package imports rewritten to flat ones."""
-    paths = {CONFIGURATION_FILE: config_module_file, MODELING_FILE: modeling_module_file, HUB_FILE: __file__}
+def flat_sources(config_module_file: str) -> dict[str, str]:
+    """The text of each code file as it must be in a model folder, with package imports rewritten to flat ones. The
+    modeling and kernels files sit next to this one, in the package as in a model folder."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = {name: os.path.join(here, name) for name in CODE_FILES}
+    paths[CONFIGURATION_FILE] = config_module_file
     sources = {}
     for name, path in paths.items():
         with open(path, encoding="utf-8") as handle:
@@ -43,11 +52,11 @@ def flat_sources(config_module_file: str, modeling_module_file: str) -> dict[str
     return sources
 
 
-def write_code_files(folder: str, config, modeling_module_file: str) -> list[str]:
-    """Copy the configuration, modeling and hub code into `folder` as flat files; return their paths."""
+def write_code_files(folder: str, config) -> list[str]:
+    """Copy the configuration, modeling, kernels and hub code into `folder` as flat files; return their paths."""
     config_module_file = sys.modules[type(config).__module__].__file__
     written = []
-    for name, text in flat_sources(config_module_file, modeling_module_file).items():
+    for name, text in flat_sources(config_module_file).items():
         path = os.path.join(folder, name)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -278,3 +287,94 @@ def upload_folder(folder: str, repo_id: str, *, token=None, private=None, commit
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     return api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision,
                              create_pr=create_pr)
+
+
+def mismatched_weights(model_class, folder: str, config=None) -> str:
+    """Which weights of a local folder have other shapes than the model its config describes, e.g.
+    "model.encoder.layers.0.ffn.w_1.weight has shape (3, 3) in model.safetensors, expected (64, 32)"."""
+    from safetensors import safe_open
+
+    config_class = model_class.config_class
+    config = config if isinstance(config, config_class) else config_class.from_pretrained(folder)
+    with torch.device("meta"):
+        expected = {name: tuple(p.shape) for name, p in model_class(config).state_dict().items()}
+    found = []
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+        with safe_open(os.path.join(folder, file), framework="pt") as weights:
+            for name in weights.keys():
+                shape = tuple(weights.get_slice(name).get_shape())
+                if name in expected and shape != expected[name]:
+                    found.append(f"{name} has shape {shape} in {file}, expected {expected[name]}")
+    return "; ".join(found) or "some weights have other shapes than the config describes"
+
+
+class HubMixin:
+    """Loading, saving and uploading of the model classes, on top of those of `PreTrainedModel`, which must follow
+    this class among the bases: `class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel)`."""
+
+    # The README.md model card of the folder or Hub repository the model was loaded from (not part of config.json):
+    # save_pretrained and push_to_hub carry it on, so a trained model keeps its card with its measured scores.
+    _model_card_text: str | None = None
+    _model_card_weights: list | None = None  # the weights the card describes (see `card_for_saving`)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, use_safetensors: bool | None = True, **kwargs):
+        """`PreTrainedModel.from_pretrained`, but weights are read only from safetensors unless the caller passes
+        `use_safetensors=False`: a pickled `pytorch_model.bin` is refused, not loaded silently. A truncated or
+        corrupted safetensors file is reported with the folder it is in. The model remembers the README.md model
+        card of the folder or repository, which `save_pretrained` and `push_to_hub` write again."""
+        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if use_safetensors and os.path.isdir(folder):
+            files = os.listdir(folder)
+            pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt")))
+            if pickles and not any(f.endswith(".safetensors") for f in files):
+                raise OSError(
+                    f"{folder}: holds only pickled weights ({', '.join(pickles)}), which can run code when loaded, so "
+                    "they are refused. Convert them to safetensors, or pass use_safetensors=False if you trust them."
+                )
+        try:
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
+                                             **kwargs)
+        except SafetensorError as error:
+            raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
+                          f"corrupted file): {error}") from error
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error) or not os.path.isdir(folder):
+                raise
+            raise RuntimeError(f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
+                               "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
+                               "to re-initialise those weights).") from error
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) on request
+        model._model_card_text = find_model_card(pretrained_model_name_or_path, kwargs)
+        model._model_card_weights = weights_fingerprint(model) if model._model_card_text is not None else None
+        return loaded
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and
+        modeling code as flat files, an `auto_map` in config.json, and a README.md model card if there is none yet:
+        the card the model was loaded with, else a generic one (see `write_model_card`). With
+        `push_to_hub=True` the finished folder is uploaded."""
+        self.config.auto_map = dict(AUTO_MAP)
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if not kwargs.get("is_main_process", True):
+            return
+        write_code_files(save_directory, self.config)
+        write_model_card(save_directory, card_for_saving(self), self.config, self.num_parameters())
+        if push_to_hub:
+            repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
+            upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))
+
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, private: bool | None = None,
+                    token: bool | str | None = None, revision: str | None = None, create_pr: bool = False,
+                    max_shard_size: int | str | None = "50GB", tags: list[str] | None = None, **kwargs):
+        """Upload the self-contained folder that `save_pretrained` writes (weights, config, generation config, code,
+        model card) to the Hub repository `repo_id`, creating it if needed."""
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder, max_shard_size=max_shard_size)
+            if tags:
+                card = ModelCard.load(os.path.join(folder, "README.md"))
+                card.data.tags = list(dict.fromkeys((card.data.tags or []) + list(tags)))
+                card.save(os.path.join(folder, "README.md"))
+            return upload_folder(folder, repo_id, token=token, private=private,
+                                 commit_message=commit_message or "Upload model", revision=revision,
+                                 create_pr=create_pr)

@@ -11,18 +11,17 @@ The file reads top to bottom like Figure 1 of the paper:
            -> linear -> softmax over the vocabulary                                          (§3.4)
 
 Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_ff, P_drop (`dropout`).
+
+What is not Figure 1 lives next to this file: the hand-written dropout and cross-entropy kernels in
+kernels_vanilla_transformer.py, loading, saving and uploading (`HubMixin`) in hub_vanilla_transformer.py.
 """
 
 import copy
 import functools
 import math
-import os
-import tempfile
 from collections.abc import Callable
 
 import torch
-from huggingface_hub import ModelCard
-from safetensors import SafetensorError
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
@@ -42,15 +41,8 @@ from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdyn
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig, position_limit
-from .hub_vanilla_transformer import (
-    AUTO_MAP,
-    card_for_saving,
-    find_model_card,
-    upload_folder,
-    weights_fingerprint,
-    write_code_files,
-    write_model_card,
-)
+from .hub_vanilla_transformer import HubMixin
+from .kernels_vanilla_transformer import Dropout, token_cross_entropy
 
 logger = logging.get_logger(__name__)
 
@@ -76,110 +68,6 @@ def cache_argument(forward: Callable) -> Callable:
         return forward(*args, **kwargs)
 
     return taking_past_key_values
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Inputs: checks, shifting right, masks
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
-    """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
-    attention) into a `ValueError` that names the argument and what was expected."""
-    if ids is not None and not is_torchdynamo_compiling() and ids.numel() > 0:
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= config.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
-    if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
-        raise ValueError(
-            f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
-        )
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """The decoder input is the output shifted right by one position (§3.1): [start, y_1, ..., y_{n-1}]."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
-
-
-def additive_mask(may_attend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean "may attend" -> the additive mask of §3.2.3: 0 where a query may see a key, -inf where it may not,
-    so that masked positions get probability 0 after the softmax.
-
-    A query that may see no key at all (every key is padding) would turn into NaN; it is let see every key instead.
-    Such a query belongs to padding itself or to an all-padding source, and its output is never used.
-    """
-    may_attend = may_attend | ~may_attend.any(dim=-1, keepdim=True)
-    return torch.zeros(may_attend.shape, dtype=dtype, device=may_attend.device).masked_fill(~may_attend, -math.inf)
-
-
-def hides_nothing(attention_mask: torch.Tensor | None) -> bool:
-    """No padding anywhere: attention then runs without a mask, which the fused kernels do faster."""
-    return attention_mask is None or (not is_torchdynamo_compiling() and bool(attention_mask.all()))
-
-
-def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """Keys that are padding are hidden from every query: (batch, src_len) -> (batch, 1, 1, src_len)."""
-    if hides_nothing(attention_mask):
-        return None
-    return additive_mask(attention_mask.bool()[:, None, None, :], dtype)
-
-
-def causal_mask(
-    decoder_attention_mask: torch.Tensor | None,
-    tgt_len: int,
-    past_len: int | torch.Tensor,
-    kv_len: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    implicit_causal: bool,
-) -> torch.Tensor | None:
-    """Decoder self-attention mask (§3.2.3): the query at position past_len + i may see the keys at positions
-    <= past_len + i, and no padding.
-
-    `kv_len` is the number of key slots attention sees: past_len + tgt_len with a cache that grows step by step, the
-    whole size of a fixed-size (static) cache, whose slots beyond the current position the same rule hides.
-    Returns (batch or 1, 1, tgt_len, kv_len), or None when nothing needs hiding: with a growing cache one new query
-    attends to all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality.
-    """
-    if hides_nothing(decoder_attention_mask):
-        decoder_attention_mask = None
-    grows = isinstance(past_len, int) and kv_len == past_len + tgt_len
-    if decoder_attention_mask is None and grows and (tgt_len == 1 or (implicit_causal and past_len == 0)):
-        return None
-    key_positions = torch.arange(kv_len, device=device)
-    query_positions = torch.arange(tgt_len, device=device) + past_len
-    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, kv_len)
-    if decoder_attention_mask is not None:
-        not_padding = decoder_attention_mask.bool()
-        if not_padding.shape[-1] < kv_len:  # a fixed-size cache: its slots beyond the mask are future positions
-            not_padding = F.pad(not_padding, (0, kv_len - not_padding.shape[-1]), value=True)
-        may_attend = may_attend & not_padding[:, None, None, -kv_len:]
-    return additive_mask(may_attend, dtype)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# §5.4 Residual dropout
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-class Dropout(nn.Dropout):
-    """Dropout with rate P_drop (§5.4): each element is kept with probability 1 - P_drop and scaled by 1 / (1 - P_drop).
-
-    On the CPU the keep mask is drawn as `uniform >= P_drop`, several times faster than the `bernoulli_` behind
-    `nn.Dropout`, and kept as booleans for the backward pass; other devices use the fused `F.dropout` kernel.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu" or self.p == 1.0:
-            return F.dropout(x, self.p, training=True)
-        keep = torch.rand_like(x) >= self.p
-        return x.mul(keep).mul_(1.0 / (1.0 - self.p))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -367,7 +255,68 @@ class MultiHeadAttention(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# §3.3 Position-wise feed-forward network and §3.1 Add&Norm
+# §3.2.3 Masks: padding, and the decoder's future positions
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def additive_mask(may_attend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean "may attend" -> the additive mask of §3.2.3: 0 where a query may see a key, -inf where it may not,
+    so that masked positions get probability 0 after the softmax.
+
+    A query that may see no key at all (every key is padding) would turn into NaN; it is let see every key instead.
+    Such a query belongs to padding itself or to an all-padding source, and its output is never used.
+    """
+    may_attend = may_attend | ~may_attend.any(dim=-1, keepdim=True)
+    return torch.zeros(may_attend.shape, dtype=dtype, device=may_attend.device).masked_fill(~may_attend, -math.inf)
+
+
+def hides_nothing(attention_mask: torch.Tensor | None) -> bool:
+    """No padding anywhere: attention then runs without a mask, which the fused kernels do faster."""
+    return attention_mask is None or (not is_torchdynamo_compiling() and bool(attention_mask.all()))
+
+
+def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Keys that are padding are hidden from every query: (batch, src_len) -> (batch, 1, 1, src_len)."""
+    if hides_nothing(attention_mask):
+        return None
+    return additive_mask(attention_mask.bool()[:, None, None, :], dtype)
+
+
+def causal_mask(
+    decoder_attention_mask: torch.Tensor | None,
+    tgt_len: int,
+    past_len: int | torch.Tensor,
+    kv_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    implicit_causal: bool,
+) -> torch.Tensor | None:
+    """Decoder self-attention mask (§3.2.3): the query at position past_len + i may see the keys at positions
+    <= past_len + i, and no padding.
+
+    `kv_len` is the number of key slots attention sees: past_len + tgt_len with a cache that grows step by step, the
+    whole size of a fixed-size (static) cache, whose slots beyond the current position the same rule hides.
+    Returns (batch or 1, 1, tgt_len, kv_len), or None when nothing needs hiding: with a growing cache one new query
+    attends to all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality.
+    """
+    if hides_nothing(decoder_attention_mask):
+        decoder_attention_mask = None
+    grows = isinstance(past_len, int) and kv_len == past_len + tgt_len
+    if decoder_attention_mask is None and grows and (tgt_len == 1 or (implicit_causal and past_len == 0)):
+        return None
+    key_positions = torch.arange(kv_len, device=device)
+    query_positions = torch.arange(tgt_len, device=device) + past_len
+    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, kv_len)
+    if decoder_attention_mask is not None:
+        not_padding = decoder_attention_mask.bool()
+        if not_padding.shape[-1] < kv_len:  # a fixed-size cache: its slots beyond the mask are future positions
+            not_padding = F.pad(not_padding, (0, kv_len - not_padding.shape[-1]), value=True)
+        may_attend = may_attend & not_padding[:, None, None, -kv_len:]
+    return additive_mask(may_attend, dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -385,11 +334,19 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(self.activation(self.w_1(x))))  # (batch, len, d_ff) inside
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 and §5.4 Add&Norm: the residual connection around each sub-layer
+# ---------------------------------------------------------------------------------------------------------------------
+
+
 class AddNorm(nn.Module):
-    """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4).
+    """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4):
 
     post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
     pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
+
+    `sublayer` maps its input to its output, or to a tuple (output, attention weights), and AddNorm returns x, or the
+    tuple (x, attention weights), likewise.
     """
 
     def __init__(self, config: VanillaTransformerConfig):
@@ -398,12 +355,12 @@ class AddNorm(nn.Module):
         self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm_position == "pre"
 
-    def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer_norm(x) if self.pre_norm else x
-
-    def forward(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(sublayer_output)
-        return x if self.pre_norm else self.layer_norm(x)
+    def forward(self, x: torch.Tensor, sublayer: Callable):
+        output = sublayer(self.layer_norm(x) if self.pre_norm else x)
+        y, *rest = output if isinstance(output, tuple) else (output,)
+        x = x + self.dropout(y)
+        x = x if self.pre_norm else self.layer_norm(x)
+        return (x, *rest) if isinstance(output, tuple) else x
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -422,12 +379,11 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.ffn_norm = AddNorm(config)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool = False):
-        y, self_attn_weights = self.self_attn(
-            self.self_attn_norm.sublayer_input(x), attention_mask=attention_mask, output_attentions=output_attentions
+        x, self_attn_weights = self.self_attn_norm(
+            x, lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions)
         )
-        x = self.self_attn_norm(x, y)
-        x = self.ffn_norm(x, self.ffn(self.ffn_norm.sublayer_input(x)))
-        return x, self_attn_weights
+        x = self.ffn_norm(x, self.ffn)
+        return x, self_attn_weights  # (batch, src_len, d_model), (batch, h, src_len, src_len) or None
 
 
 class DecoderLayer(GradientCheckpointingLayer):
@@ -451,23 +407,173 @@ class DecoderLayer(GradientCheckpointingLayer):
         past_key_values: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
     ):
-        y, self_attn_weights = self.self_attn(
-            self.self_attn_norm.sublayer_input(x),
-            attention_mask=self_attn_mask,
-            past_key_values=past_key_values,
-            output_attentions=output_attentions,
+        x, self_attn_weights = self.self_attn_norm(
+            x,
+            lambda x: self.self_attn(
+                x, attention_mask=self_attn_mask, past_key_values=past_key_values, output_attentions=output_attentions
+            ),
         )
-        x = self.self_attn_norm(x, y)
-        y, cross_attn_weights = self.cross_attn(
-            self.cross_attn_norm.sublayer_input(x),
-            key_value_states=encoder_hidden_states,
-            attention_mask=cross_attn_mask,
-            past_key_values=past_key_values,
-            output_attentions=output_attentions,
+        x, cross_attn_weights = self.cross_attn_norm(
+            x,
+            lambda x: self.cross_attn(
+                x,
+                key_value_states=encoder_hidden_states,
+                attention_mask=cross_attn_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            ),
         )
-        x = self.cross_attn_norm(x, y)
-        x = self.ffn_norm(x, self.ffn(self.ffn_norm.sublayer_input(x)))
-        return x, self_attn_weights, cross_attn_weights
+        x = self.ffn_norm(x, self.ffn)
+        return x, self_attn_weights, cross_attn_weights  # (batch, tgt_len, d_model) and the weights or None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 The encoder and decoder stacks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
+    """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
+    attention) into a `ValueError` that names the argument and what was expected."""
+    if ids is not None and not is_torchdynamo_compiling() and ids.numel() > 0:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
+    if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
+        raise ValueError(
+            f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """The decoder input is the output shifted right by one position (§3.1): [start, y_1, ..., y_{n-1}]."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
+
+
+class Stack(nn.Module):
+    """What the encoder and decoder stacks share (§3.1): the embedding of their input, N identical layers and, with
+    pre-norm, a final LayerNorm (post-norm layers end in one already)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer: type, num_layers: int):
+        super().__init__()
+        self.config = config
+        self.embed = TransformerEmbedding(config, embed_tokens)
+        self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embed.embed_tokens = value
+
+    def output_flag(self, kwargs: dict, name: str) -> bool:
+        """`output_attentions` or `output_hidden_states`: the call's, else the config's."""
+        value = kwargs.get(name)
+        return bool(getattr(self.config, name) if value is None else value)
+
+    def run_layers(self, x: torch.Tensor, layer_inputs: tuple, output_attentions: bool, output_hidden_states: bool):
+        """x (batch, len, d_model) through the N layers, each also given `layer_inputs` (masks, encoder output,
+        cache), then the final LayerNorm of pre-norm. Returns x, the hidden states (the input of each layer, then the
+        output) and, for each kind of attention of a layer, its weights in each layer, each None unless asked for."""
+        hidden_states, weights = (), []
+        for layer in self.layers:
+            if output_hidden_states:
+                hidden_states += (x,)
+            x, *layer_weights = layer(x, *layer_inputs, output_attentions)
+            weights.append(layer_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if output_hidden_states:
+            hidden_states += (x,)
+        attentions = [tuple(kind) if output_attentions else None for kind in zip(*weights)]
+        return x, hidden_states or None, attentions
+
+
+class Encoder(Stack):
+    """A stack of N identical encoder layers over the embedded source (§3.1, left half of Figure 1)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens, EncoderLayer, config.encoder_layers)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_dict: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        check_inputs(input_ids, attention_mask, self.config, "input_ids")
+        output_attentions = self.output_flag(kwargs, "output_attentions")
+        output_hidden_states = self.output_flag(kwargs, "output_hidden_states")
+
+        x = self.embed(input_ids, inputs_embeds)  # (batch, src_len, d_model)
+        mask = padding_mask(attention_mask, x.dtype)  # (batch, 1, 1, src_len), built once for all layers
+        x, hidden_states, (attentions,) = self.run_layers(x, (mask,), output_attentions, output_hidden_states)
+        output = BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states, attentions=attentions)
+        return output if return_dict else output.to_tuple()
+
+
+class Decoder(Stack):
+    """A stack of N identical decoder layers over the embedded, shifted-right outputs (§3.1, right half of Figure 1)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
+
+    @cache_argument
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        past_key_values = cache  # the decoder layers' name for it
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
+        check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
+        output_attentions = self.output_flag(kwargs, "output_attentions")
+        output_hidden_states = self.output_flag(kwargs, "output_hidden_states")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
+        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+
+        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
+        tgt_len = x.shape[1]
+        kv_len = past_len + tgt_len
+        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
+            kv_len = past_key_values.self_attention_cache.layers[0].max_cache_len  # all its slots, filled or not
+        # masks, built once for all layers: causal + target padding, and source padding for cross-attention
+        implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
+        self_attn_mask = causal_mask(attention_mask, tgt_len, past_len, kv_len, x.dtype, x.device, implicit_causal)
+        cross_attn_mask = padding_mask(encoder_attention_mask, x.dtype)
+
+        layer_inputs = (self_attn_mask, encoder_hidden_states, cross_attn_mask, past_key_values)
+        x, hidden_states, (self_attentions, cross_attentions) = self.run_layers(
+            x, layer_inputs, output_attentions, output_hidden_states
+        )
+        output = BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=x,
+            **{CACHE_FIELD: past_key_values if use_cache else None},
+            hidden_states=hidden_states,
+            attentions=self_attentions,
+            cross_attentions=cross_attentions,
+        )
+        return output if return_dict else output.to_tuple()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -475,25 +581,10 @@ class DecoderLayer(GradientCheckpointingLayer):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def mismatched_weights(model_class, folder: str, config=None) -> str:
-    """Which weights of a local folder have other shapes than the model its config describes, e.g.
-    "model.encoder.layers.0.ffn.w_1.weight has shape (3, 3) in model.safetensors, expected (64, 32)"."""
-    from safetensors import safe_open
+class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
+    """The base of the model classes: the configuration, what the library may do with them, and the initialisation;
+    loading, saving and uploading come from `HubMixin` (hub_vanilla_transformer.py)."""
 
-    config = config if isinstance(config, VanillaTransformerConfig) else VanillaTransformerConfig.from_pretrained(folder)
-    with torch.device("meta"):
-        expected = {name: tuple(p.shape) for name, p in model_class(config).state_dict().items()}
-    found = []
-    for file in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
-        with safe_open(os.path.join(folder, file), framework="pt") as weights:
-            for name in weights.keys():
-                shape = tuple(weights.get_slice(name).get_shape())
-                if name in expected and shape != expected[name]:
-                    found.append(f"{name} has shape {shape} in {file}, expected {expected[name]}")
-    return "; ".join(found) or "some weights have other shapes than the config describes"
-
-
-class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
@@ -503,72 +594,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
     _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
-    # The README.md model card of the folder or Hub repository the model was loaded from (not part of config.json):
-    # save_pretrained and push_to_hub carry it on, so a trained model keeps its card with its measured scores.
-    _model_card_text: str | None = None
-    _model_card_weights: list | None = None  # the weights the card describes (see `card_for_saving`)
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, use_safetensors: bool | None = True, **kwargs):
-        """`PreTrainedModel.from_pretrained`, but weights are read only from safetensors unless the caller passes
-        `use_safetensors=False`: a pickled `pytorch_model.bin` is refused, not loaded silently. A truncated or
-        corrupted safetensors file is reported with the folder it is in. The model remembers the README.md model
-        card of the folder or repository, which `save_pretrained` and `push_to_hub` write again."""
-        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
-        if use_safetensors and os.path.isdir(folder):
-            files = os.listdir(folder)
-            pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt")))
-            if pickles and not any(f.endswith(".safetensors") for f in files):
-                raise OSError(
-                    f"{folder}: holds only pickled weights ({', '.join(pickles)}), which can run code when loaded, so "
-                    "they are refused. Convert them to safetensors, or pass use_safetensors=False if you trust them."
-                )
-        try:
-            loaded = super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
-                                             **kwargs)
-        except SafetensorError as error:
-            raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
-                          f"corrupted file): {error}") from error
-        except RuntimeError as error:
-            if "ignore_mismatched_sizes" not in str(error) or not os.path.isdir(folder):
-                raise
-            raise RuntimeError(f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
-                               "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
-                               "to re-initialise those weights).") from error
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) on request
-        model._model_card_text = find_model_card(pretrained_model_name_or_path, kwargs)
-        model._model_card_weights = weights_fingerprint(model) if model._model_card_text is not None else None
-        return loaded
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, push_to_hub: bool = False, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus what makes the folder self-contained: the configuration and
-        modeling code as flat files, an `auto_map` in config.json, and a README.md model card if there is none yet:
-        the card the model was loaded with, else a generic one (see hub_vanilla_transformer.py). With
-        `push_to_hub=True` the finished folder is uploaded."""
-        self.config.auto_map = dict(AUTO_MAP)
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if not kwargs.get("is_main_process", True):
-            return
-        write_code_files(save_directory, self.config, __file__)
-        write_model_card(save_directory, card_for_saving(self), self.config, self.num_parameters())
-        if push_to_hub:
-            repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
-            upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))
-
-    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, private: bool | None = None,
-                    token: bool | str | None = None, revision: str | None = None, create_pr: bool = False,
-                    max_shard_size: int | str | None = "50GB", tags: list[str] | None = None, **kwargs):
-        """Upload the self-contained folder that `save_pretrained` writes (weights, config, generation config, code,
-        model card) to the Hub repository `repo_id`, creating it if needed."""
-        with tempfile.TemporaryDirectory() as folder:
-            self.save_pretrained(folder, max_shard_size=max_shard_size)
-            if tags:
-                card = ModelCard.load(os.path.join(folder, "README.md"))
-                card.data.tags = list(dict.fromkeys((card.data.tags or []) + list(tags)))
-                card.save(os.path.join(folder, "README.md"))
-            return upload_folder(folder, repo_id, token=token, private=private,
-                                 commit_message=commit_message or "Upload model", revision=revision,
-                                 create_pr=create_pr)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -588,137 +613,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.pe, sinusoidal_table(*module.pe.shape))
-
-
-def _output_flag(kwargs: dict, name: str, config: VanillaTransformerConfig) -> bool:
-    value = kwargs.get(name)
-    return bool(getattr(config, name) if value is None else value)
-
-
-class Encoder(nn.Module):
-    """A stack of N identical encoder layers over the embedded source (§3.1, left half of Figure 1)."""
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed = TransformerEmbedding(config, embed_tokens)
-        self.layers = nn.ModuleList([EncoderLayer(config, i) for i in range(config.encoder_layers)])
-        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embed.embed_tokens = value
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        return_dict: bool = True,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutput:
-        check_inputs(input_ids, attention_mask, self.config, "input_ids")
-        output_attentions = _output_flag(kwargs, "output_attentions", self.config)
-        output_hidden_states = _output_flag(kwargs, "output_hidden_states", self.config)
-
-        x = self.embed(input_ids, inputs_embeds)  # (batch, src_len, d_model)
-        mask = padding_mask(attention_mask, x.dtype)  # (batch, 1, 1, src_len), built once for all layers
-        hidden_states, attentions = (), ()
-        for layer in self.layers:
-            if output_hidden_states:
-                hidden_states += (x,)
-            x, weights = layer(x, mask, output_attentions)
-            if output_attentions:
-                attentions += (weights,)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if output_hidden_states:
-            hidden_states += (x,)
-        output = BaseModelOutput(
-            last_hidden_state=x,
-            hidden_states=hidden_states or None,
-            attentions=attentions or None,
-        )
-        return output if return_dict else output.to_tuple()
-
-
-class Decoder(nn.Module):
-    """A stack of N identical decoder layers over the embedded, shifted-right outputs (§3.1, right half of Figure 1)."""
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed = TransformerEmbedding(config, embed_tokens)
-        self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embed.embed_tokens = value
-
-    @cache_argument
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool = True,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = cache  # the decoder layers' name for it
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
-        check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
-        output_attentions = _output_flag(kwargs, "output_attentions", self.config)
-        output_hidden_states = _output_flag(kwargs, "output_hidden_states", self.config)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
-        # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
-        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
-
-        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
-        tgt_len = x.shape[1]
-        kv_len = past_len + tgt_len
-        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
-            kv_len = past_key_values.self_attention_cache.layers[0].max_cache_len  # all its slots, filled or not
-        # masks, built once for all layers: causal + target padding, and source padding for cross-attention
-        implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
-        self_attn_mask = causal_mask(attention_mask, tgt_len, past_len, kv_len, x.dtype, x.device, implicit_causal)
-        cross_attn_mask = padding_mask(encoder_attention_mask, x.dtype)
-
-        hidden_states, self_attentions, cross_attentions = (), (), ()
-        for layer in self.layers:
-            if output_hidden_states:
-                hidden_states += (x,)
-            x, self_weights, cross_weights = layer(
-                x, self_attn_mask, encoder_hidden_states, cross_attn_mask, past_key_values, output_attentions
-            )
-            if output_attentions:
-                self_attentions += (self_weights,)
-                cross_attentions += (cross_weights,)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if output_hidden_states:
-            hidden_states += (x,)
-        output = BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=x,
-            **{CACHE_FIELD: past_key_values if use_cache else None},
-            hidden_states=hidden_states or None,
-            attentions=self_attentions or None,
-            cross_attentions=cross_attentions or None,
-        )
-        return output if return_dict else output.to_tuple()
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -802,60 +696,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# §3.4 The final linear layer, softmax and cross-entropy
+# §3.4 The final linear layer and softmax: the full model of Figure 1
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-CROSS_ENTROPY_CHUNK_ELEMENTS = 2**20  # logits per pass (4 MiB in float32): each chunk is read once and stays cached
-
-
-class TokenCrossEntropy(torch.autograd.Function):
-    """Per-token -log p(reference) and mean over the vocabulary of -log p, from logits, without materialising
-    log-probabilities or one-hot targets: a chunk of rows at a time, each chunk read once forward and once backward,
-    in float32 at least (half-precision logits are upcast a chunk at a time, never as a whole).
-
-    nll = -log p_ref,   uniform = -mean_v log p_v,   where p = softmax(z)
-    d nll / dz = p - onehot(ref),    d uniform / dz = p - 1/V
-    Ignored tokens give 0 and get no gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int):
-        keep = labels != ignore_index  # (tokens,)
-        safe_labels = labels.masked_fill(~keep, 0)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        nll, uniform = (torch.empty(labels.shape, dtype=dtype, device=logits.device) for _ in range(2))
-        for rows in chunks(logits):
-            log_p = torch.log_softmax(logits[rows], dim=-1, dtype=dtype)  # (rows, vocab), one fused pass
-            nll[rows] = -log_p.gather(-1, safe_labels[rows, None]).squeeze(-1)
-            uniform[rows] = -log_p.mean(dim=-1)
-        ctx.save_for_backward(logits, safe_labels, keep)
-        return nll * keep, uniform * keep
-
-    @staticmethod
-    def backward(ctx, grad_nll: torch.Tensor, grad_uniform: torch.Tensor):
-        logits, safe_labels, keep = ctx.saved_tensors
-        a = (grad_nll * keep).unsqueeze(-1)  # (tokens, 1)
-        b = (grad_uniform * keep).unsqueeze(-1)
-        grad = torch.empty_like(logits)
-        for rows in chunks(logits):
-            p = torch.softmax(logits[rows], dim=-1, dtype=a.dtype)  # (rows, vocab)
-            torch.addcmul(-b[rows] / logits.shape[-1], p, a[rows] + b[rows], out=p)
-            grad[rows] = p.scatter_add_(-1, safe_labels[rows, None], -a[rows])
-        return grad, None, None
-
-
-def chunks(logits: torch.Tensor):
-    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each."""
-    rows = max(1, CROSS_ENTROPY_CHUNK_ELEMENTS // logits.shape[-1])
-    return (slice(start, start + rows) for start in range(0, logits.shape[0], rows))
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100):
-    """(-log p(reference), mean over the vocabulary of -log p) per target token, in float32 (float64 for float64
-    logits), 0 where labels == ignore_index."""
-    vocab = logits.shape[-1]
-    return TokenCrossEntropy.apply(logits.reshape(-1, vocab), labels.reshape(-1).to(logits.device), ignore_index)
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):

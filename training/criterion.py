@@ -3,7 +3,7 @@ and R-Drop's consistency term between two dropout passes of the same batch."""
 
 import torch
 
-from ..modeling.modeling_vanilla_transformer import token_cross_entropy
+from ..modeling.kernels_vanilla_transformer import token_cross_entropy
 
 
 def label_smoothed_nll_loss(

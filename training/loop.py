@@ -19,7 +19,7 @@ from transformers import GenerationConfig
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
-from ..modeling.modeling_vanilla_transformer import token_cross_entropy
+from ..modeling.kernels_vanilla_transformer import token_cross_entropy
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .card import write_run_card
 from .checkpoints import (

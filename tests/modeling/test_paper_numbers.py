@@ -27,7 +27,7 @@ def test_layer_norm_of_the_seed_example():
     add_norm = AddNorm(VanillaTransformerConfig(d_model=4, num_heads=1, vocab_size=10))
     x = torch.tensor([[4.0, 2.0, 0.0, -2.0]])
     # post-norm Add&Norm with a zero sub-layer output is LayerNorm(x)
-    out = add_norm(x, torch.zeros_like(x))
+    out = add_norm(x, torch.zeros_like)
     assert [round(v, 2) for v in out[0].tolist()] == [1.34, 0.45, -0.45, -1.34]
 
 

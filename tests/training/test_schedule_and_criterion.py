@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from vanilla_transformer.modeling import modeling_vanilla_transformer
+from vanilla_transformer.modeling import kernels_vanilla_transformer
 from vanilla_transformer.training.criterion import label_smoothed_nll_loss, rdrop_kl_sum
 from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
 
@@ -84,7 +84,7 @@ def reference_label_smoothed_loss(logits, labels, epsilon):
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
 def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon, rows_per_chunk, monkeypatch):
     if rows_per_chunk:
-        monkeypatch.setattr(modeling_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", rows_per_chunk * 37)
+        monkeypatch.setattr(kernels_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", rows_per_chunk * 37)
     torch.manual_seed(1)
     logits = torch.randn(4, 6, 37, dtype=torch.double, requires_grad=True)
     labels = torch.randint(0, 37, (4, 6))
@@ -103,7 +103,7 @@ def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon, rows_pe
 
 
 def test_bfloat16_logits_are_scored_in_float32_a_chunk_at_a_time(monkeypatch):
-    monkeypatch.setattr(modeling_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", 7 * 53)
+    monkeypatch.setattr(kernels_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", 7 * 53)
     torch.manual_seed(2)
     logits = (torch.randn(30, 53) * 4).to(torch.bfloat16).requires_grad_()
     labels = torch.randint(0, 53, (30,))
