@@ -27,7 +27,7 @@ from transformers import (
 
 import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
 from vanilla_transformer.configuration import position_limit
-from vanilla_transformer.training.numbers import english, german
+from vanilla_transformer.training.tasks.numbers import english, german
 
 
 def british(n: int) -> str:

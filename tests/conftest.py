@@ -36,7 +36,7 @@ def model():
 def trained_folder(tmp_path_factory):
     """A model folder written by `vanilla-transformer train`: a tiny model, a few dozen updates on number words."""
     from vanilla_transformer.training.cli import main
-    from vanilla_transformer.training.numbers import english, german
+    from vanilla_transformer.training.tasks.numbers import english, german
 
     root = tmp_path_factory.mktemp("trained")
     files = {}
@@ -78,6 +78,6 @@ def learned_folder(trained_folder, tmp_path_factory):
 
 def long_sentence(words: int = 200) -> str:
     """Number words, repeated: far longer than any sentence `trained_folder` was trained on (at most 16 tokens)."""
-    from vanilla_transformer.training.numbers import english
+    from vanilla_transformer.training.tasks.numbers import english
 
     return " ".join(english(100 + (i * 37) % 300) for i in range(words // 3))

@@ -5,10 +5,12 @@ import math
 import os
 import sys
 
-# Model and schedule sizes. "numbers" trains the embedded task in a few minutes on 2 CPU cores; "small" suits
-# Multi30k-sized corpora; "tiny" is the Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model,
-# with their learning rate and warm-up, and a schedule of about 80 minutes on 2 CPU cores run as the Multi30k recipe
-# runs it (two single-thread processes of 2048 tokens); "base" is the paper's base model and schedule (§5.3).
+from .errors import CommandError
+
+# Model and schedule sizes. "numbers" trains the embedded task quickly on a CPU; "small" suits Multi30k-sized
+# corpora; "tiny" is the Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model, with their learning
+# rate and warm-up, and a schedule sized for a CPU run of the Multi30k recipe (two single-thread processes of 2048
+# tokens; its duration is in training/recipes/RESULTS.md); "base" is the paper's base model and schedule (§5.3).
 PRESETS = {
     # numbers: a 200-token BPE keeps the German pieces short ("▁zwei", "undvierzig"), so that a number held out of
     # training is composed of pieces seen in others, while "null" is still one piece
@@ -20,8 +22,8 @@ PRESETS = {
                   attention_dropout=0.0, activation_dropout=0.0, bpe_dropout=0.0, vocab_size=8000, max_tokens=4096,
                   warmup_steps=500, cooldown_steps=0, lr=1e-3, max_steps=None, num_epochs=10, eval_steps=1000,
                   save_steps=1000, max_source_length=128, max_target_length=128),
-    # Transformer-Tiny for Multi30k (training/recipes/RESULTS.md): also dropout 0.1 on the attention weights and
-    # after the FFN's ReLU, which raised validation BLEU (41.58 -> 41.64) and test BLEU (40.24 -> 41.19)
+    # Transformer-Tiny for Multi30k: also dropout 0.1 on the attention weights and after the FFN's ReLU, which raised
+    # validation and test BLEU (the comparison is in training/recipes/RESULTS.md)
     "tiny": dict(d_model=128, num_heads=4, d_ff=256, encoder_layers=4, decoder_layers=4, dropout=0.3,
                  attention_dropout=0.1, activation_dropout=0.1, bpe_dropout=0.0, vocab_size=8000, max_tokens=4096,
                  warmup_steps=2000, cooldown_steps=2000, lr=5e-3, max_steps=None, num_epochs=70, eval_steps=500,
@@ -92,13 +94,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-batch-size", type=positive_int, default=64)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    train = commands.add_parser("train", help="train a tokenizer and a model, evaluate it, save it",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_data_arguments(train)
+def add_run_arguments(train: argparse.ArgumentParser) -> None:
     train.add_argument("--output-dir", default=None, help="where the model folder is written "
                        "(default: runs/<task>)")
     train.add_argument("--overwrite-output-dir", action="store_true")
@@ -107,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=42, help="fixes the tokenizer, data order, initialisation and "
                        "dropout: on CPU the same seed, data and thread count give bit-identical weights; on GPU, "
                        "kernels may sum in another order, so runs agree closely but not bit for bit")
+
+
+def add_model_arguments(train: argparse.ArgumentParser) -> None:
     model = train.add_argument_group("model")
     model.add_argument("--d-model", type=positive_int)
     model.add_argument("--num-heads", type=positive_int)
@@ -121,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--norm-position", choices=["post", "pre"], default="post")
     model.add_argument("--position-encoding", choices=["sinusoidal", "learned"], default="sinusoidal")
     model.add_argument("--no-share-embeddings", dest="share_embeddings", action="store_false")
+
+
+def add_tokenizer_arguments(train: argparse.ArgumentParser) -> None:
     tok = train.add_argument_group("tokenizer")
     tok.add_argument("--vocab-size", type=positive_int, help="joint BPE vocabulary size")
     tok.add_argument("--tokenizer-name", help="use this tokenizer (folder or Hub name) instead of training one")
@@ -131,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--lowercase", action="store_true",
                      help="the trained tokenizer lowercases all text (the usual Multi30k preprocessing); the model "
                      "then writes lowercase, so compare it by lowercased BLEU. References are never changed.")
+
+
+def add_optimisation_arguments(train: argparse.ArgumentParser) -> None:
     opt = train.add_argument_group("optimisation")
     opt.add_argument("--max-tokens", type=positive_int, help="tokens per batch (per process)")
     opt.add_argument("--max-steps", type=positive_int, help="optimizer updates")
@@ -159,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "CPUs with AVX512-BF16 or AMX too). Greedy validation during training runs under it too; the "
                           "final length-penalty search, scores and saved model are float32")
     opt.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
+
+
+def add_checkpoint_and_logging_arguments(train: argparse.ArgumentParser) -> None:
     ckpt = train.add_argument_group("checkpoints and logging")
     ckpt.add_argument("--save-steps", type=non_negative_int, help="0 disables checkpoints")
     ckpt.add_argument("--keep-checkpoints", type=positive_int, default=5)
@@ -169,17 +177,34 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--report-to", nargs="+", default=["tensorboard"],
                       help="Accelerate trackers ('none' for none); tensorboard is used when installed")
     ckpt.add_argument("--show-samples", type=non_negative_int, default=5)
+
+
+def add_hub_arguments(train: argparse.ArgumentParser) -> None:
     hub = train.add_argument_group("Hugging Face Hub")
     hub.add_argument("--push-to-hub", action="store_true", help="upload the finished model folder (not its "
                      "checkpoints) to --hub-model-id")
     hub.add_argument("--hub-model-id", help="repository name, e.g. user/vanilla-transformer-en-de")
     hub.add_argument("--hub-token", help="default: the token saved by `hf auth login`")
     hub.add_argument("--hub-private-repo", action="store_true", default=None)
+
+
+def add_train_command(commands) -> None:
+    train = commands.add_parser("train", help="train a tokenizer and a model, evaluate it, save it",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_data_arguments(train)
+    add_run_arguments(train)
+    add_model_arguments(train)
+    add_tokenizer_arguments(train)
+    add_optimisation_arguments(train)
+    add_checkpoint_and_logging_arguments(train)
+    add_hub_arguments(train)
     train.add_argument("--tune-length-penalty", type=float, nargs="+", metavar="ALPHA",
                        help="at the end, decode the validation split with each length penalty and keep the one with "
                        "the best BLEU (lowercased with --lowercase) for the test split and the saved generation config")
     add_generation_arguments(train)
 
+
+def add_evaluate_command(commands) -> None:
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF, exact match and cross-entropy of a model folder "
                                    "on a split")
     evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
@@ -189,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", help="write the results as JSON here")
     add_generation_arguments(evaluate)
 
+
+def add_translate_command(commands) -> None:
     translate = commands.add_parser("translate", help="translate sentences from arguments, a file or stdin")
     translate.add_argument("--model", required=True)
     translate.add_argument("sentences", nargs="*", help="sentences to translate; none means read --input or stdin")
@@ -197,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--num-beams", type=positive_int, default=5)
     translate.add_argument("--max-length", type=positive_int, default=256, help="most new tokens per sentence")
 
+
+def add_attention_command(commands) -> None:
     attention = commands.add_parser("attention", help="draw attention heatmaps of a model for one sentence")
     attention.add_argument("--model", required=True, help="a model folder (or Hub name)")
     attention.add_argument("--source", required=True, help="the sentence to translate")
@@ -205,9 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--num-beams", type=positive_int, default=5)
     attention.add_argument("--max-length", type=positive_int, default=64, help="most new tokens")
 
+
+def add_plot_command(commands) -> None:
     plot = commands.add_parser("plot", help="draw the training curves of a run folder (also while it runs)")
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="PNG path (default: RUN_DIR/training_curves.png)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in (add_train_command, add_evaluate_command, add_translate_command, add_attention_command,
+                        add_plot_command):
+        add_command(commands)
     return parser
 
 
@@ -266,44 +305,81 @@ def resolve_train_arguments(parser, args) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "train":
-        from .loop import TrainingStopped, train
+def apply_cpu_process_settings(args) -> None:
+    """The training command's own process-wide settings for the CPU (see `keep_freed_memory_mapped` and
+    `flush_denormals`); the library itself changes no process setting on import or on `train()`."""
+    import torch
 
-        args = resolve_train_arguments(parser, args)
-        try:
-            train(args)
-        except TrainingStopped as stop:
-            print(f"error: {stop}", file=sys.stderr)
-            return 1
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    from .loop import flush_denormals, keep_freed_memory_mapped
+
+    if args.cpu or not torch.cuda.is_available():  # the device Accelerator(cpu=args.cpu) trains on is the CPU
+        keep_freed_memory_mapped()
+        flush_denormals()
+
+
+def run_command(args) -> int:
+    """Run the parsed command; failures propagate as exceptions, which `main` reports."""
+    if args.command == "train":
+        from .loop import train
+
+        apply_cpu_process_settings(args)
+        train(args)
         return 0
     if args.command == "evaluate":
-        from .use import evaluate_command
+        from .commands import evaluate_command
 
         return evaluate_command(args)
     if args.command == "translate":
-        from .use import translate_command
+        from .commands import translate_command
 
         return translate_command(args)
     if args.command == "attention":
-        from .attention import attention_command
+        from .heatmaps import attention_command
 
         return attention_command(args)
     if args.command == "plot":
         from .plots import plot_run
 
-        try:
-            print(plot_run(args.run_dir, args.out))
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        print(plot_run(args.run_dir, args.out))
         return 0
     return 2
+
+
+def exit_status(command: str, error: Exception) -> int | None:
+    """The exit status for an expected failure of `command`, or None for anything else (a bug keeps its traceback).
+    1: the command could not finish (a training run stopped on purpose, a model folder that does not load, a missing
+    optional dependency); 2: bad input (flags, data, folders)."""
+    if isinstance(error, CommandError):
+        return error.exit_code
+    if command == "train":
+        from .loop import TrainingStopped
+
+        if isinstance(error, TrainingStopped):
+            return 1
+    if isinstance(error, ValueError) and command in ("train", "plot"):
+        return 2
+    if command == "evaluate":
+        from .data import DataError
+
+        if isinstance(error, DataError):
+            return 2
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: parse, run, and turn the library's exceptions into `error: ...` and an exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        args = resolve_train_arguments(parser, args)
+    try:
+        return run_command(args)
+    except Exception as error:
+        status = exit_status(args.command, error)
+        if status is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ and R-Drop's consistency term between two dropout passes of the same batch."""
 import torch
 
 from ..modeling.kernels_vanilla_transformer import token_cross_entropy
+from .data import drop_words
 
 
 def label_smoothed_nll_loss(
@@ -36,3 +37,51 @@ def rdrop_kl_sum(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int =
     log_q = torch.log_softmax(q_logits[keep].float(), dim=-1)
     # KL(p || q) + KL(q || p) = sum over the vocabulary of (p - q) * (log p - log q)
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum() / 2
+
+
+class TranslationCriterion:
+    """The training criterion as fairseq's criteria are: given the model and a batch, the summed loss to
+    differentiate, the number of target tokens that normalises it, and the figures to log.
+
+    It owns label smoothing (epsilon), R-Drop (alpha > 0: the batch twice through two dropout masks, fairseq's
+    weighting) and word dropout (a rate > 0: <unk> in place of source and decoder-input tokens, never the labels).
+    """
+
+    def __init__(self, label_smoothing: float, rdrop_alpha: float = 0.0, word_dropout: float = 0.0,
+                 unk_token_id: int | None = None, special_ids: tuple[int, ...] = ()):
+        self.label_smoothing, self.rdrop_alpha, self.word_dropout = label_smoothing, rdrop_alpha, word_dropout
+        self.unk_token_id, self.special_ids = unk_token_id, special_ids
+
+    @classmethod
+    def from_args(cls, args, tokenizer) -> "TranslationCriterion":
+        # word dropout keeps padding and the sentence boundaries
+        special_ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+        return cls(args.label_smoothing, args.rdrop_alpha, args.word_dropout, tokenizer.unk_token_id, special_ids)
+
+    def sample_size(self, batch: dict) -> torch.Tensor:
+        """The target tokens that normalise a batch's loss, known before the forward pass: its non-pad labels, twice
+        with R-Drop (both passes count, as in fairseq). An int64 scalar tensor."""
+        tokens = (batch["labels"] != -100).sum()
+        return tokens * 2 if self.rdrop_alpha else tokens
+
+    def __call__(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(summed loss, its target tokens (`sample_size`), logging figures). The logging figures are the summed
+        label-smoothed loss, the summed NLL and the target tokens, detached and counted once per distinct target token
+        (R-Drop's two passes are averaged), so that they read the same with R-Drop on or off."""
+        inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "decoder_input_ids", "labels")}
+        if self.word_dropout:
+            for key in ("input_ids", "decoder_input_ids"):
+                inputs[key] = drop_words(inputs[key], self.word_dropout, self.unk_token_id, self.special_ids)
+        if self.rdrop_alpha:  # R-Drop: the batch twice, through two dropout masks
+            inputs = {key: torch.cat([value, value]) for key, value in inputs.items()}
+        labels = inputs.pop("labels")
+        logits = model(**inputs, use_cache=False).logits
+        loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, labels, self.label_smoothing)
+        loss = loss_sum
+        if self.rdrop_alpha:
+            # fairseq's weighting: both passes' cross-entropy plus alpha times the symmetric KL, normalised by the
+            # target tokens of both passes; logged per distinct target token, like the plain loss
+            loss = loss_sum + self.rdrop_alpha * rdrop_kl_sum(logits, labels)
+            loss_sum, nll_sum, tokens = loss_sum / 2, nll_sum / 2, tokens // 2
+        logging = {"loss": loss_sum.detach(), "nll_loss": nll_sum.detach(), "target_tokens": tokens}
+        return loss, self.sample_size(batch), logging

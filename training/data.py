@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
 from ..configuration.configuration_vanilla_transformer import truncation_warning
-from .numbers import numbers_dataset
+from .tasks.numbers import numbers_dataset
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 

@@ -1,8 +1,11 @@
-"""The training loop: plain functions around `accelerator.prepare`, `accumulate`, `gather_for_metrics` and
-`save_state`/`load_state`."""
+"""The training loop: plain functions around `accelerator.prepare`, `backward`, `gather_for_metrics` and
+`save_state`/`load_state`, with fairseq's pieces: a criterion (criterion.py) and updates whose loss is normalised by
+all their target tokens."""
 
+import argparse
 import contextlib
 import ctypes
+import dataclasses
 import json
 import math
 import os
@@ -19,7 +22,6 @@ from transformers import GenerationConfig
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
-from ..modeling.kernels_vanilla_transformer import token_cross_entropy
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .card import write_run_card
 from .checkpoints import (
@@ -30,10 +32,12 @@ from .checkpoints import (
     resolve_resume,
     save_checkpoint,
 )
-from .criterion import label_smoothed_nll_loss, rdrop_kl_sum
-from .data import (BpeDropoutPairs, TokenBatchSampler, drop_words, load_raw_datasets, make_collator,
-                   tokenize_datasets, trained_positions)
-from .metrics import exact_match_by_group, translation_metrics
+from .criterion import TranslationCriterion
+from .data import (BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets,
+                   trained_positions)
+# the evaluation functions, importable from here as before (training/use.py imports them from this module)
+from .evaluation import (eval_mode, evaluate_split, reference_cross_entropy, split_loader, summary,  # noqa: F401
+                         translate_dataset, tune_length_penalty)
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
@@ -55,10 +59,10 @@ def keep_freed_memory_mapped() -> bool:
 
     On the CPU every training step allocates and frees the same large tensors (the (tokens, vocab) logits and their
     gradient are 128 MiB at 4096 tokens and 8000 types). glibc serves blocks that large with fresh mmap calls and
-    unmaps them when freed, so each step pays a page fault per 4 KiB page touched: about 15% of a Multi30k tiny
-    step. Served from the heap and never trimmed, the pages stay mapped from one step to the next. This is the
-    training command's own process setting (the same as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...); importing
-    the package changes nothing.
+    unmaps them when freed, so each step pays a page fault per 4 KiB page touched (the README gives the measured
+    step times). Served from the heap and never trimmed, the pages stay mapped from one step to the next. This is
+    the training command's own process setting (the same as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...), applied
+    by the command line; importing the package or calling `train()` changes nothing.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -73,11 +77,10 @@ def flush_denormals() -> bool:
     """Make the CPU treat float32 denormals (magnitudes below 1.2e-38) as zero; returns whether it could.
 
     A trained model's attention weights hold denormals: the softmax of well-separated scores underflows into them
-    (about 1% of the weights of the Multi30k tiny model after training, none at initialisation). x86 CPUs handle
-    denormal operands in microcode: the batched product of such weights with the values takes about 3x as long. So
-    float32 training slows down as the model learns, by about 9% over a Multi30k run. Flushed to zero, they cost
+    (none at initialisation). x86 CPUs handle denormal operands in microcode, several times slower, so float32
+    training slows down as the model learns (measured in training/recipes/RESULTS.md). Flushed to zero, they cost
     nothing, and they change no sum of the sizes a model works with. This is the command's own process setting,
-    like the allocator's: importing the package changes nothing.
+    like the allocator's, applied by the command line: importing the package or calling `train()` changes nothing.
     """
     return torch.set_flush_denormal(True)
 
@@ -156,93 +159,6 @@ def generation_config(args, config) -> GenerationConfig:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Evaluation
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):
-    """Padded batches of the given columns of a tokenised split, sharded over the processes."""
-    loader = DataLoader(
-        tokenized.remove_columns([c for c in tokenized.column_names if c not in columns]),
-        batch_size=batch_size,
-        collate_fn=make_collator(tokenizer),
-    )
-    return accelerator.prepare_data_loader(loader)
-
-
-@contextlib.contextmanager
-def eval_mode(model):
-    """Dropout off for the block; the model's training mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-@torch.no_grad()
-def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
-    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
-    hypotheses = []
-    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
-        for batch in split_loader(tokenized, ("input_ids",), tokenizer, accelerator, batch_size):
-            generated = unwrapped.generate(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
-            )
-            generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
-            generated = accelerator.gather_for_metrics(generated)
-            hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
-    return [h.strip() for h in hypotheses]
-
-
-def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerator, **generate_kwargs):
-    hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, args.eval_batch_size,
-                                   **generate_kwargs)
-    references = [pair[args.target_lang] for pair in raw_split["translation"]]
-    metrics = translation_metrics(hypotheses, references)
-    if "digits" in raw_split.column_names:  # the embedded task: exact match first, and per magnitude
-        by_digits = exact_match_by_group(hypotheses, references, raw_split["digits"])
-        metrics = {"exact_match": metrics.pop("exact_match"), "exact_match_by_digits": by_digits, **metrics}
-    return metrics, hypotheses
-
-
-def summary(split: str, metrics: dict) -> str:
-    """One line of scores. Where exact match is the figure to read (the embedded task, whose one-word outputs leave
-    BLEU's 2- to 4-gram precisions empty), it comes first, with its figure per digit count."""
-    scores = (f"BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
-              f"(lowercased {metrics['chrf_lowercase']})")
-    if "cross_entropy" in metrics:
-        scores += f", cross-entropy {metrics['cross_entropy']} per token"
-    if "exact_match_by_digits" in metrics:
-        by_digits = ", ".join(f"{d} digits {v}%" for d, v in metrics["exact_match_by_digits"].items())
-        return f"{split}: exact match {metrics['exact_match']}% ({by_digits}); {scores}"
-    return f"{split}: {scores}, exact match {metrics['exact_match']}%"
-
-
-@torch.no_grad()
-def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, accelerator) -> dict[str, float]:
-    """How well the model predicts the reference translations, with dropout off and without label smoothing: the
-    cross-entropy in nats per target token (end-of-sentence included) and its perplexity, and in nats per reference
-    word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
-    nll, tokens = [], []
-    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
-        for batch in split_loader(tokenized_split, ("input_ids", "labels"), tokenizer, accelerator,
-                                  args.eval_batch_size):
-            labels = batch["labels"]  # (batch, tgt_len), -100 at padding
-            logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               decoder_input_ids=unwrapped.prepare_decoder_input_ids_from_labels(labels)).logits
-            per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
-            nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
-            tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
-    total = torch.cat(nll).sum().item()
-    words = sum(len(pair[args.target_lang].split()) for pair in raw_split["translation"])
-    per_token = total / torch.cat(tokens).sum().item()
-    return {"cross_entropy": round(per_token, 4), "perplexity": round(math.exp(per_token), 3),
-            "cross_entropy_per_word": round(total / max(words, 1), 4)}
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -284,8 +200,31 @@ def log_metrics(args, accelerator, record: dict) -> None:
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
 
 
-def train(args) -> dict:
-    """Train a tokenizer and a model as `args` say; returns the final evaluation results."""
+@dataclasses.dataclass
+class Run:
+    """What the training loop works with, set up by `setup_run`; `step`, `epoch` and `batches_done` advance."""
+    args: argparse.Namespace
+    accelerator: Accelerator
+    tokenizer: object
+    raw: object
+    tokenized: object
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    criterion: TranslationCriterion
+    train_data: object
+    sampler: TokenBatchSampler
+    train_loader: DataLoader
+    batches_per_epoch: int
+    max_steps: int
+    resume_checkpoint: str | None = None
+    step: int = 0
+    epoch: int = 0
+    batches_done: int = 0  # of the current epoch
+
+
+def start_accelerator(args):
+    """Check and clear the output folder, and start accelerate; returns (accelerator, resume checkpoint, its state)."""
     prepare_output_dir(args)
     if args.overwrite_output_dir and not args.resume_from and os.path.isdir(args.output_dir):
         for marker in RUN_MARKERS + ("tokenizer",):
@@ -305,16 +244,11 @@ def train(args) -> dict:
         cpu=args.cpu,
     )
     set_seed(args.seed)
-    if accelerator.device.type == "cpu":
-        keep_freed_memory_mapped()
-        flush_denormals()
+    return accelerator, resume_checkpoint, resume_state
 
-    raw = load_raw_datasets(args)
-    tokenizer = build_tokenizer(args, raw, accelerator)
-    with accelerator.main_process_first():
-        tokenized = tokenize_datasets(raw, tokenizer, args)
-    model = build_model(args, tokenizer)
 
+def training_loader(args, raw, tokenized, tokenizer, model, accelerator):
+    """The training pairs (re-segmented every epoch with BPE dropout), their token-budget sampler and loader."""
     if args.bpe_dropout:
         # segmented anew every epoch; the first draw also sizes the epochs that --num-epochs counts
         train_data = BpeDropoutPairs(raw["train"], tokenizer, args, args.bpe_dropout)
@@ -328,6 +262,18 @@ def train(args) -> dict:
     # or a resumed run would see different dropout masks from an uninterrupted one
     train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model),
                               generator=torch.Generator().manual_seed(args.seed))
+    return train_data, sampler, train_loader
+
+
+def setup_run(args) -> Run:
+    """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
+    accelerator, resume_checkpoint, resume_state = start_accelerator(args)
+    raw = load_raw_datasets(args)
+    tokenizer = build_tokenizer(args, raw, accelerator)
+    with accelerator.main_process_first():
+        tokenized = tokenize_datasets(raw, tokenizer, args)
+    model = build_model(args, tokenizer)
+    train_data, sampler, train_loader = training_loader(args, raw, tokenized, tokenizer, model, accelerator)
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                  weight_decay=args.weight_decay, fused=accelerator.device.type in ("cpu", "cuda"))
@@ -345,125 +291,167 @@ def train(args) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(schedule_optimizer, lr_lambda(
         args.d_model, args.warmup_steps, args.lr, total_steps=max_steps, cooldown_steps=args.cooldown_steps))
     accelerator.register_for_checkpointing(scheduler)
-    if trackers:
+    init_trackers(args, accelerator)
+    run = Run(args, accelerator, tokenizer, raw, tokenized, model, optimizer, scheduler,
+              TranslationCriterion.from_args(args, tokenizer), train_data, sampler, train_loader, batches_per_epoch,
+              max_steps, resume_checkpoint)
+    if resume_checkpoint:
+        resume(run, resume_state)
+    return run
+
+
+def init_trackers(args, accelerator) -> None:
+    if any(t != "none" for t in args.report_to):
         accelerator.init_trackers("vanilla-transformer", config={k: v for k, v in vars(args).items()
                                                                  if isinstance(v, (int, float, str, bool))})
 
-    step, epoch, batches_done = 0, 0, 0
-    if resume_checkpoint:
-        accelerator.load_state(resume_checkpoint)
-        step, epoch, batches_done = (resume_state[key] for key in ("step", "epoch", "batches_in_epoch"))
-        if accelerator.is_main_process:
-            forget_metrics_after(args.output_dir, step)
-        accelerator.print(f"Resumed from {resume_checkpoint} at step {step}.")
 
-    saved_at = step  # the step of the newest checkpoint on disk (or the start)
-    progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="Training")
-    started, window_tokens, window_start = time.time(), 0, time.time()
-    update_totals = torch.zeros(3)  # loss sum, NLL sum, target tokens over the micro-batches of one update
-    special_ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)  # word dropout keeps them
-    model.train()
-    while step < max_steps:
-        loader = accelerator.skip_first_batches(train_loader, batches_done) if batches_done else train_loader
-        # the sampler's shuffle follows the epoch. accelerate's loaders hand the sampler their own count of passes,
-        # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
-        loader.set_epoch(epoch)
-        sampler.set_epoch(epoch)
-        if args.bpe_dropout and train_data.epoch != epoch:
-            train_data.resegment(epoch, accelerator)
-            sampler.set_lengths(*train_data.lengths())
-        for batch in loader:
-            batches_done += 1
-            with accelerator.accumulate(model):
-                inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "decoder_input_ids", "labels")}
-                if args.word_dropout:
-                    for key in ("input_ids", "decoder_input_ids"):
-                        inputs[key] = drop_words(inputs[key], args.word_dropout, tokenizer.unk_token_id, special_ids)
-                if args.rdrop_alpha:  # R-Drop: the batch twice, through two dropout masks
-                    inputs = {key: torch.cat([value, value]) for key, value in inputs.items()}
-                labels = inputs.pop("labels")
-                logits = model(**inputs, use_cache=False).logits
-                loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, labels, args.label_smoothing)
-                if args.rdrop_alpha:
-                    # fairseq's weighting: both passes' cross-entropy plus alpha times the symmetric KL, normalised
-                    # by the target tokens of both passes; logged per distinct target token, like the plain loss
-                    loss = (loss_sum + args.rdrop_alpha * rdrop_kl_sum(logits, labels)) / tokens
-                    loss_sum, nll_sum, tokens = loss_sum / 2, nll_sum / 2, tokens // 2
-                else:
-                    loss = loss_sum / tokens  # normalised by the non-pad target tokens
-                totals = accelerator.reduce(torch.stack([loss_sum.detach(), nll_sum.detach(), tokens.float()]),
-                                            reduction="sum")
-                if not torch.isfinite(totals[0]):
-                    last = list_checkpoints(args.output_dir)
-                    raise TrainingStopped(
-                        f"the loss became {totals[0].item()} at step {step + 1}; training stopped. The last good "
-                        f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
-                        "with a lower --lr or more --warmup-steps."
-                    )
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.clip_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
-                optimizer.step()
-                optimizer.zero_grad()
-            update_totals += totals.cpu()
-            if not accelerator.sync_gradients:
-                continue
-            scheduler.step()
-            step += 1
+def resume(run: Run, state: dict) -> None:
+    """Load the checkpoint's weights, optimizer, schedule and RNG states, and go on from its update."""
+    run.accelerator.load_state(run.resume_checkpoint)
+    run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
+    if run.accelerator.is_main_process:
+        forget_metrics_after(run.args.output_dir, run.step)
+    run.accelerator.print(f"Resumed from {run.resume_checkpoint} at step {run.step}.")
+
+
+def epoch_updates(run: Run):
+    """The rest of the current epoch's batches, in the micro-batch groups of one optimizer update each:
+    --gradient-accumulation-steps batches, fewer in the epoch's last group. Yields (group, whether it ends the
+    epoch); an update's batches are all fetched before it starts, so that its target tokens are known."""
+    args = run.args
+    loader = (run.accelerator.skip_first_batches(run.train_loader, run.batches_done) if run.batches_done
+              else run.train_loader)
+    # the sampler's shuffle follows the epoch. accelerate's loaders hand the sampler their own count of passes,
+    # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
+    loader.set_epoch(run.epoch)
+    run.sampler.set_epoch(run.epoch)
+    if args.bpe_dropout and run.train_data.epoch != run.epoch:
+        run.train_data.resegment(run.epoch, run.accelerator)
+        run.sampler.set_lengths(*run.train_data.lengths())
+    group = []
+    for batch in loader:
+        if len(group) == args.gradient_accumulation_steps:
+            yield group, False
+            group = []
+        group.append(batch)
+    if group:
+        yield group, True
+
+
+def stop_on_non_finite(run: Run, loss_sum: torch.Tensor) -> None:
+    if not torch.isfinite(loss_sum):
+        last = list_checkpoints(run.args.output_dir)
+        raise TrainingStopped(
+            f"the loss became {loss_sum.item()} at step {run.step + 1}; training stopped. The last good "
+            f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
+            "with a lower --lr or more --warmup-steps."
+        )
+
+
+def train_update(run: Run, group: list[dict], ends_epoch: bool) -> torch.Tensor:
+    """One optimizer update over its micro-batches; returns (loss sum, NLL sum, target tokens) over all of them and
+    all processes.
+
+    fairseq's normalisation: the update's summed loss over its total target tokens, counted over all its micro-batches
+    and processes before the first forward pass, so that a micro-batch weighs by its tokens. Each micro-batch's
+    summed loss is scaled so that accelerate's division by the accumulation steps and DDP's average over the
+    processes are undone; with one process and one micro-batch it is exactly the batch's loss over its tokens.
+    """
+    accelerator, model, criterion = run.accelerator, run.model, run.criterion
+    sample_size = accelerator.reduce(sum(criterion.sample_size(batch) for batch in group), reduction="sum")
+    scale = accelerator.gradient_accumulation_steps * accelerator.num_processes
+    totals = torch.zeros(3)
+    for index, batch in enumerate(group):
+        last = index == len(group) - 1
+        # the update's end is ours to say (accelerate's `accumulate` would read it from the loader, which has been
+        # read ahead): the optimizer wrapper steps, and DDP averages the gradients, only on its last micro-batch
+        accelerator.gradient_state._set_sync_gradients(last)
+        accelerator.step = 0 if last and ends_epoch else accelerator.step + 1  # as `accumulate` counts, for checkpoints
+        with contextlib.nullcontext() if last else accelerator.no_sync(model):
+            loss, _, logging = criterion(model, batch)
+            micro = accelerator.reduce(torch.stack([logging["loss"], logging["nll_loss"],
+                                                    logging["target_tokens"].float()]), reduction="sum")
+            stop_on_non_finite(run, micro[0])
+            accelerator.backward(loss / sample_size if scale == 1 else loss * scale / sample_size)
+        totals += micro.cpu()
+    if run.args.clip_norm > 0:
+        accelerator.clip_grad_norm_(model.parameters(), run.args.clip_norm)
+    run.optimizer.step()
+    run.optimizer.zero_grad()
+    run.scheduler.step()
+    run.step += 1
+    return totals
+
+
+@dataclasses.dataclass
+class Throughput:
+    """Target tokens since the last logged rate, and when that window started."""
+    tokens: float = 0.0
+    start: float = dataclasses.field(default_factory=time.time)
+
+
+def update_record(run: Run, totals: torch.Tensor, window: Throughput, progress) -> dict:
+    """The metrics.jsonl record of the update just made, with the token rate every --log-steps updates."""
+    loss_sum, nll_sum, tokens = totals.tolist()
+    window.tokens += tokens
+    record = {
+        "step": run.step, "epoch": run.epoch,
+        "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
+        "lr": run.scheduler.get_last_lr()[0], "target_tokens": int(tokens),
+    }
+    if run.step % run.args.log_steps == 0 or run.step == run.max_steps:
+        elapsed = time.time() - window.start
+        record["tokens_per_second"] = round(window.tokens / max(elapsed, 1e-9), 1)
+        window.tokens, window.start = 0, time.time()
+        progress.set_postfix(loss=record["loss"], lr=f"{record['lr']:.2e}", tok_s=record["tokens_per_second"])
+    return record
+
+
+def validate(run: Run, record: dict) -> None:
+    """Greedy translation scores and the reference cross-entropy on the validation split, added to `record`."""
+    args, accelerator, raw, tokenized = run.args, run.accelerator, run.raw, run.tokenized
+    metrics, _ = evaluate_split(run.model, run.tokenizer, raw["validation"], tokenized["validation"], args,
+                                accelerator, num_beams=1, max_new_tokens=args.max_target_length)
+    metrics.update(reference_cross_entropy(run.model, run.tokenizer, raw["validation"], tokenized["validation"],
+                                           args, accelerator))
+    record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
+    accelerator.print(f"step {run.step}: {summary('validation', metrics)}")
+
+
+def save_run(run: Run) -> None:
+    save_training_state(run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch)
+
+
+def train(args) -> dict:
+    """Train a tokenizer and a model as `args` say; returns the final evaluation results."""
+    run = setup_run(args)
+    saved_at = run.step  # the step of the newest checkpoint on disk (or the start)
+    progress = tqdm(total=run.max_steps, initial=run.step, disable=not run.accelerator.is_local_main_process,
+                    desc="Training")
+    started, window = time.time(), Throughput()
+    run.model.train()
+    while run.step < run.max_steps:
+        for group, ends_epoch in epoch_updates(run):
+            run.batches_done += len(group)
+            totals = train_update(run, group, ends_epoch)
             progress.update(1)
-            loss_sum, nll_sum, tokens = update_totals.tolist()
-            update_totals.zero_()
-            window_tokens += tokens
-            record = {
-                "step": step, "epoch": epoch,
-                "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
-                "lr": scheduler.get_last_lr()[0], "target_tokens": int(tokens),
-            }
-            if step % args.log_steps == 0 or step == max_steps:
-                elapsed = time.time() - window_start
-                record["tokens_per_second"] = round(window_tokens / max(elapsed, 1e-9), 1)
-                window_tokens, window_start = 0, time.time()
-                progress.set_postfix(loss=record["loss"], lr=f"{record['lr']:.2e}",
-                                     tok_s=record["tokens_per_second"])
-            if args.eval_steps and step % args.eval_steps == 0 and "validation" in tokenized:
-                metrics, _ = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
-                                            accelerator, num_beams=1, max_new_tokens=args.max_target_length)
-                metrics.update(reference_cross_entropy(model, tokenizer, raw["validation"], tokenized["validation"],
-                                                       args, accelerator))
-                record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
-                accelerator.print(f"step {step}: {summary('validation', metrics)}")
-            log_metrics(args, accelerator, record)
-            if args.save_steps and step % args.save_steps == 0:
-                save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
-                saved_at = step
-            if step >= max_steps:
+            record = update_record(run, totals, window, progress)
+            if args.eval_steps and run.step % args.eval_steps == 0 and "validation" in run.tokenized:
+                validate(run, record)
+            log_metrics(args, run.accelerator, record)
+            if args.save_steps and run.step % args.save_steps == 0:
+                save_run(run)
+                saved_at = run.step
+            if run.step >= run.max_steps:
                 break
         else:
-            epoch, batches_done = epoch + 1, 0
+            run.epoch, run.batches_done = run.epoch + 1, 0
     progress.close()
-    if args.save_steps and saved_at != step:
-        # the last updates are checkpointed too, so that averaging and resuming see the final state
-        save_training_state(accelerator, args, step, epoch, batches_done, batches_per_epoch)
-    train_seconds = time.time() - started
-    return finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds)
-
-
-def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
-    """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU (lowercased
-    with `--lowercase`) in `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best
-    (metrics, hypotheses)."""
-    score = "bleu_lowercase" if args.lowercase else "bleu"  # a lowercasing model writes lowercase
-    search, best = {}, None
-    for alpha in args.tune_length_penalty:
-        metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
-                                             accelerator, length_penalty=alpha)
-        search[str(alpha)] = metrics[score]
-        accelerator.print(f"length penalty {alpha}: validation {score} {metrics[score]}")
-        if best is None or metrics[score] > best[1][0][score]:
-            best = (alpha, (metrics, hypotheses))
-    args.length_penalty = best[0]
-    accelerator.print(f"Chose length penalty {best[0]} on the validation split.")
-    return search, best[1]
+    if args.save_steps and saved_at != run.step:
+        save_run(run)  # the last updates are checkpointed too, so that averaging and resuming see the final state
+    return finish(args, run.accelerator, run.model, run.tokenizer, run.raw, run.tokenized, run.step,
+                  time.time() - started)
 
 
 def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:

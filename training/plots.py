@@ -4,6 +4,8 @@ metrics.jsonl."""
 import json
 import os
 
+from .errors import MissingDependencyError
+
 MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
 
 
@@ -24,7 +26,10 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str | None:
-    """Write `training_curves.png` (or `out`) for the run in `run_dir`; works while the run is in progress."""
+    """Write `training_curves.png` (or `out`) for the run in `run_dir`; works while the run is in progress.
+
+    Raises `ValueError` if `run_dir` is not a run folder, and `MissingDependencyError` without matplotlib (unless
+    `quiet`, which then returns None)."""
     try:
         import matplotlib
 
@@ -33,7 +38,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     except ImportError:
         if quiet:
             return None
-        raise SystemExit(MISSING_MATPLOTLIB)
+        raise MissingDependencyError(MISSING_MATPLOTLIB)
     records = read_metrics(run_dir)
     steps = [r["step"] for r in records]
     evals = [r for r in records if "validation_bleu" in r]

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from vanilla_transformer.training.numbers import english, german
+from vanilla_transformer.training.tasks.numbers import english, german
 
 TINY_MODEL_FLAGS = [
     "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",

@@ -18,7 +18,7 @@ from vanilla_transformer.training.data import (
     load_raw_datasets,
     tokenize_datasets,
 )
-from vanilla_transformer.training.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
+from vanilla_transformer.training.tasks.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
 from vanilla_transformer.training.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
 from .conftest import pairs, write_jsonl

@@ -49,7 +49,7 @@ BPE_DROPOUT_SCRIPT = """
 import argparse, json, sys
 from accelerate import Accelerator
 from vanilla_transformer.training.data import BpeDropoutPairs
-from vanilla_transformer.training.numbers import numbers_dataset
+from vanilla_transformer.training.tasks.numbers import numbers_dataset
 from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
 
 accelerator = Accelerator(cpu=True)

@@ -52,7 +52,7 @@ def test_train_on_files_leaves_a_loadable_model_folder(tmp_path, data_files, cap
 
 
 def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
-    from vanilla_transformer.training.numbers import english, german
+    from vanilla_transformer.training.tasks.numbers import english, german
 
     files = {}
     for split, numbers in {"train": range(100, 200), "validation": range(20, 26), "test": range(40, 46)}.items():
@@ -271,17 +271,17 @@ def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys,
                                                                               monkeypatch):
-    from vanilla_transformer.training import loop
+    from vanilla_transformer.training import criterion
 
     calls = {"n": 0}
-    real = loop.label_smoothed_nll_loss
+    real = criterion.label_smoothed_nll_loss
 
     def criterion_that_overflows_at_step_5(logits, labels, epsilon, *args, **kwargs):
         calls["n"] += 1
         loss_sum, nll_sum, tokens = real(logits, labels, epsilon, *args, **kwargs)
         return (loss_sum * float("inf") if calls["n"] == 5 else loss_sum), nll_sum, tokens
 
-    monkeypatch.setattr(loop, "label_smoothed_nll_loss", criterion_that_overflows_at_step_5)
+    monkeypatch.setattr(criterion, "label_smoothed_nll_loss", criterion_that_overflows_at_step_5)
     out = tmp_path / "run"
     code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
                  "--eval-steps", "0", *TINY_MODEL_FLAGS])

@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests.conftest import long_sentence
 from vanilla_transformer.training.cli import main
-from vanilla_transformer.training.numbers import german
+from vanilla_transformer.training.tasks.numbers import german
 
 from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 

@@ -1,4 +1,6 @@
-"""Using a trained model folder: `vanilla-transformer evaluate` and `vanilla-transformer translate`."""
+"""Using a trained model folder: `vanilla-transformer evaluate` and `vanilla-transformer translate`.
+
+These functions raise `CommandError` (and `DataError`) for a bad folder, flag or input; `cli.main` reports them."""
 
 import json
 import sys
@@ -12,35 +14,33 @@ from ..configuration.configuration_vanilla_transformer import (
     position_limit,
     truncation_warning,
 )
-from .data import DataError, load_raw_datasets, tokenize_pairs
-from .loop import evaluate_split, reference_cross_entropy
+from .data import load_raw_datasets, tokenize_pairs
+from .errors import CommandError, ModelFolderError
+from .evaluation import evaluate_split, reference_cross_entropy
 
 
 def load_model_folder(path: str):
+    """The model and tokenizer of a model folder (or Hub name); raises `ModelFolderError` if it cannot be loaded or
+    its tokenizer does not match its config.json."""
     import vanilla_transformer  # noqa: F401  (registers the model type)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
     except (OSError, ValueError) as error:
-        raise SystemExit(f"error: --model {path}: could not load a model folder: {error}")
+        raise ModelFolderError(f"--model {path}: could not load a model folder: {error}") from error
     try:
         check_tokenizer_matches(model.config, tokenizer, f"--model {path}")
     except ValueError as error:
-        raise SystemExit(f"error: {error}")
+        raise ModelFolderError(str(error)) from error
     return model, tokenizer
 
 
 def evaluate_command(args) -> int:
     model, tokenizer = load_model_folder(args.model)
-    try:
-        raw = load_raw_datasets(args, require_train=False)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    raw = load_raw_datasets(args, require_train=False)  # a DataError propagates: exit status 2
     if args.split not in raw:
-        print(f"error: --split {args.split}: the data has splits {sorted(raw)}", file=sys.stderr)
-        return 2
+        raise CommandError(f"--split {args.split}: the data has splits {sorted(raw)}", exit_code=2)
     max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
     tokenized = tokenize_pairs(raw[args.split], tokenizer, args, max_length=position_limit(model.config))
     accelerator = Accelerator()
@@ -79,16 +79,14 @@ def translate_sentences(model, tokenizer, sentences: list[str], batch_size: int,
 
 def translate_command(args) -> int:
     if args.sentences and args.input:
-        print("error: give sentences as arguments or --input, not both", file=sys.stderr)
-        return 2
+        raise CommandError("give sentences as arguments or --input, not both", exit_code=2)
     if args.sentences:
         sentences = args.sentences
     else:
         try:
             handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
         except OSError as error:
-            print(f"error: --input {args.input}: {error.strerror}", file=sys.stderr)
-            return 2
+            raise CommandError(f"--input {args.input}: {error.strerror}", exit_code=2) from error
         with handle:
             sentences = [line.rstrip("\n") for line in handle]
     model, tokenizer = load_model_folder(args.model)

@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from .errors import MissingDependencyError
 from .plots import MISSING_MATPLOTLIB
 
 
@@ -74,7 +75,7 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SystemExit(MISSING_MATPLOTLIB)
+        raise MissingDependencyError(MISSING_MATPLOTLIB)
     os.makedirs(out_dir, exist_ok=True)
     src, dec_in, tgt = maps["source_tokens"], maps["decoder_input_tokens"], maps["target_tokens"]
     paths = []
@@ -100,7 +101,7 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
 
 
 def attention_command(args) -> int:
-    from .use import load_model_folder
+    from .commands import load_model_folder
 
     model, tokenizer = load_model_folder(args.model)
     maps = attention_maps(model, tokenizer, args.source, args.target, num_beams=args.num_beams,

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.training.attention import attention_maps, write_attention_figures
 from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.errors import MissingDependencyError
+from vanilla_transformer.training.heatmaps import attention_maps, write_attention_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -69,6 +70,6 @@ def test_without_matplotlib_the_message_says_what_to_install(trained_folder, tmp
     model, tokenizer = load(trained_folder)
     maps = attention_maps(model, tokenizer, "three hundred", target="dreihundert")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of matplotlib now fails
-    with pytest.raises(SystemExit, match=r"pip install 'vanilla-transformer\[plots\]'"):
+    with pytest.raises(MissingDependencyError, match=r"pip install 'vanilla-transformer\[plots\]'"):
         write_attention_figures(maps, str(tmp_path / "figures"))
     assert not (tmp_path / "figures").exists()

@@ -1,0 +1,116 @@
+"""Evaluation during and after training: beam-search translations of a split gathered from every process, their
+BLEU/chrF/exact-match scores, the reference cross-entropy, and the length-penalty search on the validation split."""
+
+import contextlib
+import math
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..modeling.kernels_vanilla_transformer import token_cross_entropy
+from .data import make_collator
+from .metrics import exact_match_by_group, translation_metrics
+
+
+def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):
+    """Padded batches of the given columns of a tokenised split, sharded over the processes."""
+    loader = DataLoader(
+        tokenized.remove_columns([c for c in tokenized.column_names if c not in columns]),
+        batch_size=batch_size,
+        collate_fn=make_collator(tokenizer),
+    )
+    return accelerator.prepare_data_loader(loader)
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """Dropout off for the block; the model's training mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
+    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
+    hypotheses = []
+    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
+        for batch in split_loader(tokenized, ("input_ids",), tokenizer, accelerator, batch_size):
+            generated = unwrapped.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+            )
+            generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
+            generated = accelerator.gather_for_metrics(generated)
+            hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
+    return [h.strip() for h in hypotheses]
+
+
+def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerator, **generate_kwargs):
+    hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, args.eval_batch_size,
+                                   **generate_kwargs)
+    references = [pair[args.target_lang] for pair in raw_split["translation"]]
+    metrics = translation_metrics(hypotheses, references)
+    if "digits" in raw_split.column_names:  # the embedded task: exact match first, and per magnitude
+        by_digits = exact_match_by_group(hypotheses, references, raw_split["digits"])
+        metrics = {"exact_match": metrics.pop("exact_match"), "exact_match_by_digits": by_digits, **metrics}
+    return metrics, hypotheses
+
+
+def summary(split: str, metrics: dict) -> str:
+    """One line of scores. Where exact match is the figure to read (the embedded task, whose one-word outputs leave
+    BLEU's 2- to 4-gram precisions empty), it comes first, with its figure per digit count."""
+    scores = (f"BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
+              f"(lowercased {metrics['chrf_lowercase']})")
+    if "cross_entropy" in metrics:
+        scores += f", cross-entropy {metrics['cross_entropy']} per token"
+    if "exact_match_by_digits" in metrics:
+        by_digits = ", ".join(f"{d} digits {v}%" for d, v in metrics["exact_match_by_digits"].items())
+        return f"{split}: exact match {metrics['exact_match']}% ({by_digits}); {scores}"
+    return f"{split}: {scores}, exact match {metrics['exact_match']}%"
+
+
+@torch.no_grad()
+def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, accelerator) -> dict[str, float]:
+    """How well the model predicts the reference translations, with dropout off and without label smoothing: the
+    cross-entropy in nats per target token (end-of-sentence included) and its perplexity, and in nats per reference
+    word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
+    nll, tokens = [], []
+    with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
+        for batch in split_loader(tokenized_split, ("input_ids", "labels"), tokenizer, accelerator,
+                                  args.eval_batch_size):
+            labels = batch["labels"]  # (batch, tgt_len), -100 at padding
+            logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               decoder_input_ids=unwrapped.prepare_decoder_input_ids_from_labels(labels)).logits
+            per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
+            nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
+            tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
+    total = torch.cat(nll).sum().item()
+    words = sum(len(pair[args.target_lang].split()) for pair in raw_split["translation"])
+    per_token = total / torch.cat(tokens).sum().item()
+    return {"cross_entropy": round(per_token, 4), "perplexity": round(math.exp(per_token), 3),
+            "cross_entropy_per_word": round(total / max(words, 1), 4)}
+
+
+def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
+    """Beam-decode the validation split with each `--tune-length-penalty` value and keep the best BLEU (lowercased
+    with `--lowercase`) in `args.length_penalty` (ties go to the earlier value). Returns {alpha: BLEU} and the best
+    (metrics, hypotheses)."""
+    score = "bleu_lowercase" if args.lowercase else "bleu"  # a lowercasing model writes lowercase
+    search, best = {}, None
+    for alpha in args.tune_length_penalty:
+        metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
+                                             accelerator, length_penalty=alpha)
+        search[str(alpha)] = metrics[score]
+        accelerator.print(f"length penalty {alpha}: validation {score} {metrics[score]}")
+        if best is None or metrics[score] > best[1][0][score]:
+            best = (alpha, (metrics, hypotheses))
+    args.length_penalty = best[0]
+    accelerator.print(f"Chose length penalty {best[0]} on the validation split.")
+    return search, best[1]
+
+
+__all__ = ["split_loader", "eval_mode", "translate_dataset", "evaluate_split", "summary",
+           "reference_cross_entropy", "tune_length_penalty"]
