@@ -92,8 +92,9 @@ def weights_fingerprint(model) -> list[tuple[float, float]] | None:
     `card_for_saving` tells whether the model was changed (fine-tuned) after it was loaded with its card."""
     if any(p.device.type == "meta" for p in model.parameters()):
         return None
-    with torch.no_grad():
-        return [(float(p.double().sum()), float(p.double().square().sum())) for p in model.parameters()]
+    with torch.no_grad():  # summed in float64 without a float64 copy of each parameter
+        return [(float(p.sum(dtype=torch.float64)), float(p.square().sum(dtype=torch.float64)))
+                for p in model.parameters()]
 
 
 def card_for_saving(model) -> str | None:

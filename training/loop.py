@@ -35,9 +35,8 @@ from .checkpoints import (
 from .criterion import TranslationCriterion
 from .data import (BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets,
                    trained_positions)
-# the evaluation functions, importable from here as before (training/use.py imports them from this module)
-from .evaluation import (eval_mode, evaluate_split, reference_cross_entropy, split_loader, summary,  # noqa: F401
-                         translate_dataset, tune_length_penalty)
+# translate_dataset stays importable from here, as this module's __all__ has always listed it
+from .evaluation import evaluate_split, reference_cross_entropy, summary, translate_dataset, tune_length_penalty
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 

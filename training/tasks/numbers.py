@@ -83,9 +83,9 @@ def split_numbers(seed: int, train_size: int, eval_size: int, max_digits: int) -
     rng = random.Random(seed)
     splits = {"train": [], "validation": [], "test": []}
     for digits in range(1, max_digits + 1):
-        numbers = range(2 if digits == 1 else 10 ** (digits - 1), 10**digits)
-        size = min(eval_size // max_digits, 9 * 10 ** (digits - 1) // 5 + (digits == 1))
-        held_out = rng.sample(numbers, 2 * size)
+        how_many = 10 if digits == 1 else 9 * 10 ** (digits - 1)  # numbers of this digit count, 0 and 1 included
+        size = min(eval_size // max_digits, how_many // 5)
+        held_out = rng.sample(range(2 if digits == 1 else 10 ** (digits - 1), 10**digits), 2 * size)
         splits["validation"] += held_out[:size]
         splits["test"] += held_out[size:]
         excluded, drawn = set(held_out), []
