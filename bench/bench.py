@@ -12,6 +12,7 @@ ratio reported is the median over repeats of Marian's time divided by ours (> 1 
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -39,25 +40,48 @@ SIZES = {
 BATCHES = {"numbers": (256, 12, 12), "tiny": (256, 16, 16), "base": (64, 32, 32)}
 QUICK_BATCHES = {"numbers": (128, 12, 12), "tiny": (128, 16, 16), "base": (16, 32, 32)}
 PAD, BOS, EOS = 0, 1, 2
+SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"  # BENCHMARKS.md from here on is serving.py's
 
 
 def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1):
     """The same Transformer as this package's model or as MarianMTModel (post-norm, sinusoidal, shared embeddings)."""
     if kind == "vanilla":
         config = VanillaTransformerConfig(
-            vocab_size=size["vocab"], d_model=size["d_model"], num_heads=size["heads"], d_ff=size["d_ff"],
-            encoder_layers=size["layers"], decoder_layers=size["layers"], dropout=dropout,
-            max_position_embeddings=512, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+            vocab_size=size["vocab"],
+            d_model=size["d_model"],
+            num_heads=size["heads"],
+            d_ff=size["d_ff"],
+            encoder_layers=size["layers"],
+            decoder_layers=size["layers"],
+            dropout=dropout,
+            max_position_embeddings=512,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
             decoder_start_token_id=BOS,
         )
     else:
         config = MarianConfig(
-            vocab_size=size["vocab"], d_model=size["d_model"], encoder_attention_heads=size["heads"],
-            decoder_attention_heads=size["heads"], encoder_ffn_dim=size["d_ff"], decoder_ffn_dim=size["d_ff"],
-            encoder_layers=size["layers"], decoder_layers=size["layers"], dropout=dropout, attention_dropout=0.0,
-            activation_dropout=0.0, activation_function="relu", scale_embedding=True, max_position_embeddings=512,
-            pad_token_id=PAD, eos_token_id=EOS, forced_eos_token_id=None, decoder_start_token_id=PAD,
-            share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+            vocab_size=size["vocab"],
+            d_model=size["d_model"],
+            encoder_attention_heads=size["heads"],
+            decoder_attention_heads=size["heads"],
+            encoder_ffn_dim=size["d_ff"],
+            decoder_ffn_dim=size["d_ff"],
+            encoder_layers=size["layers"],
+            decoder_layers=size["layers"],
+            dropout=dropout,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            activation_function="relu",
+            scale_embedding=True,
+            max_position_embeddings=512,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            forced_eos_token_id=None,
+            decoder_start_token_id=PAD,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
         )
     torch.manual_seed(0)
     return AutoModelForSeq2SeqLM.from_config(config, attn_implementation=attn).to(device)
@@ -67,8 +91,12 @@ def training_batch(size: dict, shape: tuple[int, int, int], device: str) -> dict
     batch, src_len, tgt_len = shape
     generator = torch.Generator().manual_seed(1)
     ids = lambda length: torch.randint(3, size["vocab"], (batch, length), generator=generator)  # noqa: E731
-    return {"input_ids": ids(src_len).to(device), "attention_mask": torch.ones(batch, src_len, dtype=torch.long,
-            device=device), "decoder_input_ids": ids(tgt_len).to(device), "labels": ids(tgt_len).to(device)}
+    return {
+        "input_ids": ids(src_len).to(device),
+        "attention_mask": torch.ones(batch, src_len, dtype=torch.long, device=device),
+        "decoder_input_ids": ids(tgt_len).to(device),
+        "labels": ids(tgt_len).to(device),
+    }
 
 
 def synchronize(device: str) -> None:
@@ -100,8 +128,13 @@ class Generate:
 
     def __init__(self, model, sources: torch.Tensor, num_beams: int, new_tokens: int, compiled: bool = False):
         self.model, self.sources = model.eval(), sources
-        self.kwargs = dict(num_beams=num_beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                           do_sample=False, early_stopping=False if num_beams > 1 else None)
+        self.kwargs = dict(
+            num_beams=num_beams,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            early_stopping=False if num_beams > 1 else None,
+        )
         if compiled:
             compile_config = CompileConfig()
             compile_config._compile_all_devices = True
@@ -110,8 +143,7 @@ class Generate:
 
     @torch.no_grad()
     def __call__(self):
-        return self.model.generate(input_ids=self.sources, attention_mask=torch.ones_like(self.sources),
-                                   **self.kwargs)
+        return self.model.generate(input_ids=self.sources, attention_mask=torch.ones_like(self.sources), **self.kwargs)
 
 
 def seconds_per_call(fn, calls: int, device: str) -> float:
@@ -135,9 +167,13 @@ def compare(make_ours, make_theirs, repeats: int, calls: int, device: str) -> di
     ratios = [t / o for o, t in zip(times["ours"], times["theirs"])]
     # whether generate() actually ran compiled decoding steps (it compiles greedy and sampling, not beam search)
     compiled = {name: hasattr(getattr(fn, "model", None), "_compiled_call") for name, fn in order}
-    return {"ours": statistics.median(times["ours"]), "theirs": statistics.median(times["theirs"]),
-            "ratio": statistics.median(ratios), "ours_compiled": compiled["ours"],
-            "theirs_compiled": compiled["theirs"]}
+    return {
+        "ours": statistics.median(times["ours"]),
+        "theirs": statistics.median(times["theirs"]),
+        "ratio": statistics.median(ratios),
+        "ours_compiled": compiled["ours"],
+        "theirs_compiled": compiled["theirs"],
+    }
 
 
 def matmul_peak(device: str, n: int, dtype=torch.float32) -> float:
@@ -181,8 +217,15 @@ def peak_memory(size_name: str, task: str, attn: str, quick: bool, device: str, 
             peak, added = map(float, done.stdout.strip().splitlines()[-1].split())
             samples[kind].append((peak, added))
     median = lambda kind, i: statistics.median(sample[i] for sample in samples[kind])  # noqa: E731
-    return {"size": size_name, "task": task, "probes": probes, "ours": median("vanilla", 0),
-            "theirs": median("marian", 0), "ours_added": median("vanilla", 1), "theirs_added": median("marian", 1)}
+    return {
+        "size": size_name,
+        "task": task,
+        "probes": probes,
+        "ours": median("vanilla", 0),
+        "theirs": median("marian", 0),
+        "ours_added": median("vanilla", 1),
+        "theirs_added": median("marian", 1),
+    }
 
 
 def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, device: str) -> None:
@@ -263,8 +306,9 @@ def plot_scaling(result: dict, path: str, title: str) -> None:
     for kind, label in (("vanilla", "vanilla-transformer"), ("marian", "MarianMTModel")):
         left.plot(result["length"], [1000 * t for t in result["by_length"][kind]], marker="o", label=label)
         right.plot(result["batch"], [1000 * t for t in result["by_batch"][kind]], marker="o", label=label)
-    left.set(xlabel="source = target length (tokens), batch 32", ylabel="training step (ms)", xscale="log",
-             yscale="log")
+    left.set(
+        xlabel="source = target length (tokens), batch 32", ylabel="training step (ms)", xscale="log", yscale="log"
+    )
     right.set(xlabel="batch (sentences), length 16", ylabel="training step (ms)", xscale="log", yscale="log")
     for axis in (left, right):
         axis.grid(True, which="both", alpha=0.3)
@@ -296,6 +340,14 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
     return f"missed by {100 * gap:.{digits}f}%"
 
 
+def train_step(kind: str, size: dict, attn: str, device: str, batch: dict) -> "TrainStep":
+    return TrainStep(build(kind, size, attn, device), batch)
+
+
+def generator(kind: str, size: dict, attn: str, device: str, sources, beams: int, new_tokens: int, compiled: bool):
+    return Generate(build(kind, size, attn, device), sources, beams, new_tokens, compiled)
+
+
 def run(args) -> dict:
     device = args.device
     batches = QUICK_BATCHES if args.quick else BATCHES
@@ -308,43 +360,76 @@ def run(args) -> dict:
         size, shape = SIZES[size_name], batches[size_name]
         for attn in args.attn:
             batch = training_batch(size, shape, device)
-            train = compare(lambda: TrainStep(build("vanilla", size, attn, device), batch),
-                            lambda: TrainStep(build("marian", size, attn, device), batch), repeats, calls, device)
+            train = compare(
+                functools.partial(train_step, "vanilla", size, attn, device, batch),
+                functools.partial(train_step, "marian", size, attn, device, batch),
+                repeats,
+                calls,
+                device,
+            )
             target_tokens = shape[0] * shape[2]
-            results["train"].append({"size": size_name, "attn": attn, "batch": shape, **train,
-                                     "ours_tgt_tok_s": target_tokens / train["ours"],
-                                     "theirs_tgt_tok_s": target_tokens / train["theirs"],
-                                     "ours_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["ours"],
-                                     "theirs_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["theirs"]})
+            results["train"].append(
+                {
+                    "size": size_name,
+                    "attn": attn,
+                    "batch": shape,
+                    **train,
+                    "ours_tgt_tok_s": target_tokens / train["ours"],
+                    "theirs_tgt_tok_s": target_tokens / train["theirs"],
+                    "ours_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["ours"],
+                    "theirs_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["theirs"],
+                }
+            )
             print(json.dumps(results["train"][-1]), flush=True)
             if attn == args.attn[0]:
                 flops = training_flops(build("vanilla", size, attn, device), batch)
-                results["utilisation"].append({"size": size_name, "attn": attn, "flops": flops,
-                                               "step": train["ours"], "fraction": flops / train["ours"] / peak})
+                results["utilisation"].append(
+                    {
+                        "size": size_name,
+                        "attn": attn,
+                        "flops": flops,
+                        "step": train["ours"],
+                        "fraction": flops / train["ours"] / peak,
+                    }
+                )
             sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
             compiled_runs = (False, True) if attn == args.attn[0] and not args.no_compile else (False,)
             for compiled in compiled_runs:
                 for beams in (1, 5):
                     gen = compare(
-                        lambda: Generate(build("vanilla", size, attn, device), sources, beams, shape[2], compiled),
-                        lambda: Generate(build("marian", size, attn, device), sources, beams, shape[2], compiled),
-                        repeats, 1, device)
-                    results["generate"].append({"size": size_name, "attn": attn, "beams": beams, "compiled": compiled,
-                                                **gen, "ours_sent_s": 32 / gen["ours"],
-                                                "theirs_sent_s": 32 / gen["theirs"]})
+                        functools.partial(generator, "vanilla", size, attn, device, sources, beams, shape[2], compiled),
+                        functools.partial(generator, "marian", size, attn, device, sources, beams, shape[2], compiled),
+                        repeats,
+                        1,
+                        device,
+                    )
+                    results["generate"].append(
+                        {
+                            "size": size_name,
+                            "attn": attn,
+                            "beams": beams,
+                            "compiled": compiled,
+                            **gen,
+                            "ours_sent_s": 32 / gen["ours"],
+                            "theirs_sent_s": 32 / gen["theirs"],
+                        }
+                    )
                     print(json.dumps(results["generate"][-1]), flush=True)
         if not args.no_memory:
             for task in ("train", "beam5"):
-                results["memory"].append(peak_memory(size_name, task, args.attn[0], args.quick, device,
-                                                     probes=1 if args.quick else 3))
+                results["memory"].append(
+                    peak_memory(size_name, task, args.attn[0], args.quick, device, probes=1 if args.quick else 3)
+                )
     largest = args.sizes[-1]
     if not device.startswith("cuda"):
         size, shape = SIZES[largest], batches[largest]
         model = build("vanilla", size, args.attn[0], device)
         sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
-        results["profile"] = {"size": largest,
-                              "train": profile_table(TrainStep(model, training_batch(size, shape, device))),
-                              "beam5": profile_table(Generate(model, sources, 5, shape[2]))}
+        results["profile"] = {
+            "size": largest,
+            "train": profile_table(TrainStep(model, training_batch(size, shape, device))),
+            "beam5": profile_table(Generate(model, sources, 5, shape[2])),
+        }
     if args.plot:
         scale_size = "tiny" if "tiny" in args.sizes else args.sizes[0]
         results["scaling"] = scaling(SIZES[scale_size], args.attn[0], device, args.quick)
@@ -357,7 +442,8 @@ def write_markdown(results: dict, args, command: str) -> str:
         "# Benchmarks",
         "",
         "Generated by `bench/bench.py`; do not edit by hand. vanilla-transformer against transformers'",
-        "`MarianMTModel` built from a `MarianConfig` of the same dimensions, vocabulary, dropout and batch, in the same",
+        "`MarianMTModel` built from a `MarianConfig` of the same dimensions, vocabulary, dropout and batch, "
+        "in the same",
         "process, timed alternately; the ratio is the median over repeats of Marian's time / ours (> 1: ours is",
         "faster). Both models compute their own cross-entropy loss in the training step.",
         "",
@@ -381,65 +467,111 @@ def write_markdown(results: dict, args, command: str) -> str:
             f"| {r['size']} | {r['attn']} | {' x '.join(map(str, r['batch']))} | {1000 * r['ours']:.0f} | "
             f"{1000 * r['theirs']:.0f} | {r['ours_tgt_tok_s']:.0f} | {r['theirs_tgt_tok_s']:.0f} | "
             f"{r['ours_all_tok_s']:.0f} | {r['theirs_all_tok_s']:.0f} | {r['ratio']:.2f}x | "
-            f"{verdict(r['ratio'], 1.2)} |")
-    lines += ["", "## Generation (32 sentences, fixed number of new tokens)", "",
-              "Decoding `eager` is `generate()` as it comes (a dynamic cache, no compilation). The other rows ask",
-              "`generate()` for the library's compiled decoding, the same for both models: `cache_implementation=",
-              "\"static\"` and a `CompileConfig` that allows the CPU. `static cache, compiled`: every decoding step",
-              "ran through `torch.compile` (compiled in the untimed warm-up); `static cache`: `generate()` did not",
-              "compile this search (it compiles greedy and sampling decoding, not beam search).", "",
-              "| size | attention | decoding | search | ours sent/s | Marian sent/s | speed-up | target >= 1.3x |",
-              "|---|---|---|---|---|---|---|---|"]
+            f"{verdict(r['ratio'], 1.2)} |"
+        )
+    lines += [
+        "",
+        "## Generation (32 sentences, fixed number of new tokens)",
+        "",
+        "Decoding `eager` is `generate()` as it comes (a dynamic cache, no compilation). The other rows ask",
+        "`generate()` for the library's compiled decoding, the same for both models: `cache_implementation=",
+        '"static"` and a `CompileConfig` that allows the CPU. `static cache, compiled`: every decoding step',
+        "ran through `torch.compile` (compiled in the untimed warm-up); `static cache`: `generate()` did not",
+        "compile this search (it compiles greedy and sampling decoding, not beam search).",
+        "",
+        "| size | attention | decoding | search | ours sent/s | Marian sent/s | speed-up | target >= 1.3x |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results["generate"]:
         search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
         decoding = "eager"
         if r.get("compiled"):
             decoding = "static cache, compiled" if r["ours_compiled"] and r["theirs_compiled"] else "static cache"
-        lines.append(f"| {r['size']} | {r['attn']} | {decoding} | {search} | {r['ours_sent_s']:.1f} | "
-                     f"{r['theirs_sent_s']:.1f} | {r['ratio']:.2f}x | {verdict(r['ratio'], 1.3)} |")
+        lines.append(
+            f"| {r['size']} | {r['attn']} | {decoding} | {search} | {r['ours_sent_s']:.1f} | "
+            f"{r['theirs_sent_s']:.1f} | {r['ratio']:.2f}x | {verdict(r['ratio'], 1.3)} |"
+        )
     if results["memory"]:
         probes = results["memory"][0].get("probes", 1)
-        unit = ("max allocated" if args.device.startswith("cuda") else
-                "peak RSS (VmHWM) of a fresh process, torch and transformers included")
-        lines += ["", f"## Peak memory ({unit}, MiB)", "",
-                  f"The median over {probes} fresh process{'es' if probes > 1 else ''} per model, the two models' "
-                  "processes alternating. `added`: the peak minus the memory in use once the model and its inputs "
-                  "were built, that is what the task itself took.", "",
-                  "| size | task | ours | Marian | ours / Marian | target <= 1.0 | added: ours | Marian |",
-                  "|---|---|---|---|---|---|---|---|"]
+        unit = (
+            "max allocated"
+            if args.device.startswith("cuda")
+            else "peak RSS (VmHWM) of a fresh process, torch and transformers included"
+        )
+        lines += [
+            "",
+            f"## Peak memory ({unit}, MiB)",
+            "",
+            f"The median over {probes} fresh process{'es' if probes > 1 else ''} per model, the two models' "
+            "processes alternating. `added`: the peak minus the memory in use once the model and its inputs "
+            "were built, that is what the task itself took.",
+            "",
+            "| size | task | ours | Marian | ours / Marian | target <= 1.0 | added: ours | Marian |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in results["memory"]:
-            added = (f"{r['ours_added']:.0f} | {r['theirs_added']:.0f}" if "ours_added" in r else "- | -")
-            lines.append(f"| {r['size']} | {r['task']} | {r['ours']:.0f} | {r['theirs']:.0f} | "
-                         f"{r['ours'] / r['theirs']:.2f} | {verdict(r['ours'] / r['theirs'], 1.0, False)} | "
-                         f"{added} |")
-    lines += ["", "## Hardware utilisation of the training step", "",
-              "FLOPs of one forward+backward counted with `torch.utils.flop_counter.FlopCounterMode`, divided by the",
-              "measured step time (which also holds the optimizer), as a fraction of the measured matmul peak.", "",
-              "| size | attention | GFLOP per step | step ms | GFLOP/s | fraction of peak | target >= 50% (base) |",
-              "|---|---|---|---|---|---|---|"]
+            added = f"{r['ours_added']:.0f} | {r['theirs_added']:.0f}" if "ours_added" in r else "- | -"
+            lines.append(
+                f"| {r['size']} | {r['task']} | {r['ours']:.0f} | {r['theirs']:.0f} | "
+                f"{r['ours'] / r['theirs']:.2f} | {verdict(r['ours'] / r['theirs'], 1.0, False)} | "
+                f"{added} |"
+            )
+    lines += [
+        "",
+        "## Hardware utilisation of the training step",
+        "",
+        "FLOPs of one forward+backward counted with `torch.utils.flop_counter.FlopCounterMode`, divided by the",
+        "measured step time (which also holds the optimizer), as a fraction of the measured matmul peak.",
+        "",
+        "| size | attention | GFLOP per step | step ms | GFLOP/s | fraction of peak | target >= 50% (base) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results["utilisation"]:
         target = verdict(r["fraction"], 0.5) if r["size"] == "base" else "-"
-        lines.append(f"| {r['size']} | {r['attn']} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
-                     f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {target} |")
+        lines.append(
+            f"| {r['size']} | {r['attn']} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
+            f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {target} |"
+        )
     if results.get("scaling"):
-        lines += ["", "## Scaling", "", "![training step time against length and batch]("
-                  f"{os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.out)))})",
-                  "", "| length (batch 32) | " + " | ".join(map(str, results["scaling"]["length"])) + " |",
-                  "|---|" + "---|" * len(results["scaling"]["length"])]
+        lines += [
+            "",
+            "## Scaling",
+            "",
+            "![training step time against length and batch]("
+            f"{os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.out)))})",
+            "",
+            "| length (batch 32) | " + " | ".join(map(str, results["scaling"]["length"])) + " |",
+            "|---|" + "---|" * len(results["scaling"]["length"]),
+        ]
         for kind in ("vanilla", "marian"):
-            lines.append(f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_length"][kind])
-                         + " |")
-        lines += ["", "| batch (length 16) | " + " | ".join(map(str, results["scaling"]["batch"])) + " |",
-                  "|---|" + "---|" * len(results["scaling"]["batch"])]
+            lines.append(
+                f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_length"][kind]) + " |"
+            )
+        lines += [
+            "",
+            "| batch (length 16) | " + " | ".join(map(str, results["scaling"]["batch"])) + " |",
+            "|---|" + "---|" * len(results["scaling"]["batch"]),
+        ]
         for kind in ("vanilla", "marian"):
-            lines.append(f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_batch"][kind])
-                         + " |")
+            lines.append(
+                f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_batch"][kind]) + " |"
+            )
     if results.get("profile"):
         size = results["profile"]["size"]
-        lines += ["", f"## Where the time goes: our training step at the {size} size (torch.profiler)", "",
-                  "```", results["profile"]["train"].strip(), "```",
-                  "", f"## Where the time goes: our beam-5 generation at the {size} size (torch.profiler)", "",
-                  "```", results["profile"]["beam5"].strip(), "```"]
+        lines += [
+            "",
+            f"## Where the time goes: our training step at the {size} size (torch.profiler)",
+            "",
+            "```",
+            results["profile"]["train"].strip(),
+            "```",
+            "",
+            f"## Where the time goes: our beam-5 generation at the {size} size (torch.profiler)",
+            "",
+            "```",
+            results["profile"]["beam5"].strip(),
+            "```",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -465,15 +597,26 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="timed calls per repeat")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
-    parser.add_argument("--no-compile", action="store_true", help="skip compiled generation (static cache + "
-                        "torch.compile), which spends tens of seconds compiling per model and search")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                                      "BENCHMARKS.md"))
-    parser.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.png"),
-                        help="the scaling PNG ('' to skip)")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip compiled generation (static cache + "
+        "torch.compile), which spends tens of seconds compiling per model and search",
+    )
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
+    )
+    parser.add_argument(
+        "--plot",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.png"),
+        help="the scaling PNG ('' to skip)",
+    )
     parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--report-from", metavar="JSON", help="measure nothing: write the report from the raw "
-                        "results a previous run saved with --json")
+    parser.add_argument(
+        "--report-from",
+        metavar="JSON",
+        help="measure nothing: write the report from the raw results a previous run saved with --json",
+    )
     parser.add_argument("--memory-probe", nargs=4, metavar=("MODEL", "SIZE", "TASK", "ATTN"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     transformers.logging.set_verbosity_error()
@@ -487,8 +630,11 @@ def main(argv=None) -> int:
         results = run(args)
         results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
     markdown = write_markdown(results, args, results.get("command", "python bench/bench.py"))
-    with open(args.out, "w") as handle:
-        handle.write(markdown)
+    with open(args.out, "w+" if not os.path.exists(args.out) else "r+") as handle:
+        serving = handle.read().partition(SERVING_MARKER)  # bench/serving.py's section, kept as it is
+        handle.seek(0)
+        handle.truncate()
+        handle.write(markdown + ("\n" + "".join(serving[1:]) if serving[1] else ""))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -69,10 +69,14 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     sizes = ["numbers"] if args.quick else ["tiny", "base"]
     repeats = 3 if args.quick else 7
-    print(f"{SOURCES} sentences of {SOURCE_LENGTH} tokens, {NEW_TOKENS} new tokens, sdpa, {torch.get_num_threads()} "
-          f"threads; medians of {repeats} alternating repeats, ms per generate() call\n")
-    print("| size | search | model | total | encoder | decoder forward | search code | decoder: Marian / ours | "
-          "total: Marian / ours |")
+    print(
+        f"{SOURCES} sentences of {SOURCE_LENGTH} tokens, {NEW_TOKENS} new tokens, sdpa, {torch.get_num_threads()} "
+        f"threads; medians of {repeats} alternating repeats, ms per generate() call\n"
+    )
+    print(
+        "| size | search | model | total | encoder | decoder forward | search code | decoder: Marian / ours | "
+        "total: Marian / ours |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for size_name in sizes:
         for num_beams in (1, 5):
@@ -80,10 +84,18 @@ def main(argv=None) -> None:
             search = "greedy" if num_beams == 1 else f"beam {num_beams}"
             for kind, label in (("vanilla", "ours"), ("marian", "Marian")):
                 p = r[kind]
-                ratios = (f"{r['marian']['decoder'] / r['vanilla']['decoder']:.2f}x | "
-                          f"{r['marian']['total'] / r['vanilla']['total']:.2f}x") if kind == "vanilla" else " | "
-                print(f"| {size_name} | {search} | {label} | {p['total']:.0f} | {p['encoder']:.0f} | "
-                      f"{p['decoder']:.0f} | {p['search']:.0f} | {ratios} |")
+                ratios = (
+                    (
+                        f"{r['marian']['decoder'] / r['vanilla']['decoder']:.2f}x | "
+                        f"{r['marian']['total'] / r['vanilla']['total']:.2f}x"
+                    )
+                    if kind == "vanilla"
+                    else " | "
+                )
+                print(
+                    f"| {size_name} | {search} | {label} | {p['total']:.0f} | {p['encoder']:.0f} | "
+                    f"{p['decoder']:.0f} | {p['search']:.0f} | {ratios} |"
+                )
 
 
 if __name__ == "__main__":

@@ -99,8 +99,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def _check(self) -> None:
         """Raise a `ValueError` naming the first invalid field and what it accepts."""
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers", "decoder_layers",
-                     "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "encoder_layers",
+            "decoder_layers",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"VanillaTransformerConfig.{name} must be a positive integer, got {value}.")
@@ -117,8 +124,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
         if self.init_std is not None and not self.init_std > 0:
             raise ValueError(f"VanillaTransformerConfig.init_std must be positive or None, got {self.init_std}.")
-        for name, allowed in (("norm_position", NORM_POSITIONS), ("position_encoding", POSITION_ENCODINGS),
-                              ("activation", ACTIVATIONS)):
+        for name, allowed in (
+            ("norm_position", NORM_POSITIONS),
+            ("position_encoding", POSITION_ENCODINGS),
+            ("activation", ACTIVATIONS),
+        ):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"VanillaTransformerConfig.{name} must be one of {allowed}, got {value!r}.")
@@ -134,7 +144,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise ValueError("VanillaTransformerConfig.pad_token_id must be set: padding is masked out of attention.")
         if self.decoder_start_token_id is None:
             raise ValueError(
-                "VanillaTransformerConfig.decoder_start_token_id must be set: it starts the shifted-right decoder input."
+                "VanillaTransformerConfig.decoder_start_token_id must be set: "
+                "it starts the shifted-right decoder input."
             )
 
 
@@ -168,8 +179,10 @@ def position_limit(config) -> int | None:
 def truncation_warning(where: str, text: str, length: int, limit: int) -> str:
     """One line about a sentence cut to the learned positions: where, the sentence (its start if long), the numbers."""
     shown = text if len(text) <= 60 else text[:57] + "..."
-    return (f"{where}: {shown!r} has {length} tokens, more than the model's max_position_embeddings={limit} learned "
-            f"positions; truncated to {limit} tokens.")
+    return (
+        f"{where}: {shown!r} has {length} tokens, more than the model's max_position_embeddings={limit} learned "
+        f"positions; truncated to {limit} tokens."
+    )
 
 
 __all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "truncation_warning"]

@@ -24,10 +24,10 @@ from transformers import (
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
 )
-
-import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
 from vanilla_transformer.configuration import position_limit
 from vanilla_transformer.training.tasks.numbers import english, german
+
+import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
 
 
 def british(n: int) -> str:
@@ -57,8 +57,12 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--metric-for-best-model", default="chrf", choices=["chrf", "bleu", "exact_match"],
-                        help="chrF by default: each output here is one word, so BLEU's 2- to 4-grams are empty")
+    parser.add_argument(
+        "--metric-for-best-model",
+        default="chrf",
+        choices=["chrf", "bleu", "exact_match"],
+        help="chrF by default: each output here is one word, so BLEU's 2- to 4-grams are empty",
+    )
     parser.add_argument("--resume-from-checkpoint", default=None)
     return parser.parse_args(argv)
 
@@ -83,8 +87,11 @@ def main(argv=None) -> dict:
         hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
         references = tokenizer.batch_decode(labels, skip_special_tokens=True)
         exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
-        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-                "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score, "exact_match": 100 * exact}
+        return {
+            "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+            "exact_match": 100 * exact,
+        }
 
     training_args = Seq2SeqTrainingArguments(
         output_dir=args.output_dir,
@@ -122,8 +129,10 @@ def main(argv=None) -> dict:
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     after = trainer.evaluate()
     trainer.save_model()  # the best checkpoint's weights, as a self-contained folder with the tokenizer
-    print(f"British-style numbers, validation: chrF {before['eval_chrf']:.2f} -> {after['eval_chrf']:.2f}, "
-          f"exact match {before['eval_exact_match']:.1f}% -> {after['eval_exact_match']:.1f}%")
+    print(
+        f"British-style numbers, validation: chrF {before['eval_chrf']:.2f} -> {after['eval_chrf']:.2f}, "
+        f"exact match {before['eval_exact_match']:.1f}% -> {after['eval_exact_match']:.1f}%"
+    )
     return {"before": before, "after": after, "best_checkpoint": trainer.state.best_model_checkpoint}
 
 

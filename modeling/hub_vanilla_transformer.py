@@ -76,9 +76,14 @@ def find_model_card(path_or_repo_id, hub_arguments: dict) -> str | None:
         return None
     arguments = {key: hub_arguments[key] for key in _HUB_ARGUMENTS if hub_arguments.get(key) is not None}
     try:
-        path = cached_file(str(path_or_repo_id), CARD_FILE, _raise_exceptions_for_missing_entries=False,
-                           _raise_exceptions_for_connection_errors=False, _raise_exceptions_for_gated_repo=False,
-                           **arguments)
+        path = cached_file(
+            str(path_or_repo_id),
+            CARD_FILE,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            _raise_exceptions_for_gated_repo=False,
+            **arguments,
+        )
         if path is None:
             return None
         with open(path, encoding="utf-8", newline="") as handle:
@@ -93,8 +98,9 @@ def weights_fingerprint(model) -> list[tuple[float, float]] | None:
     if any(p.device.type == "meta" for p in model.parameters()):
         return None
     with torch.no_grad():  # summed in float64 without a float64 copy of each parameter
-        return [(float(p.sum(dtype=torch.float64)), float(p.square().sum(dtype=torch.float64)))
-                for p in model.parameters()]
+        return [
+            (float(p.sum(dtype=torch.float64)), float(p.square().sum(dtype=torch.float64))) for p in model.parameters()
+        ]
 
 
 def card_for_saving(model) -> str | None:
@@ -128,10 +134,10 @@ An encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You N
 
 ## Architecture
 
-The paper's model (Figure 1): token embeddings{scale} plus {positions} positional encodings; an encoder of {enc} layers of
-multi-head self-attention and a position-wise feed-forward network; a decoder of {dec} layers of masked multi-head
-self-attention, multi-head attention over the encoder output and a feed-forward network; every sub-layer inside a
-residual connection with {norm}; a final linear layer and softmax over the vocabulary.
+The paper's model (Figure 1): token embeddings{scale} plus {positions} positional encodings; an encoder of {enc}
+layers of multi-head self-attention and a position-wise feed-forward network; a decoder of {dec} layers of masked
+multi-head self-attention, multi-head attention over the encoder output and a feed-forward network; every sub-layer
+inside a residual connection with {norm}; a final linear layer and softmax over the vocabulary.
 
 | d_model | h | d_k | d_ff | encoder layers | decoder layers | P_drop | vocabulary | shared embeddings | parameters |
 |---|---|---|---|---|---|---|---|---|---|
@@ -221,16 +227,26 @@ def model_card(
         # where exact match is the figure to read (the embedded number task), it leads
         leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
         for metric_type, key, name in leading + (
-                ("bleu", "bleu", "BLEU"), ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
-                ("chrf", "chrf", "chrF"), ("chrf", "chrf_lowercase", "chrF (lowercased)")):
+            ("bleu", "bleu", "BLEU"),
+            ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
+            ("chrf", "chrf", "chrF"),
+            ("chrf", "chrf_lowercase", "chrF (lowercased)"),
+        ):
             if key not in metrics:
                 continue
-            eval_results.append(EvalResult(
-                task_type="translation", task_name="Translation",
-                dataset_type=dataset_type or dataset_id or dataset_name,
-                dataset_name=dataset_name, dataset_split=split, metric_type=metric_type, metric_name=name,
-                metric_value=metrics[key], verified=False,
-            ))
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name="Translation",
+                    dataset_type=dataset_type or dataset_id or dataset_name,
+                    dataset_name=dataset_name,
+                    dataset_split=split,
+                    metric_type=metric_type,
+                    metric_name=name,
+                    metric_value=metrics[key],
+                    verified=False,
+                )
+            )
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag="translation",
@@ -242,19 +258,29 @@ def model_card(
         eval_results=eval_results or None,
     )
     if results:
-        rows = [f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
-                f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
-                for split, m in results.items() if isinstance(m, dict) and "bleu" in m]
-        signature = next((m["bleu_signature"] for m in results.values() if isinstance(m, dict)
-                          and "bleu_signature" in m), "")
-        evaluation = ("sacreBLEU on the held-out splits, beam search:\n\n"
-                      "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
-                      "|---|---|---|---|---|---|---|\n"
-                      + "\n".join(rows) + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
-                      + "".join(f"\n\nExact match % on {split} by digit count: " + ", ".join(
-                          f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
-                          for split, m in results.items() if isinstance(m, dict) and "exact_match_by_digits" in m)
-                      + "\n\nPerplexity: of the reference translations, per target token, with dropout off.")
+        rows = [
+            f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
+            f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
+            for split, m in results.items()
+            if isinstance(m, dict) and "bleu" in m
+        ]
+        signature = next(
+            (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
+        )
+        evaluation = (
+            "sacreBLEU on the held-out splits, beam search:\n\n"
+            "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
+            "|---|---|---|---|---|---|---|\n"
+            + "\n".join(rows)
+            + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
+            + "".join(
+                f"\n\nExact match % on {split} by digit count: "
+                + ", ".join(f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
+                for split, m in results.items()
+                if isinstance(m, dict) and "exact_match_by_digits" in m
+            )
+            + "\n\nPerplexity: of the reference translations, per target token, with dropout off."
+        )
     else:
         evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
     text = CARD_TEMPLATE.format(
@@ -262,32 +288,50 @@ def model_card(
         task_line=f" It translates {languages[0]} -> {languages[1]}." if languages else "",
         scale=" scaled by sqrt(d_model)" if config.scale_embedding else "",
         positions=config.position_encoding,
-        enc=config.encoder_layers, dec=config.decoder_layers,
-        norm="post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))" if config.norm_position == "post"
+        enc=config.encoder_layers,
+        dec=config.decoder_layers,
+        norm="post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))"
+        if config.norm_position == "post"
         else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
-        d_model=config.d_model, h=config.num_heads, d_k=config.d_model // config.num_heads, d_ff=config.d_ff,
-        dropout=config.dropout, vocab=config.vocab_size, shared="yes" if config.share_embeddings else "no",
+        d_model=config.d_model,
+        h=config.num_heads,
+        d_k=config.d_model // config.num_heads,
+        d_ff=config.d_ff,
+        dropout=config.dropout,
+        vocab=config.vocab_size,
+        shared="yes" if config.share_embeddings else "no",
         params=num_parameters,
         direction=f" from {languages[0]} to {languages[1]}" if languages else "",
         data=data_description or "Not recorded.",
         procedure=procedure or "Not recorded.",
-        evaluation=evaluation, path=path, example=example,
+        evaluation=evaluation,
+        path=path,
+        example=example,
     )
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + text)
 
 
-def upload_folder(folder: str, repo_id: str, *, token=None, private=None, commit_message: str = "Upload model",
-                  revision=None, create_pr: bool = False):
+def upload_folder(
+    folder: str,
+    repo_id: str,
+    *,
+    token=None,
+    private=None,
+    commit_message: str = "Upload model",
+    revision=None,
+    create_pr: bool = False,
+):
     """Create the Hub repository if needed and upload, in one commit, the files at the top of `folder`: a training
     run's checkpoints, resumption tokenizer and tracker logs live in sub-folders and stay local."""
-    names = sorted(name for name in os.listdir(folder)
-                   if os.path.isfile(os.path.join(folder, name)) and not name.startswith(".")
-                   and not name.endswith(".tmp"))
+    names = sorted(
+        name
+        for name in os.listdir(folder)
+        if os.path.isfile(os.path.join(folder, name)) and not name.startswith(".") and not name.endswith(".tmp")
+    )
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=os.path.join(folder, name)) for name in names]
     api = HfApi(token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    return api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision,
-                             create_pr=create_pr)
+    return api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision, create_pr=create_pr)
 
 
 def mismatched_weights(model_class, folder: str, config=None) -> str:
@@ -334,17 +378,22 @@ class HubMixin:
                     "they are refused. Convert them to safetensors, or pass use_safetensors=False if you trust them."
                 )
         try:
-            loaded = super().from_pretrained(pretrained_model_name_or_path, *args, use_safetensors=use_safetensors,
-                                             **kwargs)
+            loaded = super().from_pretrained(
+                pretrained_model_name_or_path, *args, use_safetensors=use_safetensors, **kwargs
+            )
         except SafetensorError as error:
-            raise OSError(f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
-                          f"corrupted file): {error}") from error
+            raise OSError(
+                f"{pretrained_model_name_or_path}: the safetensors weights cannot be read (truncated or "
+                f"corrupted file): {error}"
+            ) from error
         except RuntimeError as error:
             if "ignore_mismatched_sizes" not in str(error) or not os.path.isdir(folder):
                 raise
-            raise RuntimeError(f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
-                               "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
-                               "to re-initialise those weights).") from error
+            raise RuntimeError(
+                f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
+                "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
+                "to re-initialise those weights)."
+            ) from error
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) on request
         model._model_card_text = find_model_card(pretrained_model_name_or_path, kwargs)
         model._model_card_weights = weights_fingerprint(model) if model._model_card_text is not None else None
@@ -365,9 +414,19 @@ class HubMixin:
             repo_id = kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory)))
             upload_folder(save_directory, repo_id, token=kwargs.get("token"), private=kwargs.get("private"))
 
-    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, private: bool | None = None,
-                    token: bool | str | None = None, revision: str | None = None, create_pr: bool = False,
-                    max_shard_size: int | str | None = "50GB", tags: list[str] | None = None, **kwargs):
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        commit_message: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | None = None,
+        **kwargs,
+    ):
         """Upload the self-contained folder that `save_pretrained` writes (weights, config, generation config, code,
         model card) to the Hub repository `repo_id`, creating it if needed."""
         with tempfile.TemporaryDirectory() as folder:
@@ -376,6 +435,12 @@ class HubMixin:
                 card = ModelCard.load(os.path.join(folder, "README.md"))
                 card.data.tags = list(dict.fromkeys((card.data.tags or []) + list(tags)))
                 card.save(os.path.join(folder, "README.md"))
-            return upload_folder(folder, repo_id, token=token, private=private,
-                                 commit_message=commit_message or "Upload model", revision=revision,
-                                 create_pr=create_pr)
+            return upload_folder(
+                folder,
+                repo_id,
+                token=token,
+                private=private,
+                commit_message=commit_message or "Upload model",
+                revision=revision,
+                create_pr=create_pr,
+            )

@@ -227,7 +227,9 @@ class MultiHeadAttention(nn.Module):
                 key, value = past_key_values.self_attention_cache.update(key, value, self.layer_idx)
         else:
             w_q, w_kv = self.in_proj.weight.split([d_model, 2 * d_model])
-            b_q, b_kv = self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
+            b_q, b_kv = (
+                self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
+            )
             (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), 1)  # (batch, h, tgt_len, d_k)
             cache = past_key_values.cross_attention_cache if past_key_values is not None else None
             if cache is not None and past_key_values.is_updated.get(self.layer_idx):
@@ -755,8 +757,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         prefix = kwargs["decoder_input_ids"].shape[1] if kwargs.get("decoder_input_ids") is not None else 1
         wanted = resolved.max_length if resolved.max_new_tokens is None else prefix + resolved.max_new_tokens
         if wanted > limit + 1:  # the decoder reads all but the last token, at positions 0 .. limit - 1
-            logger.warning_once(f"generate(): the output stops after {limit + 1 - prefix} new tokens, where the "
-                                f"model's max_position_embeddings={limit} learned positions end.")
+            logger.warning_once(
+                f"generate(): the output stops after {limit + 1 - prefix} new tokens, where the "
+                f"model's max_position_embeddings={limit} learned positions end."
+            )
             cap = {"max_new_tokens": None, "max_length": limit + 1}
             if generation_config is not None and not cap.keys() & kwargs.keys():
                 generation_config = copy.deepcopy(generation_config)
@@ -787,8 +791,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         mask = kwargs.get("attention_mask")
         rows = mask[:, limit:].any(dim=-1).nonzero().flatten().tolist() if mask is not None else range(len(source))
         if len(rows) > 0:
-            logger.warning(f"generate(): the source of batch row(s) {', '.join(map(str, rows))} is longer than the "
-                           f"model's max_position_embeddings={limit} learned positions; truncated to {limit} tokens.")
+            logger.warning(
+                f"generate(): the source of batch row(s) {', '.join(map(str, rows))} is longer than the "
+                f"model's max_position_embeddings={limit} learned positions; truncated to {limit} tokens."
+            )
         if mask is not None:
             kwargs["attention_mask"] = mask[:, :limit]
         if inputs is not None:

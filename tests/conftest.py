@@ -15,8 +15,18 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 def tiny_config(**overrides) -> VanillaTransformerConfig:
     """A model small enough for unit tests: d_model 32, 4 heads, 2+2 layers, 50 tokens, no dropout."""
     values = dict(
-        vocab_size=50, d_model=32, num_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
-        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        vocab_size=50,
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
     )
     values.update(overrides)
     return VanillaTransformerConfig(**values)
@@ -42,18 +52,61 @@ def trained_folder(tmp_path_factory):
     files = {}
     for split, numbers in {"train": range(100, 400), "validation": range(20, 28), "test": range(40, 48)}.items():
         files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(
-            json.dumps({"translation": {"en": english(n), "de": german(n)}}, ensure_ascii=False) + "\n"
-            for n in numbers), encoding="utf-8")
+        files[split].write_text(
+            "".join(
+                json.dumps({"translation": {"en": english(n), "de": german(n)}}, ensure_ascii=False) + "\n"
+                for n in numbers
+            ),
+            encoding="utf-8",
+        )
     out = root / "model"
-    code = main([
-        "train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
-        "--test-file", str(files["test"]), "--output-dir", str(out), "--max-steps", "40", "--save-steps", "0",
-        "--eval-steps", "0", "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1",
-        "--decoder-layers", "1", "--vocab-size", "120", "--max-tokens", "512", "--warmup-steps", "10", "--lr", "3e-3",
-        "--num-beams", "2", "--report-to", "none", "--max-source-length", "16", "--max-target-length", "16",
-        "--show-samples", "0",
-    ])
+    code = main(
+        [
+            "train",
+            "--train-file",
+            str(files["train"]),
+            "--validation-file",
+            str(files["validation"]),
+            "--test-file",
+            str(files["test"]),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "40",
+            "--save-steps",
+            "0",
+            "--eval-steps",
+            "0",
+            "--d-model",
+            "32",
+            "--num-heads",
+            "4",
+            "--d-ff",
+            "64",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--vocab-size",
+            "120",
+            "--max-tokens",
+            "512",
+            "--warmup-steps",
+            "10",
+            "--lr",
+            "3e-3",
+            "--num-beams",
+            "2",
+            "--report-to",
+            "none",
+            "--max-source-length",
+            "16",
+            "--max-target-length",
+            "16",
+            "--show-samples",
+            "0",
+        ]
+    )
     assert code == 0
     return out
 

@@ -53,7 +53,8 @@ def test_translation_pipeline_reads_a_sentence_far_longer_than_any_it_was_traine
 
 
 def test_translation_pipeline_truncates_a_sentence_longer_than_the_learned_positions_and_names_it(
-        learned_folder, caplog):
+    learned_folder, caplog
+):
     translate = pipeline("translation", model=str(learned_folder))
     sentence = long_sentence()
     with caplog.at_level(logging.WARNING):
@@ -61,8 +62,9 @@ def test_translation_pipeline_truncates_a_sentence_longer_than_the_learned_posit
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("translation pipeline:")]
     assert len(warned) == 1
     assert warned[0].startswith(f"translation pipeline: '{sentence[:57]}...' has ")
-    assert warned[0].endswith("more than the model's max_position_embeddings=18 learned positions; truncated to 18 "
-                              "tokens.")
+    assert warned[0].endswith(
+        "more than the model's max_position_embeddings=18 learned positions; truncated to 18 tokens."
+    )
     model = AutoModelForSeq2SeqLM.from_pretrained(learned_folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(learned_folder)
     truncated = model.generate(**tokenizer([sentence], truncation=True, max_length=18, return_tensors="pt"))

@@ -25,10 +25,13 @@ CLI = [sys.executable, "-m", "vanilla_transformer.training.cli"]  # `vanilla-tra
 def examples_with_output(text: str) -> list[tuple[str, str, str]]:
     """(language, code, expected output) of every bash or python block that a text block directly follows."""
     blocks = list(FENCE.finditer(text))
-    return [(code.group(1), code.group(2), output.group(2))
-            for code, output in zip(blocks, blocks[1:])
-            if code.group(1) in ("bash", "python") and output.group(1) == "text"
-            and not text[code.end():output.start()].strip()]
+    return [
+        (code.group(1), code.group(2), output.group(2))
+        for code, output in zip(blocks, blocks[1:])
+        if code.group(1) in ("bash", "python")
+        and output.group(1) == "text"
+        and not text[code.end() : output.start()].strip()
+    ]
 
 
 def first_command() -> str:
@@ -67,14 +70,22 @@ def test_the_first_command_trains_the_embedded_task_with_defaults():
 
 def test_the_readme_shows_outputs_for_the_examples_a_user_pastes_first():
     codes = "\n".join(code for _, code, _ in EXAMPLES)
-    for needle in ("vanilla-transformer translate --model runs/numbers-en-de", 'pipeline("translation"',
-                   'AutoModelForSeq2SeqLM.from_pretrained("runs/numbers-en-de")', "trust_remote_code=True",
-                   "vanilla-transformer attention"):
+    for needle in (
+        "vanilla-transformer translate --model runs/numbers-en-de",
+        'pipeline("translation"',
+        'AutoModelForSeq2SeqLM.from_pretrained("runs/numbers-en-de")',
+        "trust_remote_code=True",
+        "vanilla-transformer attention",
+        "vanilla-transformer export --model runs/numbers-en-de --to ctranslate2",
+        "vanilla-transformer translate --model runs/numbers-en-de-ct2",
+        "ctranslate2.Translator(",
+    ):
         assert needle in codes, f"no README example with a shown output uses {needle}"
 
 
-@pytest.mark.parametrize("language, code, expected", EXAMPLES,
-                         ids=[code.strip().splitlines()[-1][:60] for _, code, _ in EXAMPLES])
+@pytest.mark.parametrize(
+    "language, code, expected", EXAMPLES, ids=[code.strip().splitlines()[-1][:60] for _, code, _ in EXAMPLES]
+)
 def test_readme_example_prints_what_the_readme_shows(first_run, language, code, expected):
     done = run(argv(code.strip()) if language == "bash" else [sys.executable, "-c", code], first_run)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -101,8 +112,11 @@ def test_the_first_run_prints_exact_match_first_and_per_digit_count(first_run):
 def test_the_readme_table_is_the_recorded_run():
     recorded = json.loads(RECORDED_RUN.read_text())
     for split in ("validation", "test"):
-        row = f"| {split} | {recorded[split]['exact_match']}% | " + " | ".join(
-            f"{value}%" for value in recorded[split]["exact_match_by_digits"].values()) + " |"
+        row = (
+            f"| {split} | {recorded[split]['exact_match']}% | "
+            + " | ".join(f"{value}%" for value in recorded[split]["exact_match_by_digits"].values())
+            + " |"
+        )
         assert row in README, row
 
 
@@ -112,7 +126,9 @@ def test_the_first_run_translates_a_200_token_input(first_run):
     sentence = " ".join(["nine hundred ninety-nine thousand"] * 40)
     tokenizer = AutoTokenizer.from_pretrained(first_run / "runs" / "numbers-en-de")
     assert len(tokenizer(sentence)["input_ids"]) >= 200  # many times the longest sentence it was trained on
-    done = run(CLI + ["translate", "--model", "runs/numbers-en-de", "--num-beams", "1", "--max-length", "40",
-                      sentence], first_run)
+    done = run(
+        CLI + ["translate", "--model", "runs/numbers-en-de", "--num-beams", "1", "--max-length", "40", sentence],
+        first_run,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() and "Traceback" not in done.stderr

@@ -1,4 +1,5 @@
-"""Using a trained model folder: `vanilla-transformer evaluate` and `vanilla-transformer translate`.
+"""Using a trained model folder: `vanilla-transformer evaluate`, `translate` and `export`; evaluate and translate
+also run a folder exported to CTranslate2.
 
 These functions raise `CommandError` (and `DataError`) for a bad folder, flag or input; `cli.main` reports them."""
 
@@ -12,11 +13,12 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from ..configuration.configuration_vanilla_transformer import (
     check_tokenizer_matches,
     position_limit,
-    truncation_warning,
 )
+from ..ctranslate2_export import ExportError, export_ctranslate2, is_ctranslate2_folder
+from ..translators import load_translator
 from .data import load_raw_datasets, tokenize_pairs
 from .errors import CommandError, ModelFolderError
-from .evaluation import evaluate_split, reference_cross_entropy
+from .evaluation import cross_entropy_figures, evaluate_split, reference_cross_entropy, split_metrics
 
 
 def load_model_folder(path: str):
@@ -37,19 +39,11 @@ def load_model_folder(path: str):
 
 
 def evaluate_command(args) -> int:
-    model, tokenizer = load_model_folder(args.model)
-    raw = load_raw_datasets(args, require_train=False)  # a DataError propagates: exit status 2
-    if args.split not in raw:
-        raise CommandError(f"--split {args.split}: the data has splits {sorted(raw)}", exit_code=2)
-    max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
-    tokenized = tokenize_pairs(raw[args.split], tokenizer, args, max_length=position_limit(model.config))
-    accelerator = Accelerator()
-    model = accelerator.prepare(model)
-    beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
-    metrics, _ = evaluate_split(model, tokenizer, raw[args.split], tokenized, args, accelerator,
-                                num_beams=args.num_beams, max_new_tokens=max_new_tokens, **beam)
-    metrics.update(reference_cross_entropy(model, tokenizer, raw[args.split], tokenized, args, accelerator))
-    if accelerator.is_main_process:
+    if args.backend == "ctranslate2" or (args.backend == "auto" and is_ctranslate2_folder(args.model)):
+        metrics = evaluate_exported(args)
+    else:
+        metrics = evaluate_pytorch(args)
+    if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
             with open(args.output, "w") as handle:
@@ -57,40 +51,115 @@ def evaluate_command(args) -> int:
     return 0
 
 
-@torch.no_grad()
-def translate_sentences(model, tokenizer, sentences: list[str], batch_size: int, num_beams: int, max_length: int):
-    """Translations of `sentences`, `batch_size` at a time, of at most `max_length` tokens. A model with learned
-    positions reads and writes at most max_position_embeddings tokens: a longer sentence is truncated, with a warning
-    on stderr naming it, and translations stop there."""
-    limit = position_limit(model.config)
-    max_length = max_length if limit is None else min(max_length, limit)
-    translations = []
-    for start in range(0, len(sentences), batch_size):
-        chunk = sentences[start : start + batch_size]
-        if limit is not None:
-            for sentence, ids in zip(chunk, tokenizer(chunk)["input_ids"]):
-                if len(ids) > limit:
-                    print(truncation_warning("warning", sentence, len(ids), limit), file=sys.stderr)
-        batch = tokenizer(chunk, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit)
-        generated = model.generate(**batch, num_beams=num_beams, max_new_tokens=max_length)
-        translations += [t.strip() for t in tokenizer.batch_decode(generated, skip_special_tokens=True)]
-    return translations
+def evaluation_split(args, raw):
+    if args.split not in raw:
+        raise CommandError(f"--split {args.split}: the data has splits {sorted(raw)}", exit_code=2)
+    return raw[args.split]
 
 
-def translate_command(args) -> int:
+def evaluate_pytorch(args) -> dict | None:
+    """Scores of a model folder through `generate()`, data-parallel over the processes Accelerate starts."""
+    model, tokenizer = load_model_folder(args.model)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    raw = load_raw_datasets(args, require_train=False)  # a DataError propagates: exit status 2
+    split = evaluation_split(args, raw)
+    max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
+    tokenized = tokenize_pairs(split, tokenizer, args, max_length=position_limit(model.config))
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
+    metrics, _ = evaluate_split(
+        model,
+        tokenizer,
+        split,
+        tokenized,
+        args,
+        accelerator,
+        num_beams=args.num_beams,
+        max_new_tokens=max_new_tokens,
+        **beam,
+    )
+    metrics.update(reference_cross_entropy(model, tokenizer, split, tokenized, args, accelerator))
+    return metrics if accelerator.is_main_process else None
+
+
+def evaluate_exported(args) -> dict:
+    """The same scores from a folder exported to CTranslate2, with the same arguments."""
+    translator = translator_for(args)
+    raw = load_raw_datasets(args, require_train=False)
+    split = evaluation_split(args, raw)
+    sources = [pair[args.source_lang] for pair in split["translation"]]
+    references = [pair[args.target_lang] for pair in split["translation"]]
+    max_length = args.max_target_length or translator.generation_config.max_new_tokens or 256
+    translations = translator.translate(
+        sources,
+        num_beams=args.num_beams,
+        length_penalty=args.length_penalty,
+        max_length=max_length,
+        batch_size=args.eval_batch_size,
+    )
+    metrics = split_metrics([best.text for best, *_ in translations], references, split)
+    log_probs = translator.reference_log_probs(sources, references, batch_size=args.eval_batch_size)
+    total = -sum(sum(row) for row in log_probs)
+    metrics.update(cross_entropy_figures(total, sum(len(row) for row in log_probs), references))
+    return metrics
+
+
+def translator_for(args):
+    """The translator of --model with --backend and --threads, or a `CommandError` naming the flag."""
+    try:
+        return load_translator(args.model, backend=args.backend, threads=args.threads)
+    except (OSError, ValueError) as error:
+        raise ModelFolderError(
+            f"--model {args.model}: could not load it for --backend {args.backend}: {error}"
+        ) from error
+
+
+def export_command(args) -> int:
+    try:
+        out = export_ctranslate2(args.model, args.out, quantization=args.quantization, overwrite=args.overwrite)
+    except ExportError as error:
+        raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
+    except (OSError, ValueError) as error:
+        raise ModelFolderError(f"--model {args.model}: could not load a model folder: {error}") from error
+    print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
+    return 0
+
+
+def read_sentences(args) -> list[str]:
     if args.sentences and args.input:
         raise CommandError("give sentences as arguments or --input, not both", exit_code=2)
     if args.sentences:
-        sentences = args.sentences
-    else:
-        try:
-            handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
-        except OSError as error:
-            raise CommandError(f"--input {args.input}: {error.strerror}", exit_code=2) from error
-        with handle:
-            sentences = [line.rstrip("\n") for line in handle]
-    model, tokenizer = load_model_folder(args.model)
-    for translation in translate_sentences(model, tokenizer, sentences, args.batch_size, args.num_beams,
-                                           args.max_length):
-        print(translation)
+        return args.sentences
+    try:
+        handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    except OSError as error:
+        raise CommandError(f"--input {args.input}: {error.strerror}", exit_code=2) from error
+    with handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def translate_command(args) -> int:
+    """One translation per line; with --n-best K, K lines per sentence: the sentence's number, the score and the
+    translation, tab-separated, best first."""
+    sentences = read_sentences(args)
+    translator = translator_for(args)
+    try:
+        results = translator.translate(
+            sentences,
+            num_beams=args.num_beams,
+            length_penalty=args.length_penalty,
+            max_length=args.max_length,
+            n_best=args.n_best,
+            batch_size=args.batch_size,
+        )
+    except ValueError as error:
+        raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error
+    for number, translations in enumerate(results):
+        for translation in translations:
+            if args.n_best == 1:
+                print(translation.text)
+            else:
+                print(f"{number}\t{translation.score:.4f}\t{translation.text}")
     return 0

@@ -47,8 +47,14 @@ class TranslationCriterion:
     weighting) and word dropout (a rate > 0: <unk> in place of source and decoder-input tokens, never the labels).
     """
 
-    def __init__(self, label_smoothing: float, rdrop_alpha: float = 0.0, word_dropout: float = 0.0,
-                 unk_token_id: int | None = None, special_ids: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        label_smoothing: float,
+        rdrop_alpha: float = 0.0,
+        word_dropout: float = 0.0,
+        unk_token_id: int | None = None,
+        special_ids: tuple[int, ...] = (),
+    ):
         self.label_smoothing, self.rdrop_alpha, self.word_dropout = label_smoothing, rdrop_alpha, word_dropout
         self.unk_token_id, self.special_ids = unk_token_id, special_ids
 

@@ -29,14 +29,18 @@ def load_raw_datasets(args, require_train: bool = True) -> datasets.DatasetDict:
         try:
             raw = datasets.load_dataset(args.dataset_name, args.dataset_config)
         except Exception as error:  # offline, unknown name, missing config: all stop here with the flag named
-            offline = " (HF_HUB_OFFLINE is set, so only datasets already in the local cache can be used)" if (
-                os.environ.get("HF_HUB_OFFLINE") == "1") else ""
-            raise DataError(
-                f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}"
-            ) from error
+            offline = (
+                " (HF_HUB_OFFLINE is set, so only datasets already in the local cache can be used)"
+                if (os.environ.get("HF_HUB_OFFLINE") == "1")
+                else ""
+            )
+            raise DataError(f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}") from error
     elif args.train_file or (not require_train and (args.validation_file or args.test_file)):
-        raw = load_files({"train": args.train_file, "validation": args.validation_file, "test": args.test_file},
-                         args.source_lang, args.target_lang)
+        raw = load_files(
+            {"train": args.train_file, "validation": args.validation_file, "test": args.test_file},
+            args.source_lang,
+            args.target_lang,
+        )
     else:
         raw = numbers_dataset(seed=args.seed)
     check_translation_rows(raw, args.source_lang, args.target_lang, require_train)
@@ -67,8 +71,9 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
     return datasets.DatasetDict(splits)
 
 
-def to_translation_schema(dataset: datasets.Dataset, where: str, source_lang: str,
-                          target_lang: str) -> datasets.Dataset:
+def to_translation_schema(
+    dataset: datasets.Dataset, where: str, source_lang: str, target_lang: str
+) -> datasets.Dataset:
     """The rows of a local file in the translation schema. A file holds either a 'translation' column of pairs
     {"en": ..., "de": ...} (in CSV, which cannot nest, each cell a JSON object) or one text column per language,
     named by --source-lang and --target-lang; the per-language columns become a `datasets.Translation` column."""
@@ -92,8 +97,13 @@ def to_translation_schema(dataset: datasets.Dataset, where: str, source_lang: st
     def pair_up(batch):
         return {"translation": [dict(zip(languages, texts)) for texts in zip(*(batch[lang] for lang in languages))]}
 
-    return dataset.map(pair_up, batched=True, remove_columns=languages, features=datasets.Features(features),
-                       desc="Pairing the language columns")
+    return dataset.map(
+        pair_up,
+        batched=True,
+        remove_columns=languages,
+        features=datasets.Features(features),
+        desc="Pairing the language columns",
+    )
 
 
 def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: list[str]) -> datasets.Dataset:
@@ -108,20 +118,29 @@ def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: l
                 pair = json.loads(cell) if cell else None
             except json.JSONDecodeError:
                 pair = None
-            if not isinstance(pair, dict) or not all(isinstance(pair.get(lang), (str, type(None)))
-                                                     for lang in languages):
+            if not isinstance(pair, dict) or not all(
+                isinstance(pair.get(lang), (str, type(None))) for lang in languages
+            ):
                 example = json.dumps(dict(zip(languages, ("...", "..."))))
-                raise DataError(f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of "
-                                f"texts such as {example}; or give one column per language instead.")
+                raise DataError(
+                    f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of "
+                    f"texts such as {example}; or give one column per language instead."
+                )
             pairs.append({lang: pair.get(lang) for lang in languages})
         return {"translation": pairs}
 
-    return dataset.map(decode, batched=True, with_indices=True, features=datasets.Features(features),
-                       desc="Decoding the translation cells")
+    return dataset.map(
+        decode,
+        batched=True,
+        with_indices=True,
+        features=datasets.Features(features),
+        desc="Decoding the translation cells",
+    )
 
 
-def check_translation_rows(raw: datasets.DatasetDict, source_lang: str, target_lang: str,
-                           require_train: bool = True) -> None:
+def check_translation_rows(
+    raw: datasets.DatasetDict, source_lang: str, target_lang: str, require_train: bool = True
+) -> None:
     """Every row must hold non-empty source and target text in the translation schema."""
     if require_train and "train" not in raw:
         raise DataError(f"the dataset has no 'train' split (it has {sorted(raw)}).")
@@ -146,8 +165,9 @@ def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> 
     return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
 
 
-def tokenize_pairs(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args,
-                   max_length: int | None = None) -> datasets.Dataset:
+def tokenize_pairs(
+    split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args, max_length: int | None = None
+) -> datasets.Dataset:
     """`input_ids` and `labels` of every pair of a split, with `Dataset.map(batched=True)`, which the datasets
     library caches; the split's other columns are dropped. With `max_length` (a model's learned positions, see
     `position_limit`), a longer source or reference is truncated to it as the tokenizer truncates (the end-of-sentence
@@ -185,8 +205,12 @@ def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets
     """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
     training split. With learned positions, which end there, longer validation and test pairs are truncated."""
     limit = trained_positions(args) if getattr(args, "position_encoding", None) == "learned" else None
-    tokenized = datasets.DatasetDict({name: tokenize_pairs(split, tokenizer, args, None if name == "train" else limit)
-                                      for name, split in raw.items()})
+    tokenized = datasets.DatasetDict(
+        {
+            name: tokenize_pairs(split, tokenizer, args, None if name == "train" else limit)
+            for name, split in raw.items()
+        }
+    )
     tokenized["train"] = tokenized["train"].filter(
         lambda ex: within_length_limits(ex["input_ids"], ex["labels"], args),
         desc="Filtering by length",
@@ -260,8 +284,15 @@ class TokenBatchSampler:
     larger), as fairseq builds them. Pairs are sorted by length within shuffled buckets, and the batch order is
     shuffled per epoch; the same seed and epoch give the same batches."""
 
-    def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, shuffle: bool = True,
-                 num_replicas: int = 1):
+    def __init__(
+        self,
+        source_lengths,
+        target_lengths,
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_replicas: int = 1,
+    ):
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle

@@ -49,21 +49,30 @@ def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int,
 
 
 def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerator, **generate_kwargs):
-    hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, args.eval_batch_size,
-                                   **generate_kwargs)
+    hypotheses = translate_dataset(
+        model, tokenizer, tokenized_split, accelerator, args.eval_batch_size, **generate_kwargs
+    )
     references = [pair[args.target_lang] for pair in raw_split["translation"]]
+    return split_metrics(hypotheses, references, raw_split), hypotheses
+
+
+def split_metrics(hypotheses: list[str], references: list[str], raw_split) -> dict:
+    """BLEU, chrF and exact match of a split's translations; for the embedded task, exact match first, and per
+    digit count."""
     metrics = translation_metrics(hypotheses, references)
-    if "digits" in raw_split.column_names:  # the embedded task: exact match first, and per magnitude
+    if "digits" in raw_split.column_names:
         by_digits = exact_match_by_group(hypotheses, references, raw_split["digits"])
         metrics = {"exact_match": metrics.pop("exact_match"), "exact_match_by_digits": by_digits, **metrics}
-    return metrics, hypotheses
+    return metrics
 
 
 def summary(split: str, metrics: dict) -> str:
     """One line of scores. Where exact match is the figure to read (the embedded task, whose one-word outputs leave
     BLEU's 2- to 4-gram precisions empty), it comes first, with its figure per digit count."""
-    scores = (f"BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
-              f"(lowercased {metrics['chrf_lowercase']})")
+    scores = (
+        f"BLEU {metrics['bleu']} (lowercased {metrics['bleu_lowercase']}), chrF {metrics['chrf']} "
+        f"(lowercased {metrics['chrf_lowercase']})"
+    )
     if "cross_entropy" in metrics:
         scores += f", cross-entropy {metrics['cross_entropy']} per token"
     if "exact_match_by_digits" in metrics:
@@ -79,19 +88,32 @@ def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, 
     word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
     nll, tokens = [], []
     with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
-        for batch in split_loader(tokenized_split, ("input_ids", "labels"), tokenizer, accelerator,
-                                  args.eval_batch_size):
+        for batch in split_loader(
+            tokenized_split, ("input_ids", "labels"), tokenizer, accelerator, args.eval_batch_size
+        ):
             labels = batch["labels"]  # (batch, tgt_len), -100 at padding
-            logits = unwrapped(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               decoder_input_ids=unwrapped.prepare_decoder_input_ids_from_labels(labels)).logits
+            logits = unwrapped(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=unwrapped.prepare_decoder_input_ids_from_labels(labels),
+            ).logits
             per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
             nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
             tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
-    total = torch.cat(nll).sum().item()
-    words = sum(len(pair[args.target_lang].split()) for pair in raw_split["translation"])
-    per_token = total / torch.cat(tokens).sum().item()
-    return {"cross_entropy": round(per_token, 4), "perplexity": round(math.exp(per_token), 3),
-            "cross_entropy_per_word": round(total / max(words, 1), 4)}
+    references = [pair[args.target_lang] for pair in raw_split["translation"]]
+    return cross_entropy_figures(torch.cat(nll).sum().item(), torch.cat(tokens).sum().item(), references)
+
+
+def cross_entropy_figures(total: float, tokens: int, references: list[str]) -> dict[str, float]:
+    """The reference cross-entropy per token, its perplexity and the cross-entropy per reference word, from the
+    summed negative log-likelihood in nats and the number of target tokens it sums over."""
+    words = sum(len(reference.split()) for reference in references)
+    per_token = total / tokens
+    return {
+        "cross_entropy": round(per_token, 4),
+        "perplexity": round(math.exp(per_token), 3),
+        "cross_entropy_per_word": round(total / max(words, 1), 4),
+    }
 
 
 def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
@@ -101,8 +123,9 @@ def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
     score = "bleu_lowercase" if args.lowercase else "bleu"  # a lowercasing model writes lowercase
     search, best = {}, None
     for alpha in args.tune_length_penalty:
-        metrics, hypotheses = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args,
-                                             accelerator, length_penalty=alpha)
+        metrics, hypotheses = evaluate_split(
+            model, tokenizer, raw["validation"], tokenized["validation"], args, accelerator, length_penalty=alpha
+        )
         search[str(alpha)] = metrics[score]
         accelerator.print(f"length penalty {alpha}: validation {score} {metrics[score]}")
         if best is None or metrics[score] > best[1][0][score]:
@@ -112,5 +135,14 @@ def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
     return search, best[1]
 
 
-__all__ = ["split_loader", "eval_mode", "translate_dataset", "evaluate_split", "summary",
-           "reference_cross_entropy", "tune_length_penalty"]
+__all__ = [
+    "split_loader",
+    "eval_mode",
+    "translate_dataset",
+    "evaluate_split",
+    "split_metrics",
+    "cross_entropy_figures",
+    "summary",
+    "reference_cross_entropy",
+    "tune_length_penalty",
+]

@@ -19,8 +19,9 @@ from .plots import MISSING_MATPLOTLIB
 
 
 @torch.no_grad()
-def attention_maps(model, tokenizer, source: str, target: str | None = None, num_beams: int = 1,
-                   max_new_tokens: int = 64) -> dict:
+def attention_maps(
+    model, tokenizer, source: str, target: str | None = None, num_beams: int = 1, max_new_tokens: int = 64
+) -> dict:
     """Token labels and attention probabilities (layers x (heads, queries, keys)) for one sentence pair."""
     encoded = tokenizer([source], return_tensors="pt")
     if target is None:
@@ -37,9 +38,9 @@ def attention_maps(model, tokenizer, source: str, target: str | None = None, num
         "decoder_input_tokens": tokenizer.convert_ids_to_tokens(decoder_input_ids.tolist()),
         "target_tokens": tokenizer.convert_ids_to_tokens(produced.tolist()),
         "translation": tokenizer.decode(produced, skip_special_tokens=True),
-        "encoder_self": [a[0].float() for a in out.encoder_attentions],   # each (heads, src_len, src_len)
-        "decoder_self": [a[0].float() for a in out.decoder_attentions],   # each (heads, tgt_len, tgt_len)
-        "cross": [a[0].float() for a in out.cross_attentions],            # each (heads, tgt_len, src_len)
+        "encoder_self": [a[0].float() for a in out.encoder_attentions],  # each (heads, src_len, src_len)
+        "decoder_self": [a[0].float() for a in out.decoder_attentions],  # each (heads, tgt_len, tgt_len)
+        "cross": [a[0].float() for a in out.cross_attentions],  # each (heads, tgt_len, src_len)
     }
 
 
@@ -75,13 +76,15 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingDependencyError(MISSING_MATPLOTLIB)
+        raise MissingDependencyError(MISSING_MATPLOTLIB) from None
     os.makedirs(out_dir, exist_ok=True)
     src, dec_in, tgt = maps["source_tokens"], maps["decoder_input_tokens"], maps["target_tokens"]
     paths = []
-    kinds = (("encoder_self", src, src, "Encoder self-attention"),
-             ("decoder_self", tgt, dec_in, "Decoder masked self-attention"),
-             ("cross", tgt, src, "Cross-attention (decoder queries, encoder keys)"))
+    kinds = (
+        ("encoder_self", src, src, "Encoder self-attention"),
+        ("decoder_self", tgt, dec_in, "Decoder masked self-attention"),
+        ("cross", tgt, src, "Cross-attention (decoder queries, encoder keys)"),
+    )
     for kind, rows, columns, title in kinds:
         for layer, layer_maps in enumerate(maps[kind]):
             path = os.path.join(out_dir, f"{kind}_layer{layer + 1}.png")
@@ -104,8 +107,9 @@ def attention_command(args) -> int:
     from .commands import load_model_folder
 
     model, tokenizer = load_model_folder(args.model)
-    maps = attention_maps(model, tokenizer, args.source, args.target, num_beams=args.num_beams,
-                          max_new_tokens=args.max_length)
+    maps = attention_maps(
+        model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length
+    )
     paths = write_attention_figures(maps, args.out)
     print(f"{args.source} -> {maps['translation']}")
     print(f"{len(paths)} figures in {args.out}")

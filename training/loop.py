@@ -33,8 +33,15 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .criterion import TranslationCriterion
-from .data import (BpeDropoutPairs, TokenBatchSampler, load_raw_datasets, make_collator, tokenize_datasets,
-                   trained_positions)
+from .data import (
+    BpeDropoutPairs,
+    TokenBatchSampler,
+    load_raw_datasets,
+    make_collator,
+    tokenize_datasets,
+    trained_positions,
+)
+
 # translate_dataset stays importable from here, as this module's __all__ has always listed it
 from .evaluation import evaluate_split, reference_cross_entropy, summary, translate_dataset, tune_length_penalty
 from .schedule import lr_lambda
@@ -110,7 +117,8 @@ def build_tokenizer(args, raw, accelerator):
     folder = os.path.join(args.output_dir, "tokenizer")
     if accelerator.is_main_process:
         tokenizer = train_bpe_tokenizer(
-            training_texts(raw, args.source_lang, args.target_lang), args.vocab_size, lowercase=args.lowercase)
+            training_texts(raw, args.source_lang, args.target_lang), args.vocab_size, lowercase=args.lowercase
+        )
         tokenizer.save_pretrained(folder)
     accelerator.wait_for_everyone()
     return load_tokenizer(folder)
@@ -202,6 +210,7 @@ def log_metrics(args, accelerator, record: dict) -> None:
 @dataclasses.dataclass
 class Run:
     """What the training loop works with, set up by `setup_run`; `step`, `epoch` and `batches_done` advance."""
+
     args: argparse.Namespace
     accelerator: Accelerator
     tokenizer: object
@@ -259,8 +268,12 @@ def training_loader(args, raw, tokenized, tokenizer, model, accelerator):
     sampler = TokenBatchSampler(*lengths, args.max_tokens, seed=args.seed, num_replicas=accelerator.num_processes)
     # a private generator: starting a data iterator must not draw from the global RNG that dropout uses,
     # or a resumed run would see different dropout masks from an uninterrupted one
-    train_loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model),
-                              generator=torch.Generator().manual_seed(args.seed))
+    train_loader = DataLoader(
+        train_data,
+        batch_sampler=sampler,
+        collate_fn=make_collator(tokenizer, model),
+        generator=torch.Generator().manual_seed(args.seed),
+    )
     return train_data, sampler, train_loader
 
 
@@ -274,8 +287,14 @@ def setup_run(args) -> Run:
     model = build_model(args, tokenizer)
     train_data, sampler, train_loader = training_loader(args, raw, tokenized, tokenizer, model, accelerator)
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
-                                 weight_decay=args.weight_decay, fused=accelerator.device.type in ("cpu", "cuda"))
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=1.0,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        weight_decay=args.weight_decay,
+        fused=accelerator.device.type in ("cpu", "cuda"),
+    )
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     batches_per_epoch = len(train_loader)
@@ -287,13 +306,29 @@ def setup_run(args) -> Run:
     if args.cooldown_steps > max_steps:
         raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than the run ({max_steps} updates)")
     # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
-    scheduler = torch.optim.lr_scheduler.LambdaLR(schedule_optimizer, lr_lambda(
-        args.d_model, args.warmup_steps, args.lr, total_steps=max_steps, cooldown_steps=args.cooldown_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        schedule_optimizer,
+        lr_lambda(args.d_model, args.warmup_steps, args.lr, total_steps=max_steps, cooldown_steps=args.cooldown_steps),
+    )
     accelerator.register_for_checkpointing(scheduler)
     init_trackers(args, accelerator)
-    run = Run(args, accelerator, tokenizer, raw, tokenized, model, optimizer, scheduler,
-              TranslationCriterion.from_args(args, tokenizer), train_data, sampler, train_loader, batches_per_epoch,
-              max_steps, resume_checkpoint)
+    run = Run(
+        args,
+        accelerator,
+        tokenizer,
+        raw,
+        tokenized,
+        model,
+        optimizer,
+        scheduler,
+        TranslationCriterion.from_args(args, tokenizer),
+        train_data,
+        sampler,
+        train_loader,
+        batches_per_epoch,
+        max_steps,
+        resume_checkpoint,
+    )
     if resume_checkpoint:
         resume(run, resume_state)
     return run
@@ -301,8 +336,10 @@ def setup_run(args) -> Run:
 
 def init_trackers(args, accelerator) -> None:
     if any(t != "none" for t in args.report_to):
-        accelerator.init_trackers("vanilla-transformer", config={k: v for k, v in vars(args).items()
-                                                                 if isinstance(v, (int, float, str, bool))})
+        accelerator.init_trackers(
+            "vanilla-transformer",
+            config={k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))},
+        )
 
 
 def resume(run: Run, state: dict) -> None:
@@ -319,8 +356,9 @@ def epoch_updates(run: Run):
     --gradient-accumulation-steps batches, fewer in the epoch's last group. Yields (group, whether it ends the
     epoch); an update's batches are all fetched before it starts, so that its target tokens are known."""
     args = run.args
-    loader = (run.accelerator.skip_first_batches(run.train_loader, run.batches_done) if run.batches_done
-              else run.train_loader)
+    loader = (
+        run.accelerator.skip_first_batches(run.train_loader, run.batches_done) if run.batches_done else run.train_loader
+    )
     # the sampler's shuffle follows the epoch. accelerate's loaders hand the sampler their own count of passes,
     # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
     loader.set_epoch(run.epoch)
@@ -369,8 +407,9 @@ def train_update(run: Run, group: list[dict], ends_epoch: bool) -> torch.Tensor:
         accelerator.step = 0 if last and ends_epoch else accelerator.step + 1  # as `accumulate` counts, for checkpoints
         with contextlib.nullcontext() if last else accelerator.no_sync(model):
             loss, _, logging = criterion(model, batch)
-            micro = accelerator.reduce(torch.stack([logging["loss"], logging["nll_loss"],
-                                                    logging["target_tokens"].float()]), reduction="sum")
+            micro = accelerator.reduce(
+                torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()]), reduction="sum"
+            )
             stop_on_non_finite(run, micro[0])
             accelerator.backward(loss / sample_size if scale == 1 else loss * scale / sample_size)
         totals += micro.cpu()
@@ -386,6 +425,7 @@ def train_update(run: Run, group: list[dict], ends_epoch: bool) -> torch.Tensor:
 @dataclasses.dataclass
 class Throughput:
     """Target tokens since the last logged rate, and when that window started."""
+
     tokens: float = 0.0
     start: float = dataclasses.field(default_factory=time.time)
 
@@ -395,9 +435,12 @@ def update_record(run: Run, totals: torch.Tensor, window: Throughput, progress) 
     loss_sum, nll_sum, tokens = totals.tolist()
     window.tokens += tokens
     record = {
-        "step": run.step, "epoch": run.epoch,
-        "loss": round(loss_sum / tokens, 4), "nll_loss": round(nll_sum / tokens, 4),
-        "lr": run.scheduler.get_last_lr()[0], "target_tokens": int(tokens),
+        "step": run.step,
+        "epoch": run.epoch,
+        "loss": round(loss_sum / tokens, 4),
+        "nll_loss": round(nll_sum / tokens, 4),
+        "lr": run.scheduler.get_last_lr()[0],
+        "target_tokens": int(tokens),
     }
     if run.step % run.args.log_steps == 0 or run.step == run.max_steps:
         elapsed = time.time() - window.start
@@ -410,10 +453,19 @@ def update_record(run: Run, totals: torch.Tensor, window: Throughput, progress) 
 def validate(run: Run, record: dict) -> None:
     """Greedy translation scores and the reference cross-entropy on the validation split, added to `record`."""
     args, accelerator, raw, tokenized = run.args, run.accelerator, run.raw, run.tokenized
-    metrics, _ = evaluate_split(run.model, run.tokenizer, raw["validation"], tokenized["validation"], args,
-                                accelerator, num_beams=1, max_new_tokens=args.max_target_length)
-    metrics.update(reference_cross_entropy(run.model, run.tokenizer, raw["validation"], tokenized["validation"],
-                                           args, accelerator))
+    metrics, _ = evaluate_split(
+        run.model,
+        run.tokenizer,
+        raw["validation"],
+        tokenized["validation"],
+        args,
+        accelerator,
+        num_beams=1,
+        max_new_tokens=args.max_target_length,
+    )
+    metrics.update(
+        reference_cross_entropy(run.model, run.tokenizer, raw["validation"], tokenized["validation"], args, accelerator)
+    )
     record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
     accelerator.print(f"step {run.step}: {summary('validation', metrics)}")
 
@@ -426,8 +478,9 @@ def train(args) -> dict:
     """Train a tokenizer and a model as `args` say; returns the final evaluation results."""
     run = setup_run(args)
     saved_at = run.step  # the step of the newest checkpoint on disk (or the start)
-    progress = tqdm(total=run.max_steps, initial=run.step, disable=not run.accelerator.is_local_main_process,
-                    desc="Training")
+    progress = tqdm(
+        total=run.max_steps, initial=run.step, disable=not run.accelerator.is_local_main_process, desc="Training"
+    )
     started, window = time.time(), Throughput()
     run.model.train()
     while run.step < run.max_steps:
@@ -449,30 +502,57 @@ def train(args) -> dict:
     progress.close()
     if args.save_steps and saved_at != run.step:
         save_run(run)  # the last updates are checkpointed too, so that averaging and resuming see the final state
-    return finish(args, run.accelerator, run.model, run.tokenizer, run.raw, run.tokenized, run.step,
-                  time.time() - started)
+    return finish(
+        args, run.accelerator, run.model, run.tokenizer, run.raw, run.tokenized, run.step, time.time() - started
+    )
 
 
 def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:
-    """Average checkpoints if asked, evaluate with beam search, and write the model folder."""
+    """Average checkpoints if asked, evaluate with beam search, write the model folder and upload it if asked."""
     accelerator.wait_for_everyone()
     # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,
     # the final scores and the saved model all use the float32 weights in float32
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if args.average_checkpoints > 1:
-        paths = list_checkpoints(args.output_dir)[-args.average_checkpoints:]
-        averaged = average_checkpoints(paths)
-        missing, unexpected = unwrapped.load_state_dict(averaged, strict=False)
-        if unexpected or set(missing) - set(unwrapped.all_tied_weights_keys):
-            raise ValueError(f"--average-checkpoints: weights do not match the model ({missing}, {unexpected}).")
-        unwrapped.tie_weights()
-        accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
-
+        average_last_checkpoints(args, accelerator, unwrapped)
     results = {"train_steps": step, "train_seconds": round(train_seconds, 1), "processes": accelerator.num_processes}
-    validation = None
+    results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized))
+    if accelerator.is_main_process:
+        write_final_model(args, unwrapped, tokenizer, results)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
+    if args.push_to_hub and accelerator.is_main_process:
+        commit = upload_folder(
+            args.output_dir,
+            args.hub_model_id,
+            token=args.hub_token,
+            private=args.hub_private_repo,
+            commit_message="Upload model trained with vanilla-transformer",
+        )
+        accelerator.print(f"Uploaded to the Hub: {getattr(commit, 'commit_url', args.hub_model_id)}")
+    return results
+
+
+def average_last_checkpoints(args, accelerator, unwrapped) -> None:
+    """Load the mean of the last --average-checkpoints checkpoints' weights into the model."""
+    paths = list_checkpoints(args.output_dir)[-args.average_checkpoints :]
+    averaged = average_checkpoints(paths)
+    missing, unexpected = unwrapped.load_state_dict(averaged, strict=False)
+    if unexpected or set(missing) - set(unwrapped.all_tied_weights_keys):
+        raise ValueError(f"--average-checkpoints: weights do not match the model ({missing}, {unexpected}).")
+    unwrapped.tie_weights()
+    accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
+
+
+def final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized) -> dict:
+    """Choose the length penalty on validation if asked, then score validation and test with beam search and print
+    the scores and a few translations."""
+    results, validation = {}, None
     if args.tune_length_penalty and "validation" in tokenized:
         results["length_penalty_search"], validation = tune_length_penalty(
-            model, tokenizer, raw, tokenized, args, accelerator)
+            model, tokenizer, raw, tokenized, args, accelerator
+        )
         unwrapped.generation_config.length_penalty = args.length_penalty  # the test split and the saved model use it
     results["length_penalty"] = args.length_penalty
     samples = []
@@ -487,37 +567,33 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         results[split] = metrics
         accelerator.print(f"{summary(split, metrics)}  [{metrics['bleu_signature']}]")
         if not samples:
-            samples = [(pair[args.source_lang], pair[args.target_lang], hyp)
-                       for pair, hyp in zip(raw[split]["translation"][: args.show_samples], hypotheses)]
+            samples = [
+                (pair[args.source_lang], pair[args.target_lang], hyp)
+                for pair, hyp in zip(raw[split]["translation"][: args.show_samples], hypotheses)
+            ]
     for source, reference, hypothesis in samples:
         accelerator.print(f"  {source}\n    -> {hypothesis}\n    (reference: {reference})")
-
-    if accelerator.is_main_process:
-        try:
-            unwrapped.save_pretrained(args.output_dir)
-            tokenizer.save_pretrained(args.output_dir)
-            with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
-                json.dump(results, handle, indent=2)
-            write_run_card(args, unwrapped, results)
-        except OSError as error:
-            last = list_checkpoints(args.output_dir)
-            raise TrainingStopped(
-                f"could not write the final model to {args.output_dir}: {error.strerror or error}. The checkpoints "
-                f"are untouched (last: {last[-1] if last else 'none'}); free space, then run again with --resume-from "
-                "to evaluate and save."
-            ) from error
-        from .plots import plot_run
-
-        plot_run(args.output_dir, quiet=True)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
-    if args.push_to_hub and accelerator.is_main_process:
-        commit = upload_folder(args.output_dir, args.hub_model_id, token=args.hub_token,
-                               private=args.hub_private_repo,
-                               commit_message="Upload model trained with vanilla-transformer")
-        accelerator.print(f"Uploaded to the Hub: {getattr(commit, 'commit_url', args.hub_model_id)}")
     return results
+
+
+def write_final_model(args, unwrapped, tokenizer, results: dict) -> None:
+    """Write the model, tokenizer, scores, card and curves into the output folder (main process only)."""
+    try:
+        unwrapped.save_pretrained(args.output_dir)
+        tokenizer.save_pretrained(args.output_dir)
+        with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
+            json.dump(results, handle, indent=2)
+        write_run_card(args, unwrapped, results)
+    except OSError as error:
+        last = list_checkpoints(args.output_dir)
+        raise TrainingStopped(
+            f"could not write the final model to {args.output_dir}: {error.strerror or error}. The checkpoints "
+            f"are untouched (last: {last[-1] if last else 'none'}); free space, then run again with --resume-from "
+            "to evaluate and save."
+        ) from error
+    from .plots import plot_run
+
+    plot_run(args.output_dir, quiet=True)
 
 
 __all__ = ["train", "finish", "translate_dataset", "TrainingStopped"]

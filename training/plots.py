@@ -38,7 +38,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     except ImportError:
         if quiet:
             return None
-        raise MissingDependencyError(MISSING_MATPLOTLIB)
+        raise MissingDependencyError(MISSING_MATPLOTLIB) from None
     records = read_metrics(run_dir)
     steps = [r["step"] for r in records]
     evals = [r for r in records if "validation_bleu" in r]
@@ -47,14 +47,22 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     axes[0].plot(steps, [r["nll_loss"] for r in records], label="training NLL", linewidth=0.8)
     scored = [r for r in evals if "validation_cross_entropy" in r]
     if scored:
-        axes[0].plot([r["step"] for r in scored], [r["validation_cross_entropy"] for r in scored], marker="o",
-                     label="validation NLL (dropout off)")
+        axes[0].plot(
+            [r["step"] for r in scored],
+            [r["validation_cross_entropy"] for r in scored],
+            marker="o",
+            label="validation NLL (dropout off)",
+        )
     axes[0].set(title="Loss", xlabel="step", ylabel="nats per target token")
     axes[0].legend()
     axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o", label="cased")
     if any("validation_bleu_lowercase" in r for r in evals):
-        axes[1].plot([r["step"] for r in evals], [r.get("validation_bleu_lowercase") for r in evals], marker="o",
-                     label="lowercased")
+        axes[1].plot(
+            [r["step"] for r in evals],
+            [r.get("validation_bleu_lowercase") for r in evals],
+            marker="o",
+            label="lowercased",
+        )
         axes[1].legend()
     axes[1].set(title="Validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
     axes[2].plot(steps, [r["lr"] for r in records])

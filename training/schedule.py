@@ -26,8 +26,11 @@ def cooldown_factor(step: int, total_steps: int, cooldown_steps: int) -> float:
     return max(0.0, min(1.0, (total_steps - step + 1) / cooldown_steps))
 
 
-def lr_lambda(d_model: int, warmup_steps: int, peak_lr: float | None = None, total_steps: int = 0,
-              cooldown_steps: int = 0):
+def lr_lambda(
+    d_model: int, warmup_steps: int, peak_lr: float | None = None, total_steps: int = 0, cooldown_steps: int = 0
+):
     """A `LambdaLR` multiplier for an optimizer created with lr=1.0 (LambdaLR counts from 0, the schedule from 1)."""
-    return lambda step: (inverse_sqrt_lr(step + 1, d_model, warmup_steps, peak_lr)
-                         * cooldown_factor(step + 1, total_steps, cooldown_steps))
+    return lambda step: (
+        inverse_sqrt_lr(step + 1, d_model, warmup_steps, peak_lr)
+        * cooldown_factor(step + 1, total_steps, cooldown_steps)
+    )

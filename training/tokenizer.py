@@ -16,12 +16,14 @@ def train_bpe_tokenizer(texts, vocab_size: int, lowercase: bool = False) -> PreT
     """
     specials = list(SPECIAL_TOKENS.values())
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else (
-        normalizers.NFC())
+    tokenizer.normalizer = (
+        normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else (normalizers.NFC())
+    )
     # words start with "▁", as in SentencePiece, and punctuation stands alone as in Moses tokenization, so that
     # "dog" and "dog." share one token; decoding joins the pieces and turns "▁" back into spaces, losing nothing
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(),
-                                                       pre_tokenizers.Punctuation("isolated")])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation("isolated")]
+    )
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer=trainer)
@@ -37,7 +39,8 @@ def load_tokenizer(name_or_path: str):
         return AutoTokenizer.from_pretrained(name_or_path)
     except Exception as error:
         where = "folder" if os.path.isdir(name_or_path) else "name"
-        raise ValueError(f"--tokenizer-name {name_or_path!r}: could not load a tokenizer from this {where}: {error}")
+        message = f"--tokenizer-name {name_or_path!r}: could not load a tokenizer from this {where}: {error}"
+        raise ValueError(message) from error
 
 
 def training_texts(raw, source_lang: str, target_lang: str):

@@ -38,7 +38,8 @@ class TranslationPipeline(Pipeline):
     def __call__(self, inputs: str | list[str], **kwargs):
         if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(x, str) for x in inputs))):
             raise ValueError(
-                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}")
+                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
+            )
         results = super().__call__(inputs, **kwargs)
         if isinstance(inputs, list) and all(len(result) == 1 for result in results):
             return [result[0] for result in results]
@@ -53,8 +54,9 @@ class TranslationPipeline(Pipeline):
             if length > limit:
                 logger.warning(truncation_warning("translation pipeline", text, length, limit))
             max_source_length = limit
-        return self.tokenizer(text, return_tensors="pt", truncation=max_source_length is not None,
-                              max_length=max_source_length)
+        return self.tokenizer(
+            text, return_tensors="pt", truncation=max_source_length is not None, max_length=max_source_length
+        )
 
     def _forward(self, model_inputs, **generate_kwargs):  # the model's generation_config under generate_kwargs
         batch_size = model_inputs["input_ids"].shape[0]
@@ -62,8 +64,10 @@ class TranslationPipeline(Pipeline):
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}  # (batch, returned, len)
 
     def postprocess(self, model_outputs):
-        return [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=True)}
-                for ids in model_outputs["output_ids"][0]]
+        return [
+            {"translation_text": self.tokenizer.decode(ids, skip_special_tokens=True)}
+            for ids in model_outputs["output_ids"][0]
+        ]
 
 
 def register() -> None:
@@ -71,5 +75,6 @@ def register() -> None:
     looking in the registry, so the name is taken off that list first: the task exists again, implemented here."""
     getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
     if "translation" not in PIPELINE_REGISTRY.supported_tasks:
-        PIPELINE_REGISTRY.register_pipeline("translation", pipeline_class=TranslationPipeline,
-                                            pt_model=AutoModelForSeq2SeqLM, type="text")
+        PIPELINE_REGISTRY.register_pipeline(
+            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )

@@ -12,14 +12,40 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench.py")
 def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     out, plot, raw = tmp_path / "BENCHMARKS.md", tmp_path / "scaling.png", tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, BENCH, "--quick", "--sizes", "numbers", "--attn", "sdpa", "--repeats", "1", "--steps", "1",
-         "--out", str(out), "--plot", str(plot), "--json", str(raw)],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            sys.executable,
+            BENCH,
+            "--quick",
+            "--sizes",
+            "numbers",
+            "--attn",
+            "sdpa",
+            "--repeats",
+            "1",
+            "--steps",
+            "1",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+            "--json",
+            str(raw),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
-    for heading in ("## Training step", "## Generation", "## Peak memory", "## Hardware utilisation", "## Scaling",
-                    "## Where the time goes"):
+    for heading in (
+        "## Training step",
+        "## Generation",
+        "## Peak memory",
+        "## Hardware utilisation",
+        "## Scaling",
+        "## Where the time goes",
+    ):
         assert heading in report
     results = json.loads(raw.read_text())
     assert [r["size"] for r in results["train"]] == ["numbers"]
@@ -36,8 +62,13 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     # the report can be written again from the raw results, measuring nothing; output file names are not part of
     # the recorded command
     again = tmp_path / "again.md"
-    done = subprocess.run([sys.executable, BENCH, "--report-from", str(raw), "--out", str(again), "--plot", str(plot)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, BENCH, "--report-from", str(raw), "--out", str(again), "--plot", str(plot)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert again.read_text() == report
     assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM
-
 from vanilla_transformer.modeling.hub_vanilla_transformer import CODE_FILES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_with_trainer.py"
@@ -33,8 +32,24 @@ def test_british_numbers_are_a_new_phrasing_of_the_same_task():
 def test_seq2seq_trainer_fine_tunes_saves_resumes_and_loads_the_best(trained_folder, tmp_path):
     example = load_example()
     out = tmp_path / "finetuned"
-    flags = ["--model", str(trained_folder), "--output-dir", str(out), "--train-size", "64", "--eval-size", "16",
-             "--max-steps", "4", "--eval-steps", "2", "--batch-size", "16", "--learning-rate", "1e-3"]
+    flags = [
+        "--model",
+        str(trained_folder),
+        "--output-dir",
+        str(out),
+        "--train-size",
+        "64",
+        "--eval-size",
+        "16",
+        "--max-steps",
+        "4",
+        "--eval-steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--learning-rate",
+        "1e-3",
+    ]
     result = example.main(flags)
     assert {"eval_bleu", "eval_chrf", "eval_exact_match", "eval_loss"} <= set(result["after"])
     assert result["best_checkpoint"] in {str(out / "checkpoint-2"), str(out / "checkpoint-4")}

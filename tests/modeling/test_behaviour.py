@@ -42,7 +42,9 @@ def test_padding_changes_nothing_for_real_tokens(implementation, position_encodi
     with torch.no_grad():
         plain = model(input_ids=src, decoder_input_ids=tgt).logits
         padded = model(
-            input_ids=padded_src, attention_mask=src_mask, decoder_input_ids=padded_tgt,
+            input_ids=padded_src,
+            attention_mask=src_mask,
+            decoder_input_ids=padded_tgt,
             decoder_attention_mask=tgt_mask,
         ).logits
     torch.testing.assert_close(padded[:, :4], plain, atol=1e-5, rtol=1e-5)
@@ -153,8 +155,12 @@ def test_a_mask_without_padding_equals_no_mask(implementation):
     model = tiny_model(attn_implementation=implementation)
     src, tgt = torch.randint(3, 50, (2, 5)), torch.randint(3, 50, (2, 4))
     with torch.no_grad():
-        masked = model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt,
-                       decoder_attention_mask=torch.ones_like(tgt)).logits
+        masked = model(
+            input_ids=src,
+            attention_mask=torch.ones_like(src),
+            decoder_input_ids=tgt,
+            decoder_attention_mask=torch.ones_like(tgt),
+        ).logits
         unmasked = model(input_ids=src, decoder_input_ids=tgt).logits
     torch.testing.assert_close(masked, unmasked)
     # no padding: no mask tensor is built, so the fused kernels run unmasked

@@ -5,9 +5,9 @@ import warnings
 import pytest
 import torch
 from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, MarianConfig, MarianMTModel, StaticCache
+from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
 
 from tests.conftest import tiny_model
-from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
 
 RENAMED = CACHE_FIELD == "cache"  # transformers 5.24 renamed the cache argument `past_key_values` to `cache`
 
@@ -39,25 +39,39 @@ def test_past_key_values_is_deprecated_exactly_as_for_the_librarys_own_models():
     if not RENAMED:
         pytest.skip("the installed transformers still names the cache `past_key_values`: nothing is deprecated")
     torch.manual_seed(0)
-    marian = MarianMTModel(MarianConfig(
-        vocab_size=20, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=16,
-        pad_token_id=0, decoder_start_token_id=0)).eval()
+    marian = MarianMTModel(
+        MarianConfig(
+            vocab_size=20,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            max_position_embeddings=16,
+            pad_token_id=0,
+            decoder_start_token_id=0,
+        )
+    ).eval()
     model = tiny_model()
     src, tgt = torch.randint(3, 20, (2, 5)), torch.randint(3, 20, (2, 4))
     with torch.no_grad():
         cache = model(input_ids=src, decoder_input_ids=tgt[:, :3], use_cache=True).cache
         (expected,) = cache_warnings(lambda: marian(input_ids=src, decoder_input_ids=tgt, past_key_values=None))
         assert cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], past_key_values=cache)) == [
-            expected.replace("MarianMTModel", "VanillaTransformerForConditionalGeneration")]
+            expected.replace("MarianMTModel", "VanillaTransformerForConditionalGeneration")
+        ]
         assert cache.get_seq_length() == 4  # the cache passed under the old name was used and grown
         # the base model too; the decoder inside is passed `cache`, so one call warns once
         assert cache_warnings(lambda: model.model(input_ids=src, decoder_input_ids=tgt, past_key_values=None)) == [
-            expected.replace("MarianMTModel", "VanillaTransformerModel")]
+            expected.replace("MarianMTModel", "VanillaTransformerModel")
+        ]
         assert cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt, cache=None)) == []
         # both names: the library's rule, `cache` wins and the old name is dropped with a warning
-        both = cache_warnings(lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache,
-                                            past_key_values=None))
+        both = cache_warnings(
+            lambda: model(input_ids=src, decoder_input_ids=tgt[:, 3:], cache=cache, past_key_values=None)
+        )
         assert len(both) == 1 and both[0].startswith("Both `past_key_values` and `cache` are set")
         assert cache.get_seq_length() == 5
 
@@ -98,8 +112,11 @@ def test_incremental_decoding_with_cache_equals_full_forward(implementation):
         steps = []
         for t in range(tgt.shape[1]):
             out = model(
-                encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1],
-                cache=cache, use_cache=True,
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=tgt[:, t : t + 1],
+                cache=cache,
+                use_cache=True,
             )
             cache = out[CACHE_FIELD]
             steps.append(out.logits)
@@ -139,8 +156,13 @@ def test_generation_strategies_with_and_without_cache_agree(strategy):
     for use_cache in (True, False):
         torch.manual_seed(0)
         out = model.generate(
-            input_ids=src, attention_mask=mask, max_new_tokens=8, use_cache=use_cache,
-            return_dict_in_generate=True, output_scores=True, **STRATEGIES[strategy],
+            input_ids=src,
+            attention_mask=mask,
+            max_new_tokens=8,
+            use_cache=use_cache,
+            return_dict_in_generate=True,
+            output_scores=True,
+            **STRATEGIES[strategy],
         )
         results.append(out.sequences)
     assert torch.equal(results[0], results[1])
@@ -199,11 +221,20 @@ def test_incremental_decoding_with_a_static_cache_equals_full_forward(implementa
         full = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, use_cache=False).logits
         encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
         cache = EncoderDecoderCache(StaticCache(model.config, max_cache_len=10), StaticCache(model.config, 7))
-        steps = [model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :2],
-                       cache=cache).logits]  # a prefill of two positions, then one at a time
+        steps = [
+            model(
+                encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :2], cache=cache
+            ).logits
+        ]  # a prefill of two positions, then one at a time
         for t in range(2, tgt.shape[1]):
-            steps.append(model(encoder_outputs=encoder_outputs, attention_mask=mask,
-                               decoder_input_ids=tgt[:, t : t + 1], cache=cache).logits)
+            steps.append(
+                model(
+                    encoder_outputs=encoder_outputs,
+                    attention_mask=mask,
+                    decoder_input_ids=tgt[:, t : t + 1],
+                    cache=cache,
+                ).logits
+            )
     assert int(cache.get_seq_length()) == tgt.shape[1]
     assert cache.self_attention_cache.layers[2].keys.shape[2] == 10
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)

@@ -48,7 +48,9 @@ def test_save_and_load_through_auto_classes_is_exact(tmp_path, overrides):
     for key in original_state:
         assert torch.equal(original_state[key], loaded_state[key]), key
     src = torch.randint(3, 50, (2, 6))
-    assert torch.equal(model.generate(input_ids=src, max_new_tokens=6), loaded.generate(input_ids=src, max_new_tokens=6))
+    assert torch.equal(
+        model.generate(input_ids=src, max_new_tokens=6), loaded.generate(input_ids=src, max_new_tokens=6)
+    )
 
     base = AutoModel.from_pretrained(tmp_path)
     assert isinstance(base, VanillaTransformerModel)
@@ -98,8 +100,9 @@ def transformers_log(caplog):
 
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("model_class", [VanillaTransformerModel, VanillaTransformerForConditionalGeneration])
-def test_a_saved_model_reloads_with_no_missing_unexpected_or_ignored_keys(tmp_path, transformers_log, model_class,
-                                                                          share):
+def test_a_saved_model_reloads_with_no_missing_unexpected_or_ignored_keys(
+    tmp_path, transformers_log, model_class, share
+):
     torch.manual_seed(0)
     model = model_class(tiny_config(share_embeddings=share)).eval()
     model.save_pretrained(tmp_path)
@@ -145,7 +148,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     grads = []
     for checkpointing in (False, True):
         model = tiny_model().train()
-        if checkpointing:
+        if checkpointing and hasattr(model, "activation_checkpointing_enable"):  # transformers 5.24's name
+            model.activation_checkpointing_enable()
+            assert model.is_activation_checkpointing
+        elif checkpointing:
             model.gradient_checkpointing_enable()
             assert model.is_gradient_checkpointing
         model(input_ids=src, labels=labels).loss.backward()

@@ -14,10 +14,10 @@ from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, RepoUrl
 from huggingface_hub.errors import EntryNotFoundError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.modeling import hub_vanilla_transformer as hub
 from vanilla_transformer.training.cli import main
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 from ..conftest import tiny_model
 
@@ -65,8 +65,14 @@ print(json.dumps({
 def run_without_package(folder, copy, tmp_path) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONPATH="")
-    done = subprocess.run([sys.executable, "-c", REMOTE_SCRIPT, str(folder), str(copy), json.dumps(SOURCES)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", REMOTE_SCRIPT, str(folder), str(copy), json.dumps(SOURCES)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -75,7 +81,8 @@ def test_save_pretrained_writes_a_self_contained_folder(tmp_path):
     model = tiny_model()
     model.save_pretrained(tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted(
-        ["config.json", "generation_config.json", "model.safetensors", "README.md", *hub.CODE_FILES])
+        ["config.json", "generation_config.json", "model.safetensors", "README.md", *hub.CODE_FILES]
+    )
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"] == hub.AUTO_MAP
     modeling = (tmp_path / hub.MODELING_FILE).read_text()
@@ -83,8 +90,9 @@ def test_save_pretrained_writes_a_self_contained_folder(tmp_path):
     assert "from .." not in modeling  # the remote-code loader follows only same-folder imports
     with open(sys.modules[VanillaTransformerForConditionalGeneration.__module__].__file__) as handle:
         package_source = handle.read()
-    assert modeling == package_source.replace("from ..configuration.configuration_vanilla_transformer",
-                                              "from .configuration_vanilla_transformer")
+    assert modeling == package_source.replace(
+        "from ..configuration.configuration_vanilla_transformer", "from .configuration_vanilla_transformer"
+    )
 
 
 def test_save_pretrained_keeps_an_existing_model_card(tmp_path):
@@ -152,8 +160,9 @@ def test_a_model_loaded_from_a_run_folder_saves_the_runs_card(trained_folder, tm
 
 def test_a_model_trained_further_after_loading_no_longer_claims_the_runs_scores(trained_folder, tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder)
-    batch = AutoTokenizer.from_pretrained(trained_folder)(["forty-two"], text_target=["zweiundvierzig"],
-                                                          return_tensors="pt")
+    batch = AutoTokenizer.from_pretrained(trained_folder)(
+        ["forty-two"], text_target=["zweiundvierzig"], return_tensors="pt"
+    )
     model(**batch).loss.backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()  # one fine-tuning update
     model.save_pretrained(tmp_path / "tuned")
@@ -234,7 +243,8 @@ def test_model_push_to_hub_uploads_the_self_contained_folder(monkeypatch, tmp_pa
     (commit,) = calls.commits
     files = commit["files"]
     assert sorted(files) == sorted(
-        ["config.json", "generation_config.json", "model.safetensors", "README.md", *hub.CODE_FILES])
+        ["config.json", "generation_config.json", "model.safetensors", "README.md", *hub.CODE_FILES]
+    )
     assert json.loads(files["config.json"])["auto_map"] == hub.AUTO_MAP
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
     uploaded = load_file(tmp_path / "model.safetensors")
@@ -274,12 +284,46 @@ def test_train_push_to_hub_uploads_the_model_folder_but_not_checkpoints(monkeypa
     calls = HubCalls(monkeypatch)
     files = {split: trained_folder.parent / f"{split}.jsonl" for split in ("train", "validation")}
     out = tmp_path / "run"
-    code = main(["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
-                 "--output-dir", str(out), "--max-steps", "4", "--save-steps", "2", "--eval-steps", "0",
-                 "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1",
-                 "--decoder-layers", "1", "--vocab-size", "120", "--num-beams", "1", "--report-to", "none",
-                 "--max-target-length", "8", "--show-samples", "0",
-                 "--push-to-hub", "--hub-model-id", "someone/numbers-en-de"])
+    code = main(
+        [
+            "train",
+            "--train-file",
+            str(files["train"]),
+            "--validation-file",
+            str(files["validation"]),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "4",
+            "--save-steps",
+            "2",
+            "--eval-steps",
+            "0",
+            "--d-model",
+            "32",
+            "--num-heads",
+            "4",
+            "--d-ff",
+            "64",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--vocab-size",
+            "120",
+            "--num-beams",
+            "1",
+            "--report-to",
+            "none",
+            "--max-target-length",
+            "8",
+            "--show-samples",
+            "0",
+            "--push-to-hub",
+            "--hub-model-id",
+            "someone/numbers-en-de",
+        ]
+    )
     assert code == 0
     assert calls.repos == ["someone/numbers-en-de"]
     (commit,) = calls.commits

@@ -1,14 +1,14 @@
 """The numbers the source material teaches, checked against the modules that implement them."""
 
 import torch
-
-from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.modeling.modeling_vanilla_transformer import (
     AddNorm,
     MultiHeadAttention,
     PositionwiseFeedForward,
     sinusoidal_table,
 )
+
+from vanilla_transformer import VanillaTransformerConfig
 
 TOY = VanillaTransformerConfig(d_model=64, d_ff=256, num_heads=4, encoder_layers=2, decoder_layers=2, vocab_size=100)
 

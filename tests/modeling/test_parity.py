@@ -10,8 +10,15 @@ from tests.conftest import tiny_model
 def copy_into_torch_transformer(model) -> nn.Transformer:
     c = model.config
     reference = nn.Transformer(
-        d_model=c.d_model, nhead=c.num_heads, num_encoder_layers=c.encoder_layers, num_decoder_layers=c.decoder_layers,
-        dim_feedforward=c.d_ff, dropout=0.0, activation="relu", layer_norm_eps=c.layer_norm_eps, batch_first=True,
+        d_model=c.d_model,
+        nhead=c.num_heads,
+        num_encoder_layers=c.encoder_layers,
+        num_decoder_layers=c.decoder_layers,
+        dim_feedforward=c.d_ff,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_eps=c.layer_norm_eps,
+        batch_first=True,
         norm_first=False,
     ).eval()
     # the paper's post-norm stacks have no final LayerNorm, nn.Transformer always adds one
@@ -69,7 +76,8 @@ def test_matches_torch_nn_transformer(attn_implementation):
         src_emb = model.model.encoder.embed(src, None)
         tgt_emb = model.model.decoder.embed(tgt, None)
         theirs = reference(
-            src_emb, tgt_emb,
+            src_emb,
+            tgt_emb,
             tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.shape[1]),
             src_key_padding_mask=src_mask == 0,
             memory_key_padding_mask=src_mask == 0,

@@ -7,18 +7,27 @@ import math
 import pytest
 import torch
 from transformers import CompileConfig
+from vanilla_transformer.modeling.modeling_vanilla_transformer import sinusoidal_table
 
 from tests.conftest import tiny_model
-from vanilla_transformer.modeling.modeling_vanilla_transformer import sinusoidal_table
 
 EOS = 2
 
 
 def section_3_5(positions: range, d_model: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)), in float64."""
-    return torch.tensor([[math.sin(pos / 10000 ** (2 * (j // 2) / d_model)) if j % 2 == 0
-                          else math.cos(pos / 10000 ** (2 * (j // 2) / d_model)) for j in range(d_model)]
-                         for pos in positions], dtype=torch.float64)
+    return torch.tensor(
+        [
+            [
+                math.sin(pos / 10000 ** (2 * (j // 2) / d_model))
+                if j % 2 == 0
+                else math.cos(pos / 10000 ** (2 * (j // 2) / d_model))
+                for j in range(d_model)
+            ]
+            for pos in positions
+        ],
+        dtype=torch.float64,
+    )
 
 
 def test_positions_beyond_the_initial_table_follow_section_3_5():
@@ -50,9 +59,16 @@ def test_a_sinusoidal_model_trained_on_short_inputs_reads_and_writes_long_ones()
 
 
 def greedy(model, src, cache_implementation=None, **kwargs):
-    out = model.generate(input_ids=src, max_new_tokens=20, min_new_tokens=20, do_sample=False,
-                         cache_implementation=cache_implementation, return_dict_in_generate=True, output_logits=True,
-                         **kwargs)
+    out = model.generate(
+        input_ids=src,
+        max_new_tokens=20,
+        min_new_tokens=20,
+        do_sample=False,
+        cache_implementation=cache_implementation,
+        return_dict_in_generate=True,
+        output_logits=True,
+        **kwargs,
+    )
     return out.sequences, torch.stack(out.logits, dim=1)  # (batch, 21), (batch, 20, vocab)
 
 
@@ -113,8 +129,13 @@ def test_generate_stops_where_the_learned_positions_end(num_beams, cache_impleme
     model = tiny_model(position_encoding="learned", max_position_embeddings=16)
     src = torch.randint(3, 50, (2, 6))
     with pytest.warns(UserWarning, match="Unfeasible length constraints"):  # the library's: no 64 tokens, then
-        out = model.generate(input_ids=src, max_new_tokens=64, min_new_tokens=64, num_beams=num_beams,
-                             cache_implementation=cache_implementation)
+        out = model.generate(
+            input_ids=src,
+            max_new_tokens=64,
+            min_new_tokens=64,
+            num_beams=num_beams,
+            cache_implementation=cache_implementation,
+        )
     assert out.shape[1] == 17  # the start token, then 16 tokens: the decoder read positions 0 .. 15
     with torch.no_grad():
         model(input_ids=src, decoder_input_ids=out[:, :-1])  # within the table

@@ -14,7 +14,6 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from vanilla_transformer.training.checkpoints import STATE_FILE, TEMPORARY_PREFIX, WEIGHTS_FILE, list_checkpoints
 from vanilla_transformer.training.cli import main
 
@@ -36,8 +35,25 @@ def data_files(tmp_path):
 
 
 def train_flags(data_files, out):
-    return ["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", str(STEPS), "--save-steps",
-            "2", "--keep-checkpoints", "3", "--eval-steps", "0", "--dropout", "0.2", "--seed", "7", *TINY_MODEL_FLAGS]
+    return [
+        "train",
+        *data_flags(data_files),
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        str(STEPS),
+        "--save-steps",
+        "2",
+        "--keep-checkpoints",
+        "3",
+        "--eval-steps",
+        "0",
+        "--dropout",
+        "0.2",
+        "--seed",
+        "7",
+        *TINY_MODEL_FLAGS,
+    ]
 
 
 def start(args, tmp_path, name):
@@ -87,8 +103,11 @@ def test_killed_runs_resume_to_the_same_losses_and_weights(tmp_path, data_files)
 
     # 2. resume, and SIGKILL it in the middle of writing a later checkpoint: files written, not yet renamed
     hang_step = int(os.path.basename(list_checkpoints(str(out))[-1]).split("-")[1]) + 4
-    process = start(["--hang-in-checkpoint-write", str(hang_step), *train_flags(data_files, out), "--resume-from",
-                     str(out)], tmp_path, "second")
+    process = start(
+        ["--hang-in-checkpoint-write", str(hang_step), *train_flags(data_files, out), "--resume-from", str(out)],
+        tmp_path,
+        "second",
+    )
     line = process.stdout.readline()
     while line and not line.startswith("WRITING"):
         line = process.stdout.readline()
@@ -123,8 +142,9 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, data_files):
     before = digest(kept)
     limit = min(os.path.getsize(kept / name) for name in ("model.safetensors", "optimizer.bin")) - 1
     # continue with files limited below a checkpoint's size, as on a full disk: the step-4 checkpoint cannot be written
-    process = start(["--file-size-limit", str(limit), *train_flags(data_files, out), "--resume-from", str(kept)],
-                    tmp_path, "full")
+    process = start(
+        ["--file-size-limit", str(limit), *train_flags(data_files, out), "--resume-from", str(kept)], tmp_path, "full"
+    )
     process.wait(timeout=300)
     stderr = (tmp_path / "full.stderr").read_text()
     assert process.returncode == 1, stderr[-2000:]

@@ -35,7 +35,7 @@ def test_a_pickle_only_folder_is_refused_unless_explicitly_allowed(saved):
 def damage(data: bytes, how: str) -> bytes:
     if how == "truncated":
         return data[: len(data) // 2]
-    return data[:8] + b"\x00\xff not json \xfe" * 8 + data[8 + 8 * 15:]  # the JSON header is garbled
+    return data[:8] + b"\x00\xff not json \xfe" * 8 + data[8 + 8 * 15 :]  # the JSON header is garbled
 
 
 @pytest.mark.parametrize("how", ["truncated", "corrupted"])
@@ -76,10 +76,10 @@ def test_a_missing_shard_is_named(saved):
 
 def test_a_tokenizer_from_another_run_is_refused(trained_folder, tmp_path, capsys):
     from transformers import AutoTokenizer
-
-    from vanilla_transformer import check_tokenizer_matches
     from vanilla_transformer.training.cli import main
     from vanilla_transformer.training.tokenizer import train_bpe_tokenizer
+
+    from vanilla_transformer import check_tokenizer_matches
 
     folder = tmp_path / "mixed"
     shutil.copytree(trained_folder, folder)
@@ -89,11 +89,17 @@ def test_a_tokenizer_from_another_run_is_refused(trained_folder, tmp_path, capsy
     bigger.save_pretrained(folder)
     before = (folder / "config.json").read_text()
     assert main(["translate", "--model", str(folder), "forty-two"]) == 1
-    assert re.search(rf"error: .*tokenizer has {len(bigger)} tokens but the model's config.json has "
-                     rf"vocab_size={config.vocab_size}", capsys.readouterr().err)
+    assert re.search(
+        rf"error: .*tokenizer has {len(bigger)} tokens but the model's config.json has "
+        rf"vocab_size={config.vocab_size}",
+        capsys.readouterr().err,
+    )
     assert (folder / "config.json").read_text() == before
     tokenizer = AutoTokenizer.from_pretrained(trained_folder)
     config.pad_token_id = tokenizer.pad_token_id + 1  # same size, but padding would be read as a word
-    with pytest.raises(ValueError, match=rf"here: the tokenizer's pad_token_id is {tokenizer.pad_token_id} but the "
-                                         rf"model's config.json has pad_token_id={tokenizer.pad_token_id + 1}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"here: the tokenizer's pad_token_id is {tokenizer.pad_token_id} but the "
+        rf"model's config.json has pad_token_id={tokenizer.pad_token_id + 1}",
+    ):
         check_tokenizer_matches(config, tokenizer, "here")

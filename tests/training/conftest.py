@@ -1,14 +1,41 @@
 import json
 
 import pytest
-
 from vanilla_transformer.training.tasks.numbers import english, german
 
 TINY_MODEL_FLAGS = [
-    "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
-    "--vocab-size", "120", "--max-tokens", "256", "--warmup-steps", "5", "--lr", "3e-3", "--num-beams", "2",
-    "--eval-batch-size", "16", "--report-to", "none", "--max-source-length", "16", "--max-target-length", "16",
-    "--log-steps", "1", "--show-samples", "1",
+    "--d-model",
+    "32",
+    "--num-heads",
+    "4",
+    "--d-ff",
+    "64",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--vocab-size",
+    "120",
+    "--max-tokens",
+    "256",
+    "--warmup-steps",
+    "5",
+    "--lr",
+    "3e-3",
+    "--num-beams",
+    "2",
+    "--eval-batch-size",
+    "16",
+    "--report-to",
+    "none",
+    "--max-source-length",
+    "16",
+    "--max-target-length",
+    "16",
+    "--log-steps",
+    "1",
+    "--show-samples",
+    "1",
 ]
 
 
@@ -34,5 +61,11 @@ def data_files(tmp_path):
 
 
 def data_flags(files):
-    return ["--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
-            "--test-file", str(files["test"])]
+    return [
+        "--train-file",
+        str(files["train"]),
+        "--validation-file",
+        str(files["validation"]),
+        "--test-file",
+        str(files["test"]),
+    ]

@@ -9,11 +9,11 @@ import pytest
 import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file
+from vanilla_transformer.training.checkpoints import WEIGHTS_FILE, list_checkpoints, save_checkpoint
+from vanilla_transformer.training.cli import main
 
 from tests.conftest import tiny_config
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.training.checkpoints import WEIGHTS_FILE, list_checkpoints, save_checkpoint
-from vanilla_transformer.training.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
@@ -31,8 +31,22 @@ def test_a_run_logs_no_shared_tensor_notice_and_its_checkpoints_and_model_reload
 ):
     out = tmp_path / "run"
     with caplog.at_level(logging.WARNING):
-        code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "4", "--save-steps",
-                     "2", "--eval-steps", "0", *TINY_MODEL_FLAGS, *([] if share else ["--no-share-embeddings"])])
+        code = main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "4",
+                "--save-steps",
+                "2",
+                "--eval-steps",
+                "0",
+                *TINY_MODEL_FLAGS,
+                *([] if share else ["--no-share-embeddings"]),
+            ]
+        )
     assert code == 0
     printed = capfd.readouterr()
     assert NOTICE not in printed.out + printed.err

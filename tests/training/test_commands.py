@@ -3,14 +3,16 @@ against the model's own loss."""
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-from tests.conftest import long_sentence
 from vanilla_transformer.training.cli import main
 from vanilla_transformer.training.tasks.numbers import german
+
+from tests.conftest import long_sentence
 
 from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
@@ -22,8 +24,24 @@ def read_pairs(path):
 def test_evaluate_needs_only_the_scored_split_and_its_cross_entropy_is_the_models_own_loss(trained_folder, tmp_path):
     test_file = trained_folder.parent / "test.jsonl"
     out = tmp_path / "scores.json"
-    assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--split", "test",
-                 "--num-beams", "1", "--output", str(out)]) == 0  # no --train-file
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained_folder),
+                "--test-file",
+                str(test_file),
+                "--split",
+                "test",
+                "--num-beams",
+                "1",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )  # no --train-file
     scores = json.loads(out.read_text())
     assert {"bleu", "chrf", "exact_match", "cross_entropy", "perplexity", "cross_entropy_per_word"} <= scores.keys()
 
@@ -31,8 +49,7 @@ def test_evaluate_needs_only_the_scored_split_and_its_cross_entropy_is_the_model
     model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(trained_folder)
     pairs = read_pairs(test_file)
-    batch = tokenizer([p["en"] for p in pairs], text_target=[p["de"] for p in pairs], padding=True,
-                      return_tensors="pt")
+    batch = tokenizer([p["en"] for p in pairs], text_target=[p["de"] for p in pairs], padding=True, return_tensors="pt")
     labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
     with torch.no_grad():
         loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.item()
@@ -50,21 +67,39 @@ def test_evaluate_needs_only_the_scored_split_and_its_cross_entropy_is_the_model
 
 def test_validation_cross_entropy_is_logged_at_every_evaluation(tmp_path, data_files):
     out = tmp_path / "run"
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "4", "--eval-steps", "2",
-                 "--save-steps", "0", "--dropout", "0.5", *TINY_MODEL_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "4",
+                "--eval-steps",
+                "2",
+                "--save-steps",
+                "0",
+                "--dropout",
+                "0.5",
+                *TINY_MODEL_FLAGS,
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evaluated = [r for r in records if "validation_cross_entropy" in r]
     assert [r["step"] for r in evaluated] == [2, 4]
     # dropout is off for it: the value at the last update is the final weights' validation cross-entropy
     results = json.loads((out / "eval_results.json").read_text())
-    assert evaluated[-1]["validation_cross_entropy"] == pytest.approx(results["validation"]["cross_entropy"],
-                                                                      abs=1e-4)
+    assert evaluated[-1]["validation_cross_entropy"] == pytest.approx(results["validation"]["cross_entropy"], abs=1e-4)
 
 
 def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     test_file = trained_folder.parent / "test.jsonl"
-    assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file),
-                 "--split", "validation"]) == 2
+    assert (
+        main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--split", "validation"]) == 2
+    )
     assert "--split validation" in capsys.readouterr().err
 
 
@@ -72,8 +107,22 @@ def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(traine
     sentence = long_sentence()
     assert len(AutoTokenizer.from_pretrained(trained_folder)(sentence)["input_ids"]) >= 200
     assert AutoModelForSeq2SeqLM.from_pretrained(trained_folder).config.max_position_embeddings == 18
-    assert main(["translate", "--model", str(trained_folder), "--num-beams", "2", "--max-length", "40", sentence,
-                 "forty-two"]) == 0  # sinusoidal positions (§3.5): no limit
+    assert (
+        main(
+            [
+                "translate",
+                "--model",
+                str(trained_folder),
+                "--num-beams",
+                "2",
+                "--max-length",
+                "40",
+                sentence,
+                "forty-two",
+            ]
+        )
+        == 0
+    )  # sinusoidal positions (§3.5): no limit
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2
     assert "warning" not in captured.err
@@ -86,8 +135,10 @@ def test_translate_truncates_a_sentence_longer_than_the_learned_positions_and_na
     assert main(["translate", "--model", str(learned_folder), "--num-beams", "2", sentence, "forty-two"]) == 0
     captured = capsys.readouterr()
     warnings = [line for line in captured.err.splitlines() if line.startswith("warning")]
-    assert warnings == [f"warning: '{sentence[:57]}...' has {length} tokens, more than the model's "
-                        f"max_position_embeddings=18 learned positions; truncated to 18 tokens."]
+    assert warnings == [
+        f"warning: '{sentence[:57]}...' has {length} tokens, more than the model's "
+        f"max_position_embeddings=18 learned positions; truncated to 18 tokens."
+    ]
     # what it translated: the sentence's first 18 tokens, the last of them end-of-sentence
     model = AutoModelForSeq2SeqLM.from_pretrained(learned_folder).eval()
     truncated = tokenizer([sentence], truncation=True, max_length=18, return_tensors="pt")
@@ -99,11 +150,28 @@ def test_translate_truncates_a_sentence_longer_than_the_learned_positions_and_na
 
 def test_evaluate_truncates_pairs_longer_than_the_learned_positions_and_names_them(learned_folder, tmp_path, capsys):
     reference = " ".join(german(100 + (i * 37) % 300) for i in range(66))
-    test_file = write_jsonl(tmp_path / "test.jsonl",
-                            pairs(range(40, 44)) + [{"translation": {"en": long_sentence(), "de": reference}}])
+    test_file = write_jsonl(
+        tmp_path / "test.jsonl", pairs(range(40, 44)) + [{"translation": {"en": long_sentence(), "de": reference}}]
+    )
     out = tmp_path / "scores.json"
-    assert main(["evaluate", "--model", str(learned_folder), "--test-file", str(test_file), "--split", "test",
-                 "--num-beams", "2", "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(learned_folder),
+                "--test-file",
+                str(test_file),
+                "--split",
+                "test",
+                "--num-beams",
+                "2",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
     assert [w.split(":")[1] for w in warnings] == [" pair 5, source", " pair 5, reference"]
     assert all("max_position_embeddings=18 learned positions; truncated to 18 tokens" in w for w in warnings)
@@ -115,9 +183,127 @@ def test_learned_positions_evaluate_a_validation_pair_longer_than_training_allow
     long_pair = {"translation": {"en": long_sentence(60), "de": " ".join(german(100 + i) for i in range(20))}}
     write_jsonl(data_files["validation"], pairs(range(20, 24)) + [long_pair])
     out = tmp_path / "run"
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2",
-                 "--save-steps", "0", "--position-encoding", "learned", *TINY_MODEL_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "2",
+                "--eval-steps",
+                "2",
+                "--save-steps",
+                "0",
+                "--position-encoding",
+                "learned",
+                *TINY_MODEL_FLAGS,
+            ]
+        )
+        == 0
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: pair 5")]
     assert [w.split(":")[1] for w in warnings] == [" pair 5, source", " pair 5, reference"]
     assert "max_position_embeddings=18 learned positions" in warnings[0]
     assert math.isfinite(json.loads((out / "eval_results.json").read_text())["validation"]["cross_entropy"])
+
+
+# `export --to ctranslate2`, and `translate` / `evaluate` on the exported folder
+
+
+@pytest.fixture(scope="module")
+def exported_folder(trained_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "ct2"
+    assert main(["export", "--model", str(trained_folder), "--to", "ctranslate2", "--out", str(out)]) == 0
+    return out
+
+
+def test_translate_prints_the_same_text_through_either_backend(trained_folder, exported_folder, capsys):
+    sentences = ["forty-two", "three hundred one", "two hundred twenty-two"]
+    outputs = []
+    for model in (trained_folder, exported_folder):
+        assert main(["translate", "--model", str(model), *sentences]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 3
+    assert main(["translate", "--model", str(exported_folder), "--backend", "pytorch", "seven"]) == 1
+    assert "--backend pytorch" in capsys.readouterr().err
+
+
+def test_translate_n_best_prints_each_candidate_with_its_score_for_either_backend(
+    trained_folder, exported_folder, capsys
+):
+    outputs = []
+    for model in (trained_folder, exported_folder):
+        flags = ["--model", str(model), "--n-best", "3", "--num-beams", "4", "--threads", "1"]
+        assert main(["translate", *flags, "forty-two", "seven"]) == 0
+        lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+        assert [number for number, _, _ in lines] == ["0", "0", "0", "1", "1", "1"]
+        scores = [float(score) for _, score, _ in lines]
+        assert scores[0] >= scores[1] >= scores[2] and scores[3] >= scores[4] >= scores[5]
+        outputs.append(lines)
+    # the best of each sentence is the same translation; further down, where the two searches stop differs
+    assert [outputs[0][i][2] for i in (0, 3)] == [outputs[1][i][2] for i in (0, 3)]
+    assert main(["translate", "--model", str(exported_folder), "--n-best", "3", "--num-beams", "2", "x"]) == 2
+    assert "--n-best" in capsys.readouterr().err
+
+
+def test_evaluate_an_exported_folder_gives_the_same_scores(trained_folder, exported_folder, tmp_path):
+    test_file = trained_folder.parent / "test.jsonl"
+    scores = []
+    for model in (trained_folder, exported_folder):
+        out = tmp_path / f"{model.name}.json"
+        flags = ["--model", str(model), "--test-file", str(test_file), "--num-beams", "2", "--output", str(out)]
+        assert main(["evaluate", *flags]) == 0
+        scores.append(json.loads(out.read_text()))
+    pytorch, fast = scores
+    for name in ("bleu", "bleu_lowercase", "chrf", "exact_match"):
+        assert fast[name] == pytorch[name], name
+    for name in ("cross_entropy", "cross_entropy_per_word"):
+        assert fast[name] == pytest.approx(pytorch[name], abs=2e-3), name
+
+
+def test_translate_on_an_exported_model_with_learned_positions_truncates_and_names_the_sentence(
+    learned_folder, tmp_path, capsys
+):
+    out = tmp_path / "ct2"
+    assert main(["export", "--model", str(learned_folder), "--to", "ctranslate2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    sentence = long_sentence()
+    outputs = []
+    for model in (learned_folder, out):
+        assert main(["translate", "--model", str(model), "--num-beams", "2", sentence, "forty-two"]) == 0
+        captured = capsys.readouterr()
+        assert "more than the model's max_position_embeddings=18" in captured.err
+        outputs.append(captured.out)
+    assert outputs[0] == outputs[1]
+
+
+def test_export_keeps_a_folder_that_holds_files_and_names_the_problem(trained_folder, tmp_path, capsys):
+    out = tmp_path / "ct2"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    flags = ["export", "--model", str(trained_folder), "--to", "ctranslate2", "--out", str(out)]
+    assert main([*flags, "--quantization", "int8"]) == 2
+    assert "not empty" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    assert main([*flags, "--quantization", "int8", "--overwrite"]) == 0
+    assert "(int8)" in capsys.readouterr().out
+    assert main(["export", "--model", str(tmp_path / "nowhere"), "--to", "ctranslate2", "--out", str(out)]) == 1
+    assert "--model" in capsys.readouterr().err
+
+
+def test_export_without_ctranslate2_says_what_to_install(trained_folder, tmp_path):
+    script = (
+        "import sys\n"
+        "class NoCTranslate2:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'ctranslate2':\n"
+        "            raise ImportError('no ctranslate2')\n"
+        "sys.meta_path.insert(0, NoCTranslate2())\n"
+        "from vanilla_transformer.training.cli import main\n"
+        f"sys.exit(main(['export', '--model', {str(trained_folder)!r}, '--to', 'ctranslate2', '--out', 'ct2']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 1
+    assert 'pip install "vanilla-transformer[fast]"' in result.stderr
+    assert not (tmp_path / "ct2").exists()

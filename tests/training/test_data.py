@@ -9,7 +9,6 @@ import torch
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
-
 from vanilla_transformer.training.data import (
     BpeDropoutPairs,
     DataError,
@@ -25,8 +24,16 @@ from .conftest import pairs, write_jsonl
 
 
 def data_args(**kwargs):
-    values = dict(dataset_name=None, dataset_config=None, train_file=None, validation_file=None, test_file=None,
-                  source_lang="en", target_lang="de", seed=0)
+    values = dict(
+        dataset_name=None,
+        dataset_config=None,
+        train_file=None,
+        validation_file=None,
+        test_file=None,
+        source_lang="en",
+        target_lang="de",
+        seed=0,
+    )
     values.update(kwargs)
     return argparse.Namespace(**values)
 
@@ -40,12 +47,18 @@ def test_embedded_task_is_deterministic_and_held_out():
     assert not train & {p["en"] for p in a["validation"]["translation"]}
     assert (english(42), german(42)) == ("forty-two", "zweiundvierzig")
     assert german(1234) == "eintausendzweihundertvierunddreißig"
-    assert (english(999_999), german(300_105)) == ("nine hundred ninety-nine thousand nine hundred ninety-nine",
-                                                   "dreihunderttausendeinhundertfünf")
+    assert (english(999_999), german(300_105)) == (
+        "nine hundred ninety-nine thousand nine hundred ninety-nine",
+        "dreihunderttausendeinhundertfünf",
+    )
     # "eins" only ends a number word; inside one it is "ein"
     assert [german(n) for n in (1, 1001, 21_000, 101_000, 501_977)] == [
-        "eins", "eintausendeins", "einundzwanzigtausend", "einhunderteintausend",
-        "fünfhunderteintausendneunhundertsiebenundsiebzig"]
+        "eins",
+        "eintausendeins",
+        "einundzwanzigtausend",
+        "einhunderteintausend",
+        "fünfhunderteintausendneunhundertsiebenundsiebzig",
+    ]
 
 
 def test_embedded_task_covers_every_digit_count_equally():
@@ -88,8 +101,13 @@ def write_pairs(path, rows, layout: str):
         cells = [r["translation"] for r in rows]
         frame = pd.DataFrame({"translation": [json.dumps(c) for c in cells] if path.suffix == ".csv" else cells})
     else:
-        frame = pd.DataFrame({"id": range(len(rows)), "de": [r["translation"]["de"] for r in rows],
-                              "en": [r["translation"]["en"] for r in rows]})
+        frame = pd.DataFrame(
+            {
+                "id": range(len(rows)),
+                "de": [r["translation"]["de"] for r in rows],
+                "en": [r["translation"]["en"] for r in rows],
+            }
+        )
     if path.suffix == ".jsonl":
         frame.to_json(path, orient="records", lines=True, force_ascii=False)
     elif path.suffix == ".csv":
@@ -121,8 +139,12 @@ def test_per_language_columns_follow_the_language_flags(tmp_path):
 def test_a_file_in_neither_layout_names_the_flag_the_columns_and_both_layouts(tmp_path):
     pd.DataFrame({"en": ["one", "two"], "deutsch": ["eins", "zwei"]}).to_csv(tmp_path / "val.csv", index=False)
     with pytest.raises(DataError) as error:
-        load_raw_datasets(data_args(train_file=str(write_jsonl(tmp_path / "train.jsonl", pairs(range(3)))),
-                                    validation_file=str(tmp_path / "val.csv")))
+        load_raw_datasets(
+            data_args(
+                train_file=str(write_jsonl(tmp_path / "train.jsonl", pairs(range(3)))),
+                validation_file=str(tmp_path / "val.csv"),
+            )
+        )
     message = str(error.value)
     assert message.startswith(f"--validation-file {tmp_path / 'val.csv'}: found columns ['en', 'deutsch']")
     assert "a 'translation' column" in message and "one column per language, 'en' and 'de'" in message
@@ -167,8 +189,9 @@ def test_row_without_a_language_is_named(tmp_path):
     with pytest.raises(DataError, match=r"split 'train', row 3: no 'de' text \(--target-lang\)"):
         load_raw_datasets(data_args(train_file=str(path)))
     with pytest.raises(DataError, match=r"no 'fr' text"):
-        load_raw_datasets(data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))),
-                                    target_lang="fr"))
+        load_raw_datasets(
+            data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))), target_lang="fr")
+        )
 
 
 def test_unreachable_hub_dataset_is_a_clear_error(monkeypatch):
@@ -197,7 +220,11 @@ def test_tokenizer_trains_saves_and_loads(tmp_path):
     raw = numbers_dataset(seed=0, train_size=500, eval_size=10, max_digits=3)
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=150)
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
-        0, 1, 2, 3)
+        0,
+        1,
+        2,
+        3,
+    )
     tokenizer.save_pretrained(tmp_path)
     loaded = load_tokenizer(str(tmp_path))
     text = ["four hundred twenty-one", "vierhunderteinundzwanzig"]
@@ -220,8 +247,14 @@ def test_lowercase_tokenizer_lowercases_training_text_and_later_inputs(tmp_path)
 
 
 def test_punctuation_stands_alone_and_decoding_restores_the_text():
-    texts = ['A dog runs.', 'The dog, a big one, sleeps.', 'Ein Hund läuft.', 'Der Hund, ein großer, schläft.',
-             'A man in a t-shirt says "hello" at 3.5 meters.', "The children's ball is red-and-white!"] * 30
+    texts = [
+        "A dog runs.",
+        "The dog, a big one, sleeps.",
+        "Ein Hund läuft.",
+        "Der Hund, ein großer, schläft.",
+        'A man in a t-shirt says "hello" at 3.5 meters.',
+        "The children's ball is red-and-white!",
+    ] * 30
     tokenizer = train_bpe_tokenizer(iter(texts), vocab_size=300)
     tokens = tokenizer.tokenize("The dog. A dog, the dog!")
     # "dog" ends a sentence, precedes a comma and stands alone: one token for all three, punctuation apart
@@ -250,16 +283,19 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     assert sum(map(len, first[1])) > sum(map(len, plain["labels"]))  # skipped merges leave more, shorter pieces
     for sampled, reference in ((first[0], plain["input_ids"]), (second[1], plain["labels"])):
         assert [ids[-1] for ids in sampled] == [tokenizer.eos_token_id] * len(sampled)
+
         def texts(segmentations):
             return [tokenizer.decode(ids, skip_special_tokens=True) for ids in segmentations]
+
         assert texts(sampled) == texts(reference)
     assert tokenizer.backend_tokenizer.model.dropout is None  # the tokenizer that is saved segments as trained
     item = pairs_[3]
     assert item == {"input_ids": second[0][3], "labels": second[1][3]}
 
     # a sampled segmentation longer than the length limit falls back to the plain one, which fits
-    short = data_args(max_source_length=max(map(len, plain["input_ids"])),
-                      max_target_length=max(map(len, plain["labels"])))
+    short = data_args(
+        max_source_length=max(map(len, plain["input_ids"])), max_target_length=max(map(len, plain["labels"]))
+    )
     capped = BpeDropoutPairs(raw["train"], tokenizer, short, dropout=0.9)
     capped.resegment(0, accelerator)
     assert max(map(len, capped.input_ids)) <= short.max_source_length

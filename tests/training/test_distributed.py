@@ -7,21 +7,46 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-
 from vanilla_transformer.training.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
 
 def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files):
-    flags = [*data_flags(data_files), "--max-steps", "4", "--eval-steps", "0", "--save-steps", "0", "--dropout", "0",
-             "--cpu", *TINY_MODEL_FLAGS]
+    flags = [
+        *data_flags(data_files),
+        "--max-steps",
+        "4",
+        "--eval-steps",
+        "0",
+        "--save-steps",
+        "0",
+        "--dropout",
+        "0",
+        "--cpu",
+        *TINY_MODEL_FLAGS,
+    ]
     two, one = tmp_path / "two", tmp_path / "one"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-         "-m", "vanilla_transformer.training.cli", "train", *flags, "--output-dir", str(two)],
-        check=True, env=env, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29533",
+            "-m",
+            "vanilla_transformer.training.cli",
+            "train",
+            *flags,
+            "--output-dir",
+            str(two),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
     )
     # each update of the 2-process run takes one batch per process; one process sees both batches by accumulating
     assert main(["train", *flags, "--output-dir", str(one), "--gradient-accumulation-steps", "2"]) == 0
@@ -70,9 +95,20 @@ def test_bpe_dropout_gives_every_process_the_same_segmentation(tmp_path):
     script = tmp_path / "segment.py"
     script.write_text(BPE_DROPOUT_SCRIPT)
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
-         str(script), str(tmp_path)],
-        check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29534",
+            str(script),
+            str(tmp_path),
+        ],
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
     )
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0["drawn"] == rank1["drawn"]  # the segmentations the two processes batch are the same draw

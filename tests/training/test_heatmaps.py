@@ -6,7 +6,6 @@ import sys
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 from vanilla_transformer.training.cli import main
 from vanilla_transformer.training.errors import MissingDependencyError
 from vanilla_transformer.training.heatmaps import attention_maps, write_attention_figures
@@ -51,8 +50,19 @@ def test_generated_translation_is_force_decoded_consistently(trained_folder):
 
 def test_attention_command_writes_png_files(trained_folder, tmp_path, capsys):
     out = tmp_path / "figures"
-    code = main(["attention", "--model", str(trained_folder), "--source", "two hundred fifty-one", "--out", str(out),
-                 "--num-beams", "2"])
+    code = main(
+        [
+            "attention",
+            "--model",
+            str(trained_folder),
+            "--source",
+            "two hundred fifty-one",
+            "--out",
+            str(out),
+            "--num-beams",
+            "2",
+        ]
+    )
     assert code == 0
     assert "two hundred fifty-one ->" in capsys.readouterr().out
     names = sorted(p.name for p in out.iterdir())

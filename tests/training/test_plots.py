@@ -3,7 +3,6 @@
 import json
 
 import matplotlib.image
-
 from vanilla_transformer.training.cli import main
 from vanilla_transformer.training.plots import read_metrics
 
@@ -12,9 +11,20 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def write_run(folder, steps, partial_last_line=False):
     folder.mkdir()
-    lines = [json.dumps({"step": s, "epoch": 0, "loss": 5.0 / s, "nll_loss": 4.5 / s, "lr": 1e-3 * min(1, s / 4),
-                         "target_tokens": 100, **({"validation_bleu": 2.0 * s} if s % 5 == 0 else {})})
-             for s in range(1, steps + 1)]
+    lines = [
+        json.dumps(
+            {
+                "step": s,
+                "epoch": 0,
+                "loss": 5.0 / s,
+                "nll_loss": 4.5 / s,
+                "lr": 1e-3 * min(1, s / 4),
+                "target_tokens": 100,
+                **({"validation_bleu": 2.0 * s} if s % 5 == 0 else {}),
+            }
+        )
+        for s in range(1, steps + 1)
+    ]
     text = "\n".join(lines) + "\n" + ('{"step": 99, "lo' if partial_last_line else "")
     (folder / "metrics.jsonl").write_text(text)
     return folder

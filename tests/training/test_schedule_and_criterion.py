@@ -2,7 +2,6 @@ import math
 
 import pytest
 import torch
-
 from vanilla_transformer.modeling import kernels_vanilla_transformer
 from vanilla_transformer.training.criterion import label_smoothed_nll_loss, rdrop_kl_sum
 from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
@@ -36,7 +35,8 @@ def test_cooldown_falls_linearly_to_zero_over_the_last_updates():
     assert [cooldown_factor(step, total, cooldown) for step in (1, 50, 90)] == [1.0, 1.0, 1.0]
     # updates 91..100 are the last ten: 10/10, 9/10, ..., 1/10, never zero for an update that is taken
     assert [cooldown_factor(step, total, cooldown) for step in range(91, 101)] == pytest.approx(
-        [k / 10 for k in range(10, 0, -1)])
+        [k / 10 for k in range(10, 0, -1)]
+    )
     assert cooldown_factor(101, total, cooldown) == 0.0
     assert all(cooldown_factor(step, total, 0) == 1.0 for step in (1, 100, 1000))  # 0 disables it
     f = lr_lambda(128, 20, 3e-3, total_steps=total, cooldown_steps=cooldown)
@@ -75,8 +75,9 @@ def reference_label_smoothed_loss(logits, labels, epsilon):
     log_probs = torch.log_softmax(logits.double(), dim=-1)
     keep = labels != -100
     target = torch.full_like(log_probs, epsilon / logits.shape[-1])
-    target.scatter_add_(-1, labels.masked_fill(~keep, 0).unsqueeze(-1),
-                        torch.full_like(log_probs[..., :1], 1.0 - epsilon))
+    target.scatter_add_(
+        -1, labels.masked_fill(~keep, 0).unsqueeze(-1), torch.full_like(log_probs[..., :1], 1.0 - epsilon)
+    )
     return -(target * log_probs).sum(-1)[keep].sum()
 
 

@@ -12,11 +12,11 @@ import torch
 from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
 from vanilla_transformer.training.cli import PRESETS, main
 from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
@@ -28,13 +28,33 @@ def losses(run_dir):
 
 def test_train_on_files_leaves_a_loadable_model_folder(tmp_path, data_files, capsys):
     out = tmp_path / "run"
-    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "6", "--save-steps", "3",
-                 "--eval-steps", "3", *TINY_MODEL_FLAGS])
+    code = main(
+        [
+            "train",
+            *data_flags(data_files),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "6",
+            "--save-steps",
+            "3",
+            "--eval-steps",
+            "3",
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "test: BLEU" in printed and "->" in printed  # results and sample translations are shown
-    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "eval_results.json",
-                 "metrics.jsonl", "training_curves.png"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "eval_results.json",
+        "metrics.jsonl",
+        "training_curves.png",
+    ):
         assert (out / name).is_file(), name
     assert not list(out.glob("*.bin"))
     results = json.loads((out / "eval_results.json").read_text())
@@ -59,8 +79,21 @@ def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
         files[split] = tmp_path / f"{split}.csv"
         files[split].write_text("de,en\n" + "".join(f"{german(n)},{english(n)}\n" for n in numbers), encoding="utf-8")
     out = tmp_path / "run"
-    code = main(["train", *data_flags(files), "--output-dir", str(out), "--max-steps", "2", "--save-steps", "0",
-                 "--eval-steps", "0", *TINY_MODEL_FLAGS])
+    code = main(
+        [
+            "train",
+            *data_flags(files),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "2",
+            "--save-steps",
+            "0",
+            "--eval-steps",
+            "0",
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     assert code == 0
     results = json.loads((out / "eval_results.json").read_text())
     assert {"validation", "test"} <= results.keys() and "bleu" in results["test"]
@@ -69,15 +102,15 @@ def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
 
 
 def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
-    common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2",
-              *TINY_MODEL_FLAGS]
+    common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2", *TINY_MODEL_FLAGS]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert main(["train", *common, "--output-dir", str(straight), "--max-steps", "8"]) == 0
     assert main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "5"]) == 0
     # continue the second run from its step-3 checkpoint to step 8, as after a crash at step 5
     checkpoint = os.path.join(interrupted, "checkpoints", "checkpoint-3")
-    assert main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "8",
-                 "--resume-from", checkpoint]) == 0
+    assert (
+        main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "8", "--resume-from", checkpoint]) == 0
+    )
     a, b = losses(straight), losses(interrupted)
     assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]
     wa, wb = load_file(straight / "model.safetensors"), load_file(interrupted / "model.safetensors")
@@ -86,8 +119,18 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
 
 
 def test_cooldown_brings_the_learning_rate_to_zero_at_the_last_update(tmp_path, data_files, capsys):
-    flags = [*data_flags(data_files), "--eval-steps", "0", "--save-steps", "0", *TINY_MODEL_FLAGS,
-             "--warmup-steps", "2", "--lr", "1e-3"]
+    flags = [
+        *data_flags(data_files),
+        "--eval-steps",
+        "0",
+        "--save-steps",
+        "0",
+        *TINY_MODEL_FLAGS,
+        "--warmup-steps",
+        "2",
+        "--lr",
+        "1e-3",
+    ]
     out = tmp_path / "run"
     assert main(["train", *flags, "--output-dir", str(out), "--max-steps", "6", "--cooldown-steps", "3"]) == 0
     logged = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -96,18 +139,41 @@ def test_cooldown_brings_the_learning_rate_to_zero_at_the_last_update(tmp_path, 
     assert logged == pytest.approx([expected(step) for step in range(1, 7)])
     assert logged[-1] == 0.0 and logged[3] == pytest.approx(inverse_sqrt_lr(5, 32, 2, 1e-3) * 2 / 3)
     # a run measured in epochs learns its length only from the data: a longer cool-down is named, not clipped
-    code = main(["train", *flags, "--output-dir", str(tmp_path / "epochs"), "--num-epochs", "1",
-                 "--cooldown-steps", "1000"])
+    code = main(
+        ["train", *flags, "--output-dir", str(tmp_path / "epochs"), "--num-epochs", "1", "--cooldown-steps", "1000"]
+    )
     assert code == 2 and "--cooldown-steps 1000 is longer than the run" in capsys.readouterr().err
 
 
 def test_checkpoint_averaging(tmp_path, data_files):
     out = tmp_path / "run"
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "7", "--save-steps", "2",
-                 "--average-checkpoints", "3", "--eval-steps", "0", *TINY_MODEL_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "7",
+                "--save-steps",
+                "2",
+                "--average-checkpoints",
+                "3",
+                "--eval-steps",
+                "0",
+                *TINY_MODEL_FLAGS,
+            ]
+        )
+        == 0
+    )
     # the final state is checkpointed too, so the average holds the last updates
     assert [os.path.basename(p) for p in list_checkpoints(str(out))] == [
-        "checkpoint-2", "checkpoint-4", "checkpoint-6", "checkpoint-7"]
+        "checkpoint-2",
+        "checkpoint-4",
+        "checkpoint-6",
+        "checkpoint-7",
+    ]
     paths = list_checkpoints(str(out))[-3:]
     saved = [load_file(os.path.join(p, "model.safetensors")) for p in paths]
     averaged = average_checkpoints(paths)
@@ -120,8 +186,25 @@ def test_checkpoint_averaging(tmp_path, data_files):
 
 def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, capsys):
     out = tmp_path / "run"
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "4", "--eval-steps", "0",
-                 "--tune-length-penalty", "0.5", "2.0", *TINY_MODEL_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "4",
+                "--eval-steps",
+                "0",
+                "--tune-length-penalty",
+                "0.5",
+                "2.0",
+                *TINY_MODEL_FLAGS,
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "eval_results.json").read_text())
     search = results["length_penalty_search"]
     assert set(search) == {"0.5", "2.0"}
@@ -144,8 +227,27 @@ def test_bf16_mixed_precision_trains_under_autocast_and_evaluates_in_float32(tmp
     out = tmp_path / "run"
     AcceleratorState._reset_state(True)  # accelerate keeps one precision per process; other tests' runs used none
     try:
-        assert main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "20", "--eval-steps",
-                     "0", "--save-steps", "0", "--mixed-precision", "bf16", "--cpu", *TINY_MODEL_FLAGS]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    *data_flags(data_files),
+                    "--output-dir",
+                    str(out),
+                    "--max-steps",
+                    "20",
+                    "--eval-steps",
+                    "0",
+                    "--save-steps",
+                    "0",
+                    "--mixed-precision",
+                    "bf16",
+                    "--cpu",
+                    *TINY_MODEL_FLAGS,
+                ]
+            )
+            == 0
+        )
     finally:
         AcceleratorState._reset_state(True)
     training = [autocast for grad, autocast in seen if grad]
@@ -158,8 +260,18 @@ def test_bf16_mixed_precision_trains_under_autocast_and_evaluates_in_float32(tmp
 
 
 def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_named_in_the_card(tmp_path, data_files):
-    common = [*data_flags(data_files), "--max-steps", "4", "--eval-steps", "0", "--save-steps", "0",
-              "--num-beams", "1", *TINY_MODEL_FLAGS]
+    common = [
+        *data_flags(data_files),
+        "--max-steps",
+        "4",
+        "--eval-steps",
+        "0",
+        "--save-steps",
+        "0",
+        "--num-beams",
+        "1",
+        *TINY_MODEL_FLAGS,
+    ]
     no_dropout = ["--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0"]
     runs = {name: tmp_path / name for name in ("plain", "rdrop", "dropout", "rdrop-dropout")}
     assert main(["train", *common, *no_dropout, "--output-dir", str(runs["plain"])]) == 0
@@ -174,8 +286,10 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
     assert "R-Drop" not in (runs["plain"] / "README.md").read_text()
     # with dropout the two passes differ, and R-Drop trains differently from the same run without it
     assert main(["train", *common, "--dropout", "0.3", "--output-dir", str(runs["dropout"])]) == 0
-    assert main(["train", *common, "--dropout", "0.3", "--rdrop-alpha", "5",
-                 "--output-dir", str(runs["rdrop-dropout"])]) == 0
+    assert (
+        main(["train", *common, "--dropout", "0.3", "--rdrop-alpha", "5", "--output-dir", str(runs["rdrop-dropout"])])
+        == 0
+    )
     wc = load_file(runs["rdrop-dropout"] / "model.safetensors")
     wd = load_file(runs["dropout"] / "model.safetensors")
     assert not all(torch.allclose(wa[k], wc[k], atol=1e-3) for k in wa)
@@ -184,9 +298,24 @@ def test_rdrop_without_dropout_trains_as_the_plain_loss_and_with_dropout_is_name
 
 
 def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, data_files):
-    common = [*data_flags(data_files), "--max-steps", "3", "--eval-steps", "0", "--save-steps", "0",
-              "--num-beams", "1", "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
-              *TINY_MODEL_FLAGS]
+    common = [
+        *data_flags(data_files),
+        "--max-steps",
+        "3",
+        "--eval-steps",
+        "0",
+        "--save-steps",
+        "0",
+        "--num-beams",
+        "1",
+        "--dropout",
+        "0",
+        "--attention-dropout",
+        "0",
+        "--activation-dropout",
+        "0",
+        *TINY_MODEL_FLAGS,
+    ]
     runs = {name: tmp_path / name for name in ("plain", "again", "word-dropout")}
     for name, extra in (("plain", []), ("again", []), ("word-dropout", ["--word-dropout", "0.5"])):
         assert main(["train", *common, *extra, "--output-dir", str(runs[name])]) == 0
@@ -198,8 +327,24 @@ def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, dat
     # the final scores see whole sentences: the saved model re-scored by `evaluate` matches the run's own figures
     results = json.loads((runs["word-dropout"] / "eval_results.json").read_text())
     out = tmp_path / "rescored.json"
-    assert main(["evaluate", "--model", str(runs["word-dropout"]), "--validation-file", str(data_files["validation"]),
-                 "--split", "validation", "--num-beams", "1", "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(runs["word-dropout"]),
+                "--validation-file",
+                str(data_files["validation"]),
+                "--split",
+                "validation",
+                "--num-beams",
+                "1",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rescored = json.loads(out.read_text())
     assert rescored["cross_entropy"] == pytest.approx(results["validation"]["cross_entropy"], abs=1e-4)
     assert "word dropout 0.5" in (runs["word-dropout"] / "README.md").read_text()
@@ -220,8 +365,10 @@ def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, dat
         (["--d-model", "30", "--num-heads", "4"], "--d-model 30 must be divisible by --num-heads 4"),
         (["--source-lang", "en", "--target-lang", "en"], "are both 'en'"),
         (["--max-steps", "5", "--cooldown-steps", "6"], "--cooldown-steps 6 is longer than the run"),
-        (["--preset", "tiny", "--max-steps", "5"],
-         f"--cooldown-steps {PRESETS['tiny']['cooldown_steps']} (set by --preset tiny) is longer"),
+        (
+            ["--preset", "tiny", "--max-steps", "5"],
+            f"--cooldown-steps {PRESETS['tiny']['cooldown_steps']} (set by --preset tiny) is longer",
+        ),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
         (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),
         (["--train-file", "t.jsonl", "--tune-length-penalty", "0.6"], "give --validation-file"),
@@ -248,15 +395,34 @@ def test_output_folder_of_another_run_is_refused(tmp_path, data_files, capsys):
 def test_resume_from_something_that_is_not_a_checkpoint(tmp_path, data_files, capsys):
     (tmp_path / "empty").mkdir()
     for target, message in ((tmp_path / "empty", "not a checkpoint"), (tmp_path / "missing", "no such folder")):
-        code = main(["train", *data_flags(data_files), "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
-                     "--resume-from", str(target), *TINY_MODEL_FLAGS])
+        code = main(
+            [
+                "train",
+                *data_flags(data_files),
+                "--output-dir",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "1",
+                "--resume-from",
+                str(target),
+                *TINY_MODEL_FLAGS,
+            ]
+        )
         assert code == 2
         assert f"--resume-from {target}: {message}" in capsys.readouterr().err
 
 
 def test_missing_data_file_is_named(tmp_path, capsys):
-    code = main(["train", "--train-file", str(tmp_path / "absent.jsonl"), "--output-dir", str(tmp_path / "run"),
-                 *TINY_MODEL_FLAGS])
+    code = main(
+        [
+            "train",
+            "--train-file",
+            str(tmp_path / "absent.jsonl"),
+            "--output-dir",
+            str(tmp_path / "run"),
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     assert code == 2
     assert "absent.jsonl: no such file" in capsys.readouterr().err
 
@@ -269,8 +435,7 @@ def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys
     assert "no training pair is left after length filtering (--max-source-length 1" in capsys.readouterr().err
 
 
-def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys,
-                                                                              monkeypatch):
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys, monkeypatch):
     from vanilla_transformer.training import criterion
 
     calls = {"n": 0}
@@ -283,15 +448,43 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
 
     monkeypatch.setattr(criterion, "label_smoothed_nll_loss", criterion_that_overflows_at_step_5)
     out = tmp_path / "run"
-    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
-                 "--eval-steps", "0", *TINY_MODEL_FLAGS])
+    code = main(
+        [
+            "train",
+            *data_flags(data_files),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "8",
+            "--save-steps",
+            "2",
+            "--eval-steps",
+            "0",
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "the loss became inf at step 5" in err and "checkpoint-4" in err
     assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
     assert not (out / "model.safetensors").exists()  # no final model is written from a diverged run
-    resumed = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2",
-                    "--eval-steps", "0", "--resume-from", str(out), *TINY_MODEL_FLAGS])
+    resumed = main(
+        [
+            "train",
+            *data_flags(data_files),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "8",
+            "--save-steps",
+            "2",
+            "--eval-steps",
+            "0",
+            "--resume-from",
+            str(out),
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     assert resumed == 0 and (out / "model.safetensors").is_file()  # the overflow was a one-off: resuming finishes
 
 
@@ -328,8 +521,25 @@ def test_freed_training_tensors_stay_mapped_for_the_next_step():
 
 def test_bpe_dropout_changes_the_segmentation_from_epoch_to_epoch(tmp_path, data_files):
     def tokens_per_epoch(run, *extra):
-        assert main(["train", *data_flags(data_files), "--output-dir", str(run), "--max-steps", "55",
-                     "--eval-steps", "0", "--save-steps", "0", *TINY_MODEL_FLAGS, *extra]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    *data_flags(data_files),
+                    "--output-dir",
+                    str(run),
+                    "--max-steps",
+                    "55",
+                    "--eval-steps",
+                    "0",
+                    "--save-steps",
+                    "0",
+                    *TINY_MODEL_FLAGS,
+                    *extra,
+                ]
+            )
+            == 0
+        )
         totals = {}
         for record in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
             totals[record["epoch"]] = totals.get(record["epoch"], 0) + record["target_tokens"]
@@ -346,9 +556,24 @@ def test_bpe_dropout_changes_the_segmentation_from_epoch_to_epoch(tmp_path, data
 
 def test_a_resumed_bpe_dropout_run_keeps_the_length_and_schedule_of_its_first_draw(tmp_path, data_files):
     run = tmp_path / "run"
-    flags = [*data_flags(data_files), "--output-dir", str(run), "--num-epochs", "3", "--save-steps", "5",
-             "--keep-checkpoints", "20", "--eval-steps", "0", "--cooldown-steps", "10", "--bpe-dropout", "0.6",
-             *TINY_MODEL_FLAGS]
+    flags = [
+        *data_flags(data_files),
+        "--output-dir",
+        str(run),
+        "--num-epochs",
+        "3",
+        "--save-steps",
+        "5",
+        "--keep-checkpoints",
+        "20",
+        "--eval-steps",
+        "0",
+        "--cooldown-steps",
+        "10",
+        "--bpe-dropout",
+        "0.6",
+        *TINY_MODEL_FLAGS,
+    ]
     assert main(["train", *flags]) == 0
     first = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     state = json.loads((run / "checkpoints" / "checkpoint-5" / "trainer_state.json").read_text())

@@ -70,7 +70,9 @@ def update_gradients(model, accelerator, group):
     return run.optimizer.gradients, totals
 '''
 
-DISTRIBUTED = COMMON + '''
+DISTRIBUTED = (
+    COMMON
+    + """
 import sys
 accelerator = Accelerator(cpu=True)
 model = tiny_model()
@@ -82,7 +84,8 @@ gradients, totals = update_gradients(model, accelerator, [batch])
 if accelerator.is_main_process:
     torch.save({"gradients": {k.removeprefix("module."): v for k, v in gradients.items()}, "totals": totals},
                sys.argv[1])
-'''
+"""
+)
 
 
 def common():
@@ -125,9 +128,22 @@ def test_two_processes_give_the_update_one_process_accumulates(tmp_path):
     _, _, accumulated, totals, _, _ = accumulated_and_joined(c)
     script, out = tmp_path / "update.py", tmp_path / "rank0.pt"
     script.write_text(DISTRIBUTED)
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29537",
-                    str(script), str(out)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29537",
+            str(script),
+            str(out),
+        ],
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+    )
     two = torch.load(out)
     torch.testing.assert_close(two["totals"], totals, rtol=1e-5, atol=1e-4)
     assert two["gradients"].keys() == accumulated.keys()

@@ -11,11 +11,51 @@ import random
 
 import datasets
 
-EN_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+EN_ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 EN_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-DE_ONES = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn", "elf", "zwölf",
-           "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]
+DE_ONES = [
+    "null",
+    "eins",
+    "zwei",
+    "drei",
+    "vier",
+    "fünf",
+    "sechs",
+    "sieben",
+    "acht",
+    "neun",
+    "zehn",
+    "elf",
+    "zwölf",
+    "dreizehn",
+    "vierzehn",
+    "fünfzehn",
+    "sechzehn",
+    "siebzehn",
+    "achtzehn",
+    "neunzehn",
+]
 DE_TENS = ["", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"]
 
 
@@ -105,15 +145,22 @@ def numbers_dataset(seed: int = 0, train_size: int = 30000, eval_size: int = 600
 
     Validation and test numbers never occur in training; the same seed gives the same splits.
     """
-    features = datasets.Features({
-        "translation": datasets.Translation(languages=["en", "de"]),
-        "digits": datasets.Value("int32"),
-    })
+    features = datasets.Features(
+        {
+            "translation": datasets.Translation(languages=["en", "de"]),
+            "digits": datasets.Value("int32"),
+        }
+    )
     splits = split_numbers(seed, train_size, eval_size, max_digits)
-    return datasets.DatasetDict({
-        split: datasets.Dataset.from_dict({
-            "translation": [{"en": english(n), "de": german(n)} for n in numbers],
-            "digits": [digit_count(n) for n in numbers],
-        }, features=features)
-        for split, numbers in splits.items()
-    })
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {
+                    "translation": [{"en": english(n), "de": german(n)} for n in numbers],
+                    "digits": [digit_count(n) for n in numbers],
+                },
+                features=features,
+            )
+            for split, numbers in splits.items()
+        }
+    )

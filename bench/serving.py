@@ -1,0 +1,318 @@
+"""Serving speed: this model exported to CTranslate2 against its own `generate()` and against MarianMTModel, through
+`generate()` and converted to CTranslate2 as well, all at the same dimensions and measured in the same run. Writes
+the serving section of BENCHMARKS.md (the part after bench.py's report, which bench.py keeps).
+
+    python bench/serving.py                       # tiny and base sizes, 1 and 2 threads
+    python bench/serving.py --quick               # fewer repeats
+    python bench/serving.py --bleu-model runs/m30k-tiny-de --bleu-data DATA_DIR   # also BLEU per backend
+
+Every engine runs in a fresh process per measurement, which prints its times and its peak memory (VmHWM); the
+engines' processes alternate (A B C ..., then ... C B A) and the medians over repeats are reported. Each search
+decodes exactly the same number of tokens in every engine (min = max new tokens), from the same random weights and
+the same source tokens. MarianMTModel is converted with ctranslate2's own transformers converter (its
+`MarianMTLoader`, fed the model and a tokenizer directly).
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = {"numbers": "numbers", "tiny": "tiny", "base": "base"}  # as in bench.py
+ENGINES = (
+    "ours-ct2-float32",
+    "ours-ct2-int8",
+    "ours-generate",
+    "marian-generate",
+    "marian-ct2-float32",
+    "marian-ct2-int8",
+)
+SEARCHES = {"greedy": 1, "beam5": 5}
+SENTENCES = 32  # per call; source and output lengths are bench.py's per size
+SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"
+
+
+def word_tokenizer(vocab_size: int):
+    """<pad> <s> </s> <unk> then t4 ... t{vocab_size - 1}: the vocabulary both models' exports carry."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {token: i for i, token in enumerate(specials + [f"t{i}" for i in range(4, vocab_size)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+class MarianVocabulary:
+    """What ctranslate2's MarianMTLoader reads of a tokenizer. Like an OPUS-MT vocabulary, the last id is "<pad>",
+    which the loader drops with its embedding row (the decoder starts from a zero vector instead): the same tokens
+    t4 ... as `word_tokenizer`, less the last, which `sources` never draws."""
+
+    eos_token, unk_token = "</s>", "<unk>"
+
+    def __init__(self, vocab_size: int):
+        tokens = ["<blank>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, vocab_size - 1)] + ["<pad>"]
+        self.vocab = {token: i for i, token in enumerate(tokens)}
+
+    def get_vocab(self) -> dict:
+        return self.vocab
+
+
+def sources(size: dict, src_len: int) -> list[list[int]]:
+    rng = random.Random(1)
+    return [[rng.randrange(4, size["vocab"] - 1) for _ in range(src_len - 1)] + [2] for _ in range(SENTENCES)]
+
+
+def convert(size_name: str, folder: str) -> dict:
+    """Write the four ctranslate2 folders of a size: each model in float32 and int8. Returns how Marian was
+    converted."""
+    import ctranslate2
+    from ctranslate2.converters.transformers import MarianMTLoader
+
+    from bench import BATCHES, build
+    from bench import SIZES as BENCH_SIZES
+    from vanilla_transformer import export_ctranslate2
+
+    size = BENCH_SIZES[size_name]
+    _, src_len, new_tokens = BATCHES[size_name]
+    with open(os.path.join(folder, "shape.json"), "w") as handle:  # what the probes of this size read
+        json.dump({"size": size, "src_len": src_len, "new_tokens": new_tokens}, handle)
+    tokenizer = word_tokenizer(size["vocab"])
+    for quantization in ("float32", "int8"):
+        ours = build("vanilla", size, "sdpa", "cpu", dropout=0.0).eval()
+        export_ctranslate2(
+            ours,
+            os.path.join(folder, f"ours-ct2-{quantization}"),
+            quantization=quantization,
+            tokenizer=tokenizer,
+            max_positions=512,
+        )
+        marian = build("marian", size, "sdpa", "cpu", dropout=0.0).eval()
+        spec = MarianMTLoader()(marian, MarianVocabulary(size["vocab"]))
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        os.makedirs(os.path.join(folder, f"marian-ct2-{quantization}"))
+        spec.save(os.path.join(folder, f"marian-ct2-{quantization}"))
+    return {"marian_converter": f"ctranslate2 {ctranslate2.__version__} MarianMTLoader"}
+
+
+def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
+    """In this fresh process: load one engine, warm it up, time `calls` calls of each search; print JSON. A
+    CTranslate2 engine's process imports neither torch nor transformers, as a server running it would not."""
+    with open(os.path.join(folder, "shape.json")) as handle:
+        shape = json.load(handle)
+    ids = sources(shape["size"], shape["src_len"])
+    if "-ct2-" in engine:
+        run = ct2_runner(os.path.join(folder, engine), ids, shape["new_tokens"], threads)
+    else:
+        run = generate_runner(engine.split("-")[0], shape["size"], ids, shape["new_tokens"], threads)
+    times = {}
+    for search, beams in SEARCHES.items():
+        run(beams)  # warm-up
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(beams)
+        times[search] = (time.perf_counter() - start) / calls
+    return {"times": times, "peak_mib": peak_rss_mib()}
+
+
+def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=threads)
+    tokens = [["</s>" if i == 2 else f"t{i}" for i in row] for row in ids]
+
+    def run(beams: int):
+        return translator.translate_batch(
+            tokens,
+            beam_size=beams,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            max_batch_size=len(tokens),
+        )
+
+    return run
+
+
+def generate_runner(kind: str, size: dict, ids: list[list[int]], new_tokens: int, threads: int):
+    import torch
+
+    from bench import Generate, build
+
+    torch.set_num_threads(threads)
+    model = build("vanilla" if kind == "ours" else "marian", size, "sdpa", "cpu", dropout=0.0)
+    source = torch.tensor(ids)
+    return lambda beams: Generate(model, source, beams, new_tokens)()
+
+
+def peak_rss_mib() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def measure(threads: int, folder: str, repeats: int, calls: int, engines) -> dict:
+    """Medians over `repeats` fresh processes per engine, the engines' order reversed every other repeat."""
+    samples = {engine: [] for engine in engines}
+    for repeat in range(repeats):
+        for engine in engines if repeat % 2 == 0 else engines[::-1]:
+            command = [sys.executable, __file__, "--probe", engine, str(threads), folder, str(calls)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            samples[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {
+        engine: {
+            "times": {s: statistics.median(x["times"][s] for x in runs) for s in SEARCHES},
+            "peak_mib": statistics.median(x["peak_mib"] for x in runs),
+        }
+        for engine, runs in samples.items()
+    }
+
+
+def bleu_by_backend(model: str, data: str, folder: str, threads: int) -> dict:
+    """Lowercased BLEU and time of `vanilla-transformer evaluate` on test_2016_flickr, per backend."""
+    from vanilla_transformer import export_ctranslate2
+
+    rows = {"pytorch": model}
+    for quantization in ("float32", "int8"):
+        rows[f"ctranslate2 {quantization}"] = export_ctranslate2(
+            model, os.path.join(folder, f"bleu-{quantization}"), quantization=quantization
+        )
+    results = {}
+    for name, path in rows.items():
+        out = os.path.join(folder, f"{name.replace(' ', '-')}.json")
+        command = [
+            "vanilla-transformer",
+            "evaluate",
+            "--model",
+            path,
+            "--test-file",
+            os.path.join(data, "test_2016_flickr.jsonl"),
+            "--source-lang",
+            "en",
+            "--target-lang",
+            "de",
+            "--num-beams",
+            "5",
+            "--threads",
+            str(threads),
+            "--output",
+            out,
+        ]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        scores = json.load(open(out))
+        results[name] = {"seconds": time.perf_counter() - start, "bleu_lowercase": scores["bleu_lowercase"]}
+    return results
+
+
+def write_section(results: dict, command: str) -> str:
+    import ctranslate2
+    import torch
+    import transformers
+
+    lines = [
+        SERVING_MARKER,
+        "",
+        "## Serving: CTranslate2 against generate() and against MarianMTModel",
+        "",
+        "Generated by `bench/serving.py`; do not edit by hand. Sentences per second translating "
+        f"{SENTENCES} random sentences of random weights, every engine decoding exactly the same number of "
+        "tokens (bench.py's source and output lengths per size); peak memory is the engine process's VmHWM. "
+        "Ratios are against MarianMTModel's `generate()` and against MarianMTModel converted to CTranslate2 "
+        "in the same precision, measured in the same run.",
+        "",
+        f"- command: `{command}`",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- ctranslate2 {ctranslate2.__version__}, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, Python {platform.python_version()}; Marian converted with "
+        f"{results['marian_converter']}",
+        "",
+    ]
+    for key, rows in results["speed"].items():
+        size_name, threads = key.split("/")
+        lines += [
+            f"### {size_name}, {threads} thread{'s' if threads != '1' else ''}",
+            "",
+            "| engine | greedy sent/s | beam 5 sent/s | peak MiB | greedy vs Marian generate() | beam 5 | "
+            "greedy vs Marian CTranslate2 | beam 5 |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for engine, row in rows.items():
+            speed = {s: SENTENCES / t for s, t in row["times"].items()}
+            base = rows["marian-generate"]["times"]
+            same = rows.get(engine.replace("ours", "marian"), {}).get("times") if "ct2" in engine else None
+            versus = [f"{base[s] / row['times'][s]:.2f}x" for s in SEARCHES]
+            peer = [f"{same[s] / row['times'][s]:.2f}x" for s in SEARCHES] if same and "ours" in engine else ["", ""]
+            lines.append(
+                f"| {engine} | {speed['greedy']:.1f} | {speed['beam5']:.1f} | {row['peak_mib']:.0f} | "
+                f"{versus[0]} | {versus[1]} | {peer[0]} | {peer[1]} |"
+            )
+        lines.append("")
+    if results.get("bleu"):
+        lines += [
+            "### BLEU of the Multi30k En->De recipe model, test_2016_flickr, beam 5",
+            "",
+            "| backend | BLEU lowercased | seconds for `evaluate` |",
+            "|---|---|---|",
+        ]
+        for name, row in results["bleu"].items():
+            lines.append(f"| {name} | {row['bleu_lowercase']} | {row['seconds']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "base"])
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and calls")
+    parser.add_argument("--repeats", type=int, help="fresh processes per engine (default 5, --quick 3)")
+    parser.add_argument("--bleu-model", help="a Multi30k En->De model folder: also BLEU through each backend")
+    parser.add_argument("--bleu-data", help="the folder holding test_2016_flickr.jsonl")
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
+    )
+    parser.add_argument("--probe", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        engine, threads, folder, calls = args.probe
+        print(json.dumps(probe(engine, int(threads), folder, int(calls))))
+        return 0
+    if "marian-generate" not in args.engines:
+        parser.error("--engines must include marian-generate, the reference of the ratios")
+    repeats, calls = (3, 1) if args.quick else (5, 2)
+    repeats = args.repeats or repeats
+    results = {"speed": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        for size_name in args.sizes:
+            os.makedirs(os.path.join(folder, size_name))
+            results.update(convert(size_name, os.path.join(folder, size_name)))
+            for threads in args.threads:
+                results["speed"][f"{size_name}/{threads}"] = measure(
+                    threads, os.path.join(folder, size_name), repeats, calls, args.engines
+                )
+        if args.bleu_model:
+            results["bleu"] = bleu_by_backend(args.bleu_model, args.bleu_data, folder, max(args.threads))
+    section = write_section(results, " ".join(["python bench/serving.py", *(argv or sys.argv[1:])]))
+    report = open(args.out).read() if os.path.exists(args.out) else ""
+    report = report.split(SERVING_MARKER)[0].rstrip("\n") + "\n\n" + section
+    with open(args.out, "w") as handle:
+        handle.write(report)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Export to CTranslate2: every configuration the model allows translates exactly as `generate()` does."""
+
+import os
+import subprocess
+import sys
+
+import ctranslate2
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from tests.conftest import tiny_model
+from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from vanilla_transformer.ctranslate2_export import ExportError, export_ctranslate2
+
+CONFIGURATIONS = {
+    "paper": {},
+    "pre-norm": dict(norm_position="pre"),
+    "separate embeddings": dict(share_embeddings=False),
+    "learned positions": dict(position_encoding="learned"),
+    "attention bias": dict(attention_bias=True),
+    "gelu": dict(activation="gelu"),
+    "unscaled embeddings": dict(scale_embedding=False),
+    "every option": dict(
+        norm_position="pre", share_embeddings=False, position_encoding="learned", attention_bias=True, activation="gelu"
+    ),
+}
+
+
+def word_tokenizer(vocab_size: int = 50) -> PreTrainedTokenizerFast:
+    """Ids 0-3 are <pad> <s> </s> <unk>, then the words w4 ... w{vocab_size - 1}; encoding appends </s>."""
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {token: i for i, token in enumerate(specials + [f"w{i}" for i in range(4, vocab_size)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def random_sentences(count: int, seed: int = 0) -> list[str]:
+    """Sentences of 1 to 12 words: padded batches of very different lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 13, (count,), generator=generator).tolist()
+    return [" ".join(f"w{i}" for i in torch.randint(4, 50, (n,), generator=generator).tolist()) for n in lengths]
+
+
+def peaked_model(seed: int, **overrides) -> VanillaTransformerForConditionalGeneration:
+    """A random tiny model whose output distributions are peaked (larger output weights), so that beam search has
+    clear winners and end-of-sentence comes up, as in a trained model."""
+    model = tiny_model(seed, **overrides)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.mul_(2.0)
+    return model
+
+
+def generate_ids(model, tokenizer, sentences, num_beams: int, max_new_tokens: int = 24) -> list[list[int]]:
+    batch = tokenizer(sentences, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=num_beams, max_new_tokens=max_new_tokens, length_penalty=1.0)
+    special = {tokenizer.pad_token_id, tokenizer.eos_token_id}
+    return [[i for i in row[1:].tolist() if i not in special] for row in out]
+
+
+def ctranslate2_ids(folder, tokenizer, sentences, num_beams: int, max_new_tokens: int = 24) -> list[list[int]]:
+    translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
+    results = translator.translate_batch(  # as CTranslate2Translator searches for generate()'s early_stopping=False
+        sources,
+        beam_size=num_beams,
+        patience=2,
+        max_decoding_length=max_new_tokens,
+        min_decoding_length=0,
+        length_penalty=1.0,
+    )
+    return [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
+
+
+@pytest.mark.parametrize("name", CONFIGURATIONS)
+def test_each_configuration_translates_token_for_token_as_generate(name, tmp_path):
+    model, tokenizer = peaked_model(1, **CONFIGURATIONS[name]), word_tokenizer()
+    folder = export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    sentences = random_sentences(16)
+    for num_beams in (1, 5):
+        expected = generate_ids(model, tokenizer, sentences, num_beams)
+        assert ctranslate2_ids(folder, tokenizer, sentences, num_beams) == expected, (name, num_beams)
+
+
+def test_a_trained_model_translates_as_generate_in_float32_and_mostly_so_in_int8(trained_folder, tmp_path):
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(trained_folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained_folder)
+    float32 = export_ctranslate2(trained_folder, tmp_path / "float32")
+    int8 = export_ctranslate2(trained_folder, tmp_path / "int8", quantization="int8")
+    from vanilla_transformer.training.tasks.numbers import english
+
+    sentences = [english(n) for n in range(100, 400, 5)]
+    for num_beams in (1, 5):
+        expected = generate_ids(model, tokenizer, sentences, num_beams)
+        assert ctranslate2_ids(float32, tokenizer, sentences, num_beams) == expected
+        quantized = ctranslate2_ids(int8, tokenizer, sentences, num_beams)
+        agree = sum(q == e for q, e in zip(quantized, expected)) / len(expected)
+        assert agree >= 0.8, f"int8 agrees with float32 on only {agree:.0%} of the sentences (beam {num_beams})"
+    # int8 linear weights (the positional tables stay float32, and are most of this tiny model)
+    assert os.path.getsize(os.path.join(int8, "model.bin")) < os.path.getsize(os.path.join(float32, "model.bin"))
+
+
+def test_the_exported_folder_translates_in_a_fresh_process_without_the_packages_code(trained_folder, tmp_path):
+    folder = export_ctranslate2(trained_folder, tmp_path / "ct2")
+    script = f"""
+import sys
+
+class NoPackage:  # importing vanilla_transformer fails in this process
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vanilla_transformer":
+            raise ImportError("vanilla_transformer is not available here")
+
+sys.meta_path.insert(0, NoPackage())
+import ctranslate2
+from transformers import AutoTokenizer
+
+folder = {str(folder)!r}
+translator = ctranslate2.Translator(folder)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+source = tokenizer.convert_ids_to_tokens(tokenizer.encode("two hundred fifty-one"))
+best = translator.translate_batch([source], beam_size=5, patience=2, min_decoding_length=0)[0].hypotheses[0]
+print(tokenizer.decode(tokenizer.convert_tokens_to_ids(best), skip_special_tokens=True))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(trained_folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained_folder)
+    with torch.no_grad():
+        generated = model.generate(**tokenizer(["two hundred fifty-one"], return_tensors="pt"), num_beams=5)
+    assert result.stdout.strip() == tokenizer.decode(generated[0], skip_special_tokens=True).strip()
+
+
+def test_the_model_is_not_changed_by_exporting_it(tmp_path):
+    model, tokenizer = tiny_model(2), word_tokenizer()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    export_ctranslate2(model, tmp_path / "int8", tokenizer=tokenizer, quantization="int8")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+
+
+def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
+    model, tokenizer = tiny_model(), word_tokenizer()
+    out = tmp_path / "ct2"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty"):
+        export_ctranslate2(model, out, tokenizer=tokenizer)
+    assert (out / "notes.txt").read_text() == "mine" and sorted(os.listdir(out)) == ["notes.txt"]
+    export_ctranslate2(model, out, tokenizer=tokenizer, overwrite=True)
+    assert (out / "model.bin").is_file() and not (out / "notes.txt").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".export-")] == []  # no staging folder left
+
+
+def test_what_cannot_be_exported_is_named():
+    tokenizer = word_tokenizer()
+    with pytest.raises(ExportError, match="quantization 'int3'"):
+        export_ctranslate2(tiny_model(), "unused", tokenizer=tokenizer, quantization="int3")
+    torch.manual_seed(0)
+    base = VanillaTransformerModel(tiny_model().config)
+    with pytest.raises(ExportError, match="output projection"):
+        export_ctranslate2(base, "unused", tokenizer=tokenizer)
+    with pytest.raises(ExportError, match="needs its tokenizer"):
+        export_ctranslate2(tiny_model(), "unused")
+    with pytest.raises(ExportError, match="40 tokens and the model's vocab_size is 50"):
+        export_ctranslate2(tiny_model(), "unused", tokenizer=word_tokenizer(40))
+    learned = tiny_model(position_encoding="learned")
+    with pytest.raises(ExportError, match="only 64 learned positions"):
+        export_ctranslate2(learned, "unused", tokenizer=tokenizer, max_positions=100)
+    assert not os.path.exists("unused")

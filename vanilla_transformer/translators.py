@@ -1,0 +1,198 @@
+"""Translating sentences with a trained model: through PyTorch's `generate()` from a model folder, or through
+CTranslate2 from a folder that `export_ctranslate2` wrote. Both take the same arguments and give the same text.
+
+    translator = load_translator("runs/numbers-en-de")        # or an exported folder: detected from its contents
+    translator.translate(["forty-two"], num_beams=5, n_best=2)
+    # [[Translation(text='zweiundvierzig', score=...), Translation(text=..., score=...)]]
+
+A translation's score is what beam search ranks by: the sum of its tokens' log-probabilities (end of sentence
+included) divided by its length in tokens to the power `length_penalty`.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from .configuration import check_tokenizer_matches, position_limit, truncation_warning
+from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
+
+BACKENDS = ("auto", "pytorch", "ctranslate2")
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    score: float
+
+
+def check_search(num_beams: int, n_best: int) -> None:
+    if n_best < 1 or num_beams < 1:
+        raise ValueError(f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
+    if n_best > num_beams:
+        raise ValueError(
+            f"n_best {n_best}: beam search keeps only num_beams={num_beams} hypotheses; use a larger beam."
+        )
+
+
+def warn_truncated(tokenizer, sentences: list[str], limit: int | None) -> None:
+    """A warning on stderr naming each sentence longer than the model's positions, which is cut to them."""
+    if limit is None:
+        return
+    for sentence, ids in zip(sentences, tokenizer(sentences)["input_ids"]):
+        if len(ids) > limit:
+            print(truncation_warning("warning", sentence, len(ids), limit), file=sys.stderr)
+
+
+class PyTorchTranslator:
+    """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer."""
+
+    backend = "pytorch"
+
+    def __init__(self, model, tokenizer, threads: int | None = None):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        if threads:
+            torch.set_num_threads(threads)
+
+    @classmethod
+    def from_folder(cls, path: str, threads: int | None = None) -> "PyTorchTranslator":
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        import vanilla_transformer  # noqa: F401  (registers the model type)
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path)
+        check_tokenizer_matches(model.config, tokenizer, path)
+        return cls(model, tokenizer, threads)
+
+    @property
+    def generation_config(self):
+        return self.model.generation_config
+
+    @torch.no_grad()
+    def translate(self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32):
+        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens."""
+        num_beams = num_beams or self.generation_config.num_beams or 1
+        length_penalty = self.generation_config.length_penalty if length_penalty is None else length_penalty
+        check_search(num_beams, n_best)
+        limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
+        max_length = max_length if limit is None else min(max_length, limit)
+        results = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = list(sentences[start : start + batch_size])
+            warn_truncated(self.tokenizer, chunk, limit)
+            batch = self.tokenizer(
+                chunk, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit
+            )
+            out = self.model.generate(
+                **batch,
+                num_beams=num_beams,
+                length_penalty=length_penalty,
+                max_new_tokens=max_length,
+                num_return_sequences=n_best,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
+            scores = self.scores(out, num_beams, length_penalty)
+            results += [
+                [Translation(texts[i + k], scores[i + k]) for k in range(n_best)] for i in range(0, len(texts), n_best)
+            ]
+        return results
+
+    def scores(self, out, num_beams: int, length_penalty: float) -> list[float]:
+        """Beam search reports its ranking score; for greedy search it is computed the same way from the steps."""
+        if num_beams > 1:
+            return out.sequences_scores.tolist()
+        steps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (n, len)
+        generated = out.sequences[:, 1:]  # after the decoder start token
+        lengths = (generated != self.tokenizer.pad_token_id).sum(dim=1)
+        totals = steps.masked_fill(generated == self.tokenizer.pad_token_id, 0).sum(dim=1)
+        return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
+
+
+class CTranslate2Translator:
+    """A `ctranslate2.Translator` on a folder written by `export_ctranslate2`, with the tokenizer saved in it."""
+
+    backend = "ctranslate2"
+
+    def __init__(self, folder: str, threads: int | None = None, device: str = "cpu", compute_type: str = "default"):
+        import json
+
+        from transformers import AutoTokenizer, GenerationConfig
+
+        ctranslate2 = import_ctranslate2()
+        if not is_ctranslate2_folder(folder):
+            raise ValueError(f"{folder} is not a CTranslate2 model folder (no model.bin): export one first.")
+        self.translator = ctranslate2.Translator(
+            folder, device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads or 0
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.generation_config = GenerationConfig.from_pretrained(folder)
+        info_path = os.path.join(folder, EXPORT_INFO)
+        self.max_positions = None
+        if os.path.isfile(info_path):
+            with open(info_path) as handle:
+                self.max_positions = json.load(handle).get("max_positions")
+
+    def tokens(self, sentences) -> list[list[str]]:
+        ids = self.tokenizer(list(sentences), truncation=self.max_positions is not None, max_length=self.max_positions)[
+            "input_ids"
+        ]
+        return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
+
+    def text(self, tokens: list[str]) -> str:
+        return self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True).strip()
+
+    def translate(
+        self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32, patience=None
+    ):
+        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens.
+
+        Beam search stops once `num_beams * patience` hypotheses have finished. generate()'s `early_stopping=True`
+        is patience 1 exactly; its default, `early_stopping=False`, keeps searching while a running hypothesis could
+        still win, which ctranslate2 has no rule for: patience 2 (the default then) searches on long enough to find
+        the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
+        at other points than any patience does, and the two may choose different translations."""
+        num_beams = num_beams or self.generation_config.num_beams or 1
+        length_penalty = self.generation_config.length_penalty if length_penalty is None else length_penalty
+        if patience is None:
+            patience = 1.0 if self.generation_config.early_stopping is True else 2.0
+        check_search(num_beams, n_best)
+        if self.max_positions is not None:
+            warn_truncated(self.tokenizer, list(sentences), self.max_positions)
+            max_length = min(max_length, self.max_positions)
+        results = self.translator.translate_batch(
+            self.tokens(sentences),
+            max_batch_size=batch_size,
+            beam_size=num_beams,
+            num_hypotheses=n_best,
+            patience=patience,
+            length_penalty=length_penalty,
+            max_decoding_length=max_length,
+            min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
+            return_scores=True,
+        )
+        return [
+            [Translation(self.text(tokens), score) for tokens, score in zip(r.hypotheses, r.scores)] for r in results
+        ]
+
+    def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
+        """The log-probability of each reference token (end of sentence included) given its source."""
+        targets = [tokens[:-1] for tokens in self.tokens(references)]  # ctranslate2 adds </s> itself
+        results = self.translator.score_batch(self.tokens(sentences), targets, max_batch_size=batch_size)
+        return [r.log_probs for r in results]
+
+
+def load_translator(path: str, backend: str = "auto", threads: int | None = None):
+    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder; `backend` "auto" tells them
+    apart by the folder's contents."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}.")
+    if backend == "ctranslate2" or (backend == "auto" and is_ctranslate2_folder(path)):
+        return CTranslate2Translator(path, threads=threads)
+    return PyTorchTranslator.from_folder(path, threads=threads)
+
+
+__all__ = ["Translation", "PyTorchTranslator", "CTranslate2Translator", "load_translator", "BACKENDS"]
