@@ -25,8 +25,9 @@ def test_the_backend_is_told_from_the_folder(trained_folder, exported):
 
 @pytest.mark.parametrize("num_beams", [1, 5])
 def test_both_backends_give_the_same_translations_and_scores(trained_folder, exported, num_beams):
-    pytorch = load_translator(str(trained_folder)).translate(SENTENCES, num_beams=num_beams, batch_size=3)
+    pytorch = load_translator(str(trained_folder)).translate(SENTENCES, num_beams=num_beams, batch_size=3, scores=True)
     fast = load_translator(str(exported), threads=1).translate(SENTENCES, num_beams=num_beams, batch_size=3)
+    assert load_translator(str(trained_folder)).translate(SENTENCES[:1], num_beams=num_beams)[0][0].score is None
     assert [[t.text for t in n] for n in fast] == [[t.text for t in n] for n in pytorch]
     for ours, theirs in zip(fast, pytorch):
         assert ours[0].score == pytest.approx(theirs[0].score, abs=1e-3)

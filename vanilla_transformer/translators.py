@@ -24,7 +24,7 @@ BACKENDS = ("auto", "pytorch", "ctranslate2")
 @dataclass(frozen=True)
 class Translation:
     text: str
-    score: float
+    score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
 
 
 def check_search(num_beams: int, n_best: int) -> None:
@@ -71,8 +71,13 @@ class PyTorchTranslator:
         return self.model.generation_config
 
     @torch.no_grad()
-    def translate(self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32):
-        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens."""
+    def translate(
+        self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32, scores=None
+    ):
+        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens. Their
+        scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
+        scores, which costs memory for large vocabularies, and a translation's score is otherwise None."""
+        scores = n_best > 1 if scores is None else scores
         num_beams = num_beams or self.generation_config.num_beams or 1
         length_penalty = self.generation_config.length_penalty if length_penalty is None else length_penalty
         check_search(num_beams, n_best)
@@ -91,13 +96,13 @@ class PyTorchTranslator:
                 length_penalty=length_penalty,
                 max_new_tokens=max_length,
                 num_return_sequences=n_best,
-                output_scores=True,
+                output_scores=scores,
                 return_dict_in_generate=True,
             )
             texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
-            scores = self.scores(out, num_beams, length_penalty)
+            ranks = self.scores(out, num_beams, length_penalty) if scores else [None] * len(texts)
             results += [
-                [Translation(texts[i + k], scores[i + k]) for k in range(n_best)] for i in range(0, len(texts), n_best)
+                [Translation(texts[i + k], ranks[i + k]) for k in range(n_best)] for i in range(0, len(texts), n_best)
             ]
         return results
 
@@ -146,9 +151,18 @@ class CTranslate2Translator:
         return self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True).strip()
 
     def translate(
-        self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32, patience=None
+        self,
+        sentences,
+        num_beams=None,
+        length_penalty=None,
+        max_length=256,
+        n_best=1,
+        batch_size=32,
+        scores=None,
+        patience=None,
     ):
-        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens.
+        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens, with
+        their scores (ctranslate2 computes them at no cost, whatever `scores` says).
 
         Beam search stops once `num_beams * patience` hypotheses have finished. generate()'s `early_stopping=True`
         is patience 1 exactly; its default, `early_stopping=False`, keeps searching while a running hypothesis could
