@@ -215,6 +215,13 @@ def bleu_by_backend(model: str, data: str, folder: str, threads: int) -> dict:
     return results
 
 
+def cpu_name() -> str:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def write_section(results: dict, command: str) -> str:
     import ctranslate2
     import torch
@@ -232,7 +239,7 @@ def write_section(results: dict, command: str) -> str:
         "in the same precision, measured in the same run.",
         "",
         f"- command: `{command}`",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- machine: {cpu_name()}, {os.cpu_count()} cores",
         f"- ctranslate2 {ctranslate2.__version__}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, Python {platform.python_version()}; Marian converted with "
         f"{results['marian_converter']}",
@@ -304,7 +311,9 @@ def main(argv=None) -> int:
                 )
         if args.bleu_model:
             results["bleu"] = bleu_by_backend(args.bleu_model, args.bleu_data, folder, max(args.threads))
-    section = write_section(results, " ".join(["python bench/serving.py", *(argv or sys.argv[1:])]))
+    given = argv if argv is not None else sys.argv[1:]
+    kept = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]
+    section = write_section(results, " ".join(["python bench/serving.py", *kept]))
     report = open(args.out).read() if os.path.exists(args.out) else ""
     report = report.split(SERVING_MARKER)[0].rstrip("\n") + "\n\n" + section
     with open(args.out, "w") as handle:
