@@ -61,7 +61,10 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
 
     # the report can be written again from the raw results, measuring nothing; output file names are not part of
     # the recorded command
+    # into a file that holds bench/serving.py's section: the section is kept, after the new report
     again = tmp_path / "again.md"
+    serving = "<!-- serving: written by bench/serving.py -->\n\n## Serving\n\nits figures\n"
+    again.write_text("# an older report\n\n" + serving)
     done = subprocess.run(
         [sys.executable, BENCH, "--report-from", str(raw), "--out", str(again), "--plot", str(plot)],
         capture_output=True,
@@ -70,7 +73,7 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert again.read_text() == report
+    assert again.read_text() == report + "\n" + serving
     assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report
 
 
