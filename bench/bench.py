@@ -319,16 +319,19 @@ def plot_scaling(result: dict, path: str, title: str) -> None:
     plt.close(figure)
 
 
-def machine(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name()
-    name = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what the platform module knows."""
     with contextlib.suppress(OSError):
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name()
+    return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
 def verdict(value: float, target: float, higher_is_better: bool = True) -> str:

@@ -215,17 +215,12 @@ def bleu_by_backend(model: str, data: str, folder: str, threads: int) -> dict:
     return results
 
 
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def write_section(results: dict, command: str) -> str:
     import ctranslate2
     import torch
     import transformers
+
+    from bench import cpu_name
 
     lines = [
         SERVING_MARKER,

@@ -219,34 +219,8 @@ def model_card(
 ) -> ModelCard:
     """A model card with Hub metadata. `results` maps split names to the metrics written by `vanilla-transformer
     train` (bleu, bleu_lowercase, chrf, bleu_signature); they become the card's `model-index`."""
-    eval_results = []
     dataset_name = dataset or "custom"
-    for split, metrics in (results or {}).items():
-        if not isinstance(metrics, dict) or "bleu" not in metrics:
-            continue
-        # where exact match is the figure to read (the embedded number task), it leads
-        leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
-        for metric_type, key, name in leading + (
-            ("bleu", "bleu", "BLEU"),
-            ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
-            ("chrf", "chrf", "chrF"),
-            ("chrf", "chrf_lowercase", "chrF (lowercased)"),
-        ):
-            if key not in metrics:
-                continue
-            eval_results.append(
-                EvalResult(
-                    task_type="translation",
-                    task_name="Translation",
-                    dataset_type=dataset_type or dataset_id or dataset_name,
-                    dataset_name=dataset_name,
-                    dataset_split=split,
-                    metric_type=metric_type,
-                    metric_name=name,
-                    metric_value=metrics[key],
-                    verified=False,
-                )
-            )
+    eval_results = card_eval_results(results or {}, dataset_name, dataset_type or dataset_id or dataset_name)
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag="translation",
@@ -257,32 +231,7 @@ def model_card(
         model_name=model_name,
         eval_results=eval_results or None,
     )
-    if results:
-        rows = [
-            f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
-            f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
-            for split, m in results.items()
-            if isinstance(m, dict) and "bleu" in m
-        ]
-        signature = next(
-            (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
-        )
-        evaluation = (
-            "sacreBLEU on the held-out splits, beam search:\n\n"
-            "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
-            "|---|---|---|---|---|---|---|\n"
-            + "\n".join(rows)
-            + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
-            + "".join(
-                f"\n\nExact match % on {split} by digit count: "
-                + ", ".join(f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
-                for split, m in results.items()
-                if isinstance(m, dict) and "exact_match_by_digits" in m
-            )
-            + "\n\nPerplexity: of the reference translations, per target token, with dropout off."
-        )
-    else:
-        evaluation = "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
+    evaluation = evaluation_section(results)
     text = CARD_TEMPLATE.format(
         model_name=model_name,
         task_line=f" It translates {languages[0]} -> {languages[1]}." if languages else "",
@@ -309,6 +258,67 @@ def model_card(
         example=example,
     )
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + text)
+
+
+def card_eval_results(results: dict, dataset_name: str, dataset_type: str) -> list[EvalResult]:
+    """The card's `model-index` entries: per split, exact match first where it is the figure to read (the embedded
+    number task), then BLEU and chrF, cased and lowercased."""
+    eval_results = []
+    for split, metrics in results.items():
+        if not isinstance(metrics, dict) or "bleu" not in metrics:
+            continue
+        leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
+        for metric_type, key, name in leading + (
+            ("bleu", "bleu", "BLEU"),
+            ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
+            ("chrf", "chrf", "chrF"),
+            ("chrf", "chrf_lowercase", "chrF (lowercased)"),
+        ):
+            if key not in metrics:
+                continue
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name="Translation",
+                    dataset_type=dataset_type,
+                    dataset_name=dataset_name,
+                    dataset_split=split,
+                    metric_type=metric_type,
+                    metric_name=name,
+                    metric_value=metrics[key],
+                    verified=False,
+                )
+            )
+    return eval_results
+
+
+def evaluation_section(results: dict | None) -> str:
+    """The card's evaluation text: the scores table, the sacreBLEU signature and exact match per digit count."""
+    if not results:
+        return "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
+    rows = [
+        f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
+        f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
+        for split, m in results.items()
+        if isinstance(m, dict) and "bleu" in m
+    ]
+    signature = next(
+        (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
+    )
+    return (
+        "sacreBLEU on the held-out splits, beam search:\n\n"
+        "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
+        "|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
+        + "".join(
+            f"\n\nExact match % on {split} by digit count: "
+            + ", ".join(f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
+            for split, m in results.items()
+            if isinstance(m, dict) and "exact_match_by_digits" in m
+        )
+        + "\n\nPerplexity: of the reference translations, per target token, with dropout off."
+    )
 
 
 def upload_folder(

@@ -14,8 +14,8 @@ from ..configuration.configuration_vanilla_transformer import (
     check_tokenizer_matches,
     position_limit,
 )
-from ..ctranslate2_export import ExportError, export_ctranslate2, is_ctranslate2_folder
-from ..translators import load_translator
+from ..ctranslate2_export import ExportError, export_ctranslate2
+from ..translators import load_translator, uses_ctranslate2
 from .data import load_raw_datasets, tokenize_pairs
 from .errors import CommandError, ModelFolderError
 from .evaluation import cross_entropy_figures, evaluate_split, reference_cross_entropy, split_metrics
@@ -39,7 +39,7 @@ def load_model_folder(path: str):
 
 
 def evaluate_command(args) -> int:
-    if args.backend == "ctranslate2" or (args.backend == "auto" and is_ctranslate2_folder(args.model)):
+    if uses_ctranslate2(args.model, args.backend):
         metrics = evaluate_exported(args)
     else:
         metrics = evaluate_pytorch(args)

@@ -27,6 +27,14 @@ class Translation:
     score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
 
 
+def search_settings(generation_config, num_beams, length_penalty, n_best: int) -> tuple[int, float]:
+    """The beam size and length penalty asked for, else the model's generation config's; checked against n_best."""
+    num_beams = num_beams or generation_config.num_beams or 1
+    length_penalty = generation_config.length_penalty if length_penalty is None else length_penalty
+    check_search(num_beams, n_best)
+    return num_beams, length_penalty
+
+
 def check_search(num_beams: int, n_best: int) -> None:
     if n_best < 1 or num_beams < 1:
         raise ValueError(f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
@@ -78,9 +86,7 @@ class PyTorchTranslator:
         scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
         scores, which costs memory for large vocabularies, and a translation's score is otherwise None."""
         scores = n_best > 1 if scores is None else scores
-        num_beams = num_beams or self.generation_config.num_beams or 1
-        length_penalty = self.generation_config.length_penalty if length_penalty is None else length_penalty
-        check_search(num_beams, n_best)
+        num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         max_length = max_length if limit is None else min(max_length, limit)
         results = []
@@ -141,10 +147,20 @@ class CTranslate2Translator:
             with open(info_path) as handle:
                 self.max_positions = json.load(handle).get("max_positions")
 
-    def tokens(self, sentences) -> list[list[str]]:
-        ids = self.tokenizer(list(sentences), truncation=self.max_positions is not None, max_length=self.max_positions)[
-            "input_ids"
-        ]
+    def tokens(self, sentences, warn: bool = False) -> list[list[str]]:
+        """Each sentence's tokens, cut to the exported positions; with `warn`, a warning on stderr names each sentence
+        that was cut. Sentences are encoded once; only those too long are encoded again, with truncation."""
+        sentences = list(sentences)
+        ids = self.tokenizer(sentences)["input_ids"]
+        limit = self.max_positions
+        long = [i for i, row in enumerate(ids) if limit is not None and len(row) > limit]
+        if long:
+            if warn:
+                for i in long:
+                    print(truncation_warning("warning", sentences[i], len(ids[i]), limit), file=sys.stderr)
+            cut = self.tokenizer([sentences[i] for i in long], truncation=True, max_length=limit)["input_ids"]
+            for i, row in zip(long, cut):
+                ids[i] = row
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
 
     def text(self, tokens: list[str]) -> str:
@@ -169,16 +185,13 @@ class CTranslate2Translator:
         still win, which ctranslate2 has no rule for: patience 2 (the default then) searches on long enough to find
         the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
         at other points than any patience does, and the two may choose different translations."""
-        num_beams = num_beams or self.generation_config.num_beams or 1
-        length_penalty = self.generation_config.length_penalty if length_penalty is None else length_penalty
+        num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
         if patience is None:
             patience = 1.0 if self.generation_config.early_stopping is True else 2.0
-        check_search(num_beams, n_best)
         if self.max_positions is not None:
-            warn_truncated(self.tokenizer, list(sentences), self.max_positions)
             max_length = min(max_length, self.max_positions)
         results = self.translator.translate_batch(
-            self.tokens(sentences),
+            self.tokens(sentences, warn=True),
             max_batch_size=batch_size,
             beam_size=num_beams,
             num_hypotheses=n_best,
@@ -199,14 +212,25 @@ class CTranslate2Translator:
         return [r.log_probs for r in results]
 
 
-def load_translator(path: str, backend: str = "auto", threads: int | None = None):
-    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder; `backend` "auto" tells them
-    apart by the folder's contents."""
+def uses_ctranslate2(path: str, backend: str = "auto") -> bool:
+    """Whether `backend` runs `path` through CTranslate2: "auto" tells the folders apart by their contents."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}.")
-    if backend == "ctranslate2" or (backend == "auto" and is_ctranslate2_folder(path)):
+    return backend == "ctranslate2" or (backend == "auto" and is_ctranslate2_folder(path))
+
+
+def load_translator(path: str, backend: str = "auto", threads: int | None = None):
+    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder (see `uses_ctranslate2`)."""
+    if uses_ctranslate2(path, backend):
         return CTranslate2Translator(path, threads=threads)
     return PyTorchTranslator.from_folder(path, threads=threads)
 
 
-__all__ = ["Translation", "PyTorchTranslator", "CTranslate2Translator", "load_translator", "BACKENDS"]
+__all__ = [
+    "Translation",
+    "PyTorchTranslator",
+    "CTranslate2Translator",
+    "load_translator",
+    "uses_ctranslate2",
+    "BACKENDS",
+]
