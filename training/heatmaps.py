@@ -10,6 +10,7 @@ both axes:
 - `alignment.png`: cross-attention of the last layer averaged over its heads, the soft alignment between the sentences.
 """
 
+import contextlib
 import os
 
 import torch
@@ -20,9 +21,17 @@ from .plots import MISSING_MATPLOTLIB
 
 @torch.no_grad()
 def attention_maps(
-    model, tokenizer, source: str, target: str | None = None, num_beams: int = 1, max_new_tokens: int = 64
+    model,
+    tokenizer,
+    source: str,
+    target: str | None = None,
+    num_beams: int = 1,
+    max_new_tokens: int = 64,
+    during_forward=None,
 ) -> dict:
-    """Token labels and attention probabilities (layers x (heads, queries, keys)) for one sentence pair."""
+    """Token labels, attention probabilities (layers x (heads, queries, keys)) and the output logits for one sentence
+    pair. `during_forward`, a context manager, is entered around the one forward pass that gives them (and not
+    around the generation before it): forward hooks placed there see exactly that pass."""
     encoded = tokenizer([source], return_tensors="pt")
     if target is None:
         generated = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)[0]
@@ -32,7 +41,8 @@ def attention_maps(
         start = torch.tensor([model.config.decoder_start_token_id])
     produced = produced[produced != model.config.pad_token_id]
     decoder_input_ids = torch.cat([start, produced[:-1]])  # the outputs shifted right
-    out = model(**encoded, decoder_input_ids=decoder_input_ids[None], output_attentions=True, use_cache=False)
+    with during_forward or contextlib.nullcontext():
+        out = model(**encoded, decoder_input_ids=decoder_input_ids[None], output_attentions=True, use_cache=False)
     return {
         "source_tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist()),
         "decoder_input_tokens": tokenizer.convert_ids_to_tokens(decoder_input_ids.tolist()),
@@ -41,10 +51,11 @@ def attention_maps(
         "encoder_self": [a[0].float() for a in out.encoder_attentions],  # each (heads, src_len, src_len)
         "decoder_self": [a[0].float() for a in out.decoder_attentions],  # each (heads, tgt_len, tgt_len)
         "cross": [a[0].float() for a in out.cross_attentions],  # each (heads, tgt_len, src_len)
+        "logits": out.logits[0].float(),  # (tgt_len, vocab): the final linear layer, before the softmax
     }
 
 
-def _heatmap(ax, matrix, rows, columns, title):
+def draw_heatmap(ax, matrix, rows, columns, title):
     ax.imshow(matrix.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
@@ -59,7 +70,7 @@ def _grid(plt, maps, rows, columns, title, path):
     fig, axes = plt.subplots(height, width, figsize=(size * width, size * height), squeeze=False)
     for head, ax in enumerate(axes.flat):
         if head < heads:
-            _heatmap(ax, maps[head], rows, columns, f"head {head + 1}")
+            draw_heatmap(ax, maps[head], rows, columns, f"head {head + 1}")
         else:
             ax.axis("off")
     fig.suptitle(title)
@@ -93,7 +104,7 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
     alignment = maps["cross"][-1].mean(dim=0)
     size = max(4.5, 0.4 * max(len(src), len(tgt)) + 2.5)
     fig, ax = plt.subplots(figsize=(size, size))
-    _heatmap(ax, alignment, tgt, src, "Cross-attention\n(last layer, mean over heads)")
+    draw_heatmap(ax, alignment, tgt, src, "Cross-attention\n(last layer, mean over heads)")
     ax.set(xlabel="source", ylabel="translation")
     fig.tight_layout()
     path = os.path.join(out_dir, "alignment.png")

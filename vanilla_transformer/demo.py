@@ -1,0 +1,195 @@
+"""`vanilla-transformer demo`: a Gradio app that translates with a model folder and shows each stage of Figure 1.
+
+    vanilla-transformer demo --model runs/numbers-en-de [--port 7860] [--share]
+
+Translate: the translation, the n-best list with its scores, and the time it took. Attention: the cross-attention
+alignment and any layer and head of each kind of attention. Through the layers: the embeddings, every sub-layer with
+its Add&Norm, each LayerNorm's statistics, the feed-forward networks' zero units and the final softmax's top tokens,
+all recorded from the model by forward hooks (`stages.trace_stages`).
+
+Needs Gradio and matplotlib: `pip install "vanilla-transformer[demo]"`.
+"""
+
+import os
+import time
+
+from . import demo_figures as figures
+from .stages import Stages, trace_stages
+from .training.errors import MissingDependencyError
+from .translators import PyTorchTranslator
+
+MISSING_GRADIO = 'the demo needs Gradio and matplotlib: pip install "vanilla-transformer[demo]"'
+KIND_NAMES = {
+    "cross-attention": "cross",
+    "encoder self-attention": "encoder_self",
+    "decoder masked self-attention": "decoder_self",
+}
+MASKED = "decoder masked self-attention"
+MEAN = "mean over heads"
+EMPTY_INPUT = "Type a sentence to translate first."
+
+INTRO = """Type a sentence and press **Translate**. The model is the paper's encoder-decoder (Figure 1): {shape}.
+Every number below is the model's own, recorded by forward hooks while it reads your sentence and its translation."""
+ATTENTION_CAPTION = """**Attention** (§3.2): each row is a query position and sums to 1 over the key positions.
+Cross-attention (§3.2.3) takes its queries from the decoder and its keys and values from the encoder: averaged over
+the heads of the last layer, it is a soft alignment between the translation and the source. In the decoder's masked
+self-attention the positions to the right of the diagonal are grey: the mask sets their scores to -inf before the
+softmax, so no position sees the future."""
+LAYERS_CAPTION = """**Through the layers.** The input of each stack is the token embedding times sqrt(d_model) (§3.4)
+plus the positional encoding (§3.5). Each sub-layer is wrapped in a residual connection and layer normalisation,
+LayerNorm(x + Sublayer(x)) (§3.1): pick a sub-layer to see x, its output, the sum and the norm's output, and each
+position's mean and standard deviation before and after the norm."""
+FFN_CAPTION = """The position-wise feed-forward network (§3.3) widens each position to d_ff units and back: with ReLU,
+max(0, x W1 + b1), the units below zero are cut to zero."""
+SOFTMAX_CAPTION = """The final linear layer and softmax (§3.4) give a probability for every token at each step; the
+translation takes one of them (the highest, with greedy search)."""
+
+
+def import_gradio():
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no usage reports from an offline machine
+    try:
+        import gradio
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(MISSING_GRADIO) from None
+    return gradio
+
+
+def model_shape(config) -> str:
+    return (
+        f"N = {config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, h {config.num_heads}, "
+        f"d_ff {config.d_ff}, {config.norm_position}-norm, {config.position_encoding} positions"
+    )
+
+
+class Demo:
+    """What the app's events call: a translator for the n-best list and the traced stages for the pictures."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.translator = PyTorchTranslator(model, tokenizer)
+
+    def translate(self, source: str, num_beams: int) -> tuple[list, float]:
+        """The n-best list (up to 5) of `source` as table rows, and the seconds it took."""
+        num_beams = int(num_beams)
+        start = time.perf_counter()
+        best = self.translator.translate([source], num_beams=num_beams, n_best=min(num_beams, 5), scores=True)[0]
+        seconds = time.perf_counter() - start
+        return [[rank + 1, t.text, round(t.score, 4)] for rank, t in enumerate(best)], seconds
+
+    def stages(self, source: str, num_beams: int) -> Stages:
+        return trace_stages(self.model, self.tokenizer, source, num_beams=int(num_beams))
+
+    def sublayer_choices(self, stages: Stages) -> list[tuple[str, int]]:
+        return [(record.title, i) for i, record in enumerate(stages.sublayers)]
+
+    @staticmethod
+    def top_token_rows(stages: Stages) -> list[list]:
+        return [
+            [step + 1, produced, ", ".join(f"{token} {p:.3f}" for token, p in top)]
+            for step, (produced, top) in enumerate(zip(stages.target_tokens, stages.top_tokens))
+        ]
+
+
+def run_translation(demo: Demo, gr, source: str, num_beams: int):
+    """Everything the Translate button fills in, in the order of `outputs` in `build_app`."""
+    source = (source or "").strip()
+    if not source:
+        raise gr.Error(EMPTY_INPUT)
+    rows, seconds = demo.translate(source, num_beams)
+    stages = demo.stages(source, num_beams)
+    layers = len(stages.attentions["cross"])
+    timing = f"Translated in {seconds * 1000:.0f} ms (beam {int(num_beams)}, {len(rows)} best shown)."
+    return (
+        rows[0][1],
+        rows,
+        timing,
+        stages,
+        figures.attention_figure(stages, "cross"),
+        gr.update(value=MASKED),
+        gr.update(choices=list(range(1, layers + 1)), value=1),
+        gr.update(value=MEAN),
+        figures.attention_figure(stages, KIND_NAMES[MASKED], 1, None),
+        gr.update(value="encoder"),
+        figures.embedding_figure(stages, "encoder"),
+        gr.update(choices=demo.sublayer_choices(stages), value=0),
+        figures.sublayer_figure(stages, 0),
+        figures.add_norm_figure(stages),
+        figures.ffn_figure(stages),
+        Demo.top_token_rows(stages),
+    )
+
+
+def attention_view(stages: Stages | None, kind_name: str, layer, head):
+    if stages is None:
+        return None
+    kind = KIND_NAMES[kind_name]
+    layers = len(stages.attentions[kind])
+    layer = min(int(layer or layers), layers)
+    return figures.attention_figure(stages, kind, layer, None if head in (None, MEAN) else int(head))
+
+
+def redraw(draw):
+    """An event handler drawing `draw(stages, choice)`, or nothing before the first translation."""
+    return lambda stages, choice: None if stages is None or choice is None else draw(stages, choice)
+
+
+def build_app(model, tokenizer, title: str = "vanilla-transformer"):
+    """The Gradio Blocks app for a model and its tokenizer (any folder's, `trust_remote_code` ones included)."""
+    gr = import_gradio()
+    demo = Demo(model, tokenizer)
+    config = model.config
+    num_beams = max(1, int(model.generation_config.num_beams or 1))
+    with gr.Blocks(title=title) as app:
+        gr.Markdown(f"# {title}\n\n" + INTRO.format(shape=model_shape(config)))
+        stages = gr.State(None)
+        with gr.Row():
+            source = gr.Textbox(label="Source sentence", elem_id="source", scale=4)
+            beams = gr.Slider(1, 8, value=num_beams, step=1, label="Beam size", elem_id="beams", scale=1)
+        translate = gr.Button("Translate", variant="primary", elem_id="translate")
+        translation = gr.Textbox(label="Translation", elem_id="translation", interactive=False)
+        nbest = gr.Dataframe(headers=["rank", "translation", "score"], label="n-best", elem_id="nbest")
+        timing = gr.Markdown(elem_id="timing")
+        with gr.Tab("Attention"):
+            gr.Markdown(ATTENTION_CAPTION)
+            with gr.Row():
+                kind = gr.Dropdown(list(KIND_NAMES), value=MASKED, label="Attention")
+                layer = gr.Dropdown([], label="Layer", elem_id="attention-layer")
+                heads = [MEAN] + [str(h) for h in range(1, config.num_heads + 1)]
+                head = gr.Dropdown(heads, value=MEAN, label="Head")
+            with gr.Row():
+                alignment = gr.Image(label="Alignment: the last layer's cross-attention", elem_id="alignment")
+                attention = gr.Image(label="Attention map", elem_id="attention")
+        with gr.Tab("Through the layers"):
+            gr.Markdown(LAYERS_CAPTION)
+            stack = gr.Radio(["encoder", "decoder"], value="encoder", label="Input of the", elem_id="stack")
+            embeddings = gr.Image(label="Embeddings and positions", elem_id="embeddings")
+            sublayer = gr.Dropdown([], label="Sub-layer", elem_id="sublayer-choice")
+            sublayer_image = gr.Image(label="One sub-layer with its Add&Norm", elem_id="sublayer")
+            add_norm = gr.Image(label="Every Add&Norm", elem_id="add-norm")
+            gr.Markdown(FFN_CAPTION)
+            ffn = gr.Image(label="Feed-forward units at zero", elem_id="ffn")
+            gr.Markdown(SOFTMAX_CAPTION)
+            softmax = gr.Dataframe(headers=["step", "token produced", "top tokens (probability)"], elem_id="softmax")
+        outputs = [translation, nbest, timing, stages, alignment, kind, layer, head, attention, stack, embeddings]
+        outputs += [sublayer]
+        outputs += [sublayer_image, add_norm, ffn, softmax]
+        for event in (translate.click, source.submit):
+            event(lambda text, b: run_translation(demo, gr, text, b), [source, beams], outputs)
+        for control in (kind, layer, head):
+            control.change(attention_view, [stages, kind, layer, head], attention)
+        stack.change(redraw(figures.embedding_figure), [stages, stack], embeddings)
+        sublayer.change(redraw(lambda s, i: figures.sublayer_figure(s, int(i))), [stages, sublayer], sublayer_image)
+    return app
+
+
+def launch(folder: str, port: int | None = None, share: bool = False, host: str = "127.0.0.1", block: bool = True):
+    """Load a model folder and serve the app on http://host:port (Gradio's default port when None)."""
+    gr = import_gradio()  # before loading the model: a missing extra is reported at once
+    from .training.commands import load_model_folder
+
+    model, tokenizer = load_model_folder(folder)
+    app = build_app(model, tokenizer, title=f"vanilla-transformer: {os.path.basename(os.path.normpath(folder))}")
+    del gr
+    app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block)
+    return app
