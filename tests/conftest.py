@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from tests.readme import argv, first_command, run  # noqa: E402
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -134,3 +136,13 @@ def long_sentence(words: int = 200) -> str:
     from vanilla_transformer.training.tasks.numbers import english
 
     return " ".join(english(100 + (i * 37) % 300) for i in range(words // 3))
+
+
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory) -> Path:
+    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de."""
+    folder = tmp_path_factory.mktemp("readme")
+    done = run(argv(first_command()), folder, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
+    return folder

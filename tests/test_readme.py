@@ -1,64 +1,18 @@
 """The README is a tested document.
 
-Its first command trains the embedded-task model exactly as a new user would, once for this module, in a fresh
-process and a fresh folder. Then every README example that shows an output (a bash or python block followed directly
-by a ```text block) runs against that model and must print exactly that output.
+Its first command trains the embedded-task model exactly as a new user would, once for the test session (the
+`first_run` fixture of conftest.py), in a fresh process and a fresh folder. Then every README example that shows an
+output (a bash or python block followed directly by a ```text block) runs against that model and must print exactly
+that output.
 """
 
 import json
-import os
 import re
-import shlex
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.json"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-CLI = [sys.executable, "-m", "vanilla_transformer.training.cli"]  # `vanilla-transformer`, in this Python
-
-
-def examples_with_output(text: str) -> list[tuple[str, str, str]]:
-    """(language, code, expected output) of every bash or python block that a text block directly follows."""
-    blocks = list(FENCE.finditer(text))
-    return [
-        (code.group(1), code.group(2), output.group(2))
-        for code, output in zip(blocks, blocks[1:])
-        if code.group(1) in ("bash", "python")
-        and output.group(1) == "text"
-        and not text[code.end() : output.start()].strip()
-    ]
-
-
-def first_command() -> str:
-    """The training part of the README's first command (the part after the installs)."""
-    block = next(m.group(2) for m in FENCE.finditer(README) if m.group(1) == "bash")
-    return block.strip().split("&&")[-1].strip()
-
-
-def argv(command: str) -> list[str]:
-    words = shlex.split(command.replace("\\\n", " "))
-    return CLI + words[1:] if words[0] == "vanilla-transformer" else words
-
-
-def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory) -> Path:
-    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de."""
-    folder = tmp_path_factory.mktemp("readme")
-    done = run(argv(first_command()), folder, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
-    return folder
-
+from tests.readme import CLI, README, RECORDED_RUN, argv, examples_with_output, first_command, run
 
 EXAMPLES = examples_with_output(README)
 

@@ -382,14 +382,21 @@ def add_backend_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def add_export_command(commands) -> None:
-    export = commands.add_parser("export", help="export a model folder to CTranslate2 for fast translation")
+    export = commands.add_parser(
+        "export", help="export a model folder to CTranslate2 for fast translation, or as a Space running the demo"
+    )
     export.add_argument("--model", required=True, help="a model folder (or Hub name)")
-    export.add_argument("--to", required=True, choices=["ctranslate2"], help="the format")
+    export.add_argument(
+        "--to",
+        required=True,
+        choices=["ctranslate2", "space"],
+        help="ctranslate2: a CTranslate2 model folder; space: a Hugging Face Space folder running `demo`",
+    )
     export.add_argument("--out", required=True, help="the folder to write (new or empty)")
     export.add_argument(
         "--quantization",
         choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"],
-        help="the weights' type (default: float32, as trained)",
+        help="ctranslate2 only: the weights' type (default: float32, as trained)",
     )
     export.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
 
@@ -402,6 +409,14 @@ def add_attention_command(commands) -> None:
     attention.add_argument("--out", required=True, help="folder for the PNG files")
     attention.add_argument("--num-beams", type=positive_int, default=5)
     attention.add_argument("--max-length", type=positive_int, default=64, help="most new tokens")
+
+
+def add_demo_command(commands) -> None:
+    demo = commands.add_parser("demo", help="a Gradio app: translate and watch each stage of the Transformer")
+    demo.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    demo.add_argument("--port", type=positive_int, help="the local port (default: Gradio's, 7860 or the next free)")
+    demo.add_argument("--host", default="127.0.0.1", help="the address to serve on (0.0.0.0: every interface)")
+    demo.add_argument("--share", action="store_true", help="also serve on a temporary public gradio.live link")
 
 
 def add_plot_command(commands) -> None:
@@ -419,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_translate_command,
         add_export_command,
         add_attention_command,
+        add_demo_command,
         add_plot_command,
     ):
         add_command(commands)
@@ -520,6 +536,11 @@ def run_command(args) -> int:
         from .heatmaps import attention_command
 
         return attention_command(args)
+    if args.command == "demo":
+        from ..demo import launch
+
+        launch(args.model, port=args.port, share=args.share, host=args.host)
+        return 0
     if args.command == "plot":
         from .plots import plot_run
 

@@ -4,6 +4,7 @@ also run a folder exported to CTranslate2.
 These functions raise `CommandError` (and `DataError`) for a bad folder, flag or input; `cli.main` reports them."""
 
 import json
+import os
 import sys
 
 import torch
@@ -117,6 +118,8 @@ def translator_for(args):
 
 
 def export_command(args) -> int:
+    if args.to == "space":
+        return export_space_command(args)
     try:
         out = export_ctranslate2(args.model, args.out, quantization=args.quantization, overwrite=args.overwrite)
     except ExportError as error:
@@ -124,6 +127,19 @@ def export_command(args) -> int:
     except (OSError, ValueError) as error:
         raise ModelFolderError(f"--model {args.model}: could not load a model folder: {error}") from error
     print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
+    return 0
+
+
+def export_space_command(args) -> int:
+    from ..space_export import SpaceExportError, export_space
+
+    if args.quantization:
+        raise CommandError("--quantization applies to --to ctranslate2, not to a Space", exit_code=2)
+    try:
+        out = export_space(args.model, args.out, overwrite=args.overwrite)
+    except SpaceExportError as error:
+        raise CommandError(f"export --to space: {error}", exit_code=2) from error
+    print(f"Exported {args.model} as a Space in {out}: `python {os.path.join(out, 'app.py')}` runs it here")
     return 0
 
 

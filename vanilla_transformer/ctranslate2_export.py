@@ -12,11 +12,10 @@ ctranslate2 is an optional dependency: `pip install "vanilla-transformer[fast]"`
 
 import json
 import os
-import shutil
-import tempfile
 
 import torch
 
+from .folders import check_writable, staged_folder
 from .modeling.modeling_vanilla_transformer import sinusoidal_table
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -62,16 +61,12 @@ def export_ctranslate2(
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r}: expected one of {', '.join(QUANTIZATIONS)}.")
     model, tokenizer = model_and_tokenizer(model_or_folder, tokenizer)
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
-        raise ExportError(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
+    check_writable(out, overwrite, ExportError)
     rows = positions_to_write(model.config, max_positions)
     spec = transformer_spec(model, tokenizer, rows)
     spec.validate()
     spec.optimize(quantization=quantization)
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    try:
+    with staged_folder(out) as staging:
         spec.save(staging)
         tokenizer.save_pretrained(staging)
         model.generation_config.save_pretrained(staging)
@@ -83,14 +78,6 @@ def export_ctranslate2(
         }
         with open(os.path.join(staging, EXPORT_INFO), "w") as handle:
             json.dump(info, handle, indent=2)
-        if os.path.isdir(out):
-            shutil.rmtree(out)
-        elif os.path.exists(out):
-            os.remove(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out
 
 

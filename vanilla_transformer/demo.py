@@ -174,8 +174,8 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
         outputs = [translation, nbest, timing, stages, alignment, kind, layer, head, attention, stack, embeddings]
         outputs += [sublayer]
         outputs += [sublayer_image, add_norm, ffn, softmax]
-        for event in (translate.click, source.submit):
-            event(lambda text, b: run_translation(demo, gr, text, b), [source, beams], outputs)
+        for event, name in ((translate.click, "translate"), (source.submit, "translate_on_enter")):
+            event(lambda text, b: run_translation(demo, gr, text, b), [source, beams], outputs, api_name=name)
         for control in (kind, layer, head):
             control.change(attention_view, [stages, kind, layer, head], attention)
         stack.change(redraw(figures.embedding_figure), [stages, stack], embeddings)

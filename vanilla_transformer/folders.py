@@ -1,0 +1,31 @@
+"""Writing an output folder so that a failure leaves nothing half-written and nothing on disk is lost by accident."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+def check_writable(out: str, overwrite: bool, error_type: type[Exception]) -> None:
+    """`out` must be new or an empty folder, unless `overwrite`; raises `error_type` naming it otherwise."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
+        raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
+
+
+@contextlib.contextmanager
+def staged_folder(out: str):
+    """A new temporary folder beside `out` to write into: when the block ends, it replaces `out`; if the block
+    raises, it is removed and `out` is left as it was."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        yield staging
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        elif os.path.exists(out):
+            os.remove(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

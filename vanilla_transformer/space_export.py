@@ -1,0 +1,114 @@
+"""Export a model folder with the demo as a Hugging Face Space (https://huggingface.co/docs/hub/spaces).
+
+    vanilla-transformer export --model runs/numbers-en-de --to space --out numbers-space
+
+The folder written runs on its own, as a Space or locally with `python app.py`:
+
+- `model/`: the model (safetensors) with its tokenizer and generation config;
+- `vanilla_transformer/`: this package's code, which `app.py` imports, so that the Space needs no install of it;
+- `app.py`: builds the demo of `vanilla_transformer.demo` for `model/` and launches it;
+- `requirements.txt`: the package's dependencies and the demo's (Gradio, matplotlib);
+- `README.md`: the Space's metadata (Gradio SDK, `app.py`).
+"""
+
+import importlib
+import importlib.metadata
+import os
+import re
+import shutil
+
+from .folders import check_writable, staged_folder
+
+# this package's import packages; each is copied into the Space's vanilla_transformer/ folder at its own place
+PACKAGES = (
+    "vanilla_transformer",
+    "vanilla_transformer.configuration",
+    "vanilla_transformer.modeling",
+    "vanilla_transformer.training",
+    "vanilla_transformer.training.tasks",
+)
+APP = '''"""The vanilla-transformer demo for the model in model/, as a Hugging Face Space (`python app.py` runs it
+here too)."""
+
+import os
+
+from vanilla_transformer.demo import build_app
+from vanilla_transformer.training.commands import load_model_folder
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+model, tokenizer = load_model_folder(os.path.join(HERE, "model"))
+demo = build_app(model, tokenizer, title={title!r})
+
+if __name__ == "__main__":
+    demo.launch()
+'''
+SPACE_README = """---
+title: {title}
+emoji: 🔤
+colorFrom: indigo
+colorTo: blue
+sdk: gradio
+sdk_version: {gradio_version}
+app_file: app.py
+pinned: false
+---
+
+{title}: a Transformer (Vaswani et al. 2017) trained with vanilla-transformer. Type a sentence, see its translation,
+the n-best list, the attention maps and each stage of Figure 1 with the model's own numbers.
+"""
+
+
+class SpaceExportError(ValueError):
+    """The Space folder cannot be written; the message says why."""
+
+
+def requirements() -> list[str]:
+    """The package's own requirements and its demo extra's, without markers, from the installed metadata."""
+    lines = []
+    for requirement in importlib.metadata.requires("vanilla-transformer") or []:
+        spec, _, marker = requirement.partition(";")
+        if not marker or re.search(r"""extra\s*==\s*["']demo["']""", marker):
+            lines.append(spec.strip())
+    return sorted(set(lines), key=str.lower)
+
+
+def copy_package(out: str) -> None:
+    """This package's Python files, in the layout it is imported with."""
+    for name in PACKAGES:
+        source = importlib.import_module(name).__path__[0]
+        target = os.path.join(out, *name.split("."))
+        os.makedirs(target, exist_ok=True)
+        for file in sorted(os.listdir(source)):
+            if file.endswith(".py"):
+                shutil.copy2(os.path.join(source, file), os.path.join(target, file))
+
+
+def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = None, overwrite: bool = False) -> str:
+    """Write `out` as a Space running the demo for `model_or_folder` (a model folder, or a model with `tokenizer`).
+    `out` must be new or empty unless `overwrite`; it is written beside and moved into place."""
+    from .demo import import_gradio
+    from .training.commands import load_model_folder
+
+    gradio = import_gradio()  # the Space names the Gradio version it was written with
+    if isinstance(model_or_folder, (str, os.PathLike)):
+        model, tokenizer = load_model_folder(str(model_or_folder))
+        title = title or f"vanilla-transformer {os.path.basename(os.path.normpath(model_or_folder))}"
+    elif tokenizer is None:
+        raise SpaceExportError("a model object needs its tokenizer: pass tokenizer=...")
+    else:
+        model = model_or_folder
+    title = title or "vanilla-transformer demo"
+    check_writable(out, overwrite, SpaceExportError)
+    with staged_folder(out) as staging:
+        model.save_pretrained(os.path.join(staging, "model"))
+        tokenizer.save_pretrained(os.path.join(staging, "model"))
+        copy_package(staging)
+        write(staging, "app.py", APP.format(title=title))
+        write(staging, "requirements.txt", "\n".join(requirements()) + "\n")
+        write(staging, "README.md", SPACE_README.format(title=title, gradio_version=gradio.__version__))
+    return out
+
+
+def write(folder: str, name: str, text: str) -> None:
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+        handle.write(text)
