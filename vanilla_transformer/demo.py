@@ -158,17 +158,17 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
                 heads = [MEAN] + [str(h) for h in range(1, config.num_heads + 1)]
                 head = gr.Dropdown(heads, value=MEAN, label="Head")
             with gr.Row():
-                alignment = gr.Image(label="Alignment: the last layer's cross-attention", elem_id="alignment")
-                attention = gr.Image(label="Attention map", elem_id="attention")
+                alignment = gr.Image(label="Alignment", elem_id="alignment", show_label=False)
+                attention = gr.Image(label="Attention map", elem_id="attention", show_label=False)
         with gr.Tab("Through the layers"):
             gr.Markdown(LAYERS_CAPTION)
             stack = gr.Radio(["encoder", "decoder"], value="encoder", label="Input of the", elem_id="stack")
-            embeddings = gr.Image(label="Embeddings and positions", elem_id="embeddings")
+            embeddings = gr.Image(label="Embeddings and positions", elem_id="embeddings", show_label=False)
             sublayer = gr.Dropdown([], label="Sub-layer", elem_id="sublayer-choice")
-            sublayer_image = gr.Image(label="One sub-layer with its Add&Norm", elem_id="sublayer")
-            add_norm = gr.Image(label="Every Add&Norm", elem_id="add-norm")
+            sublayer_image = gr.Image(label="One sub-layer with its Add&Norm", elem_id="sublayer", show_label=False)
+            add_norm = gr.Image(label="Every Add&Norm", elem_id="add-norm", show_label=False)
             gr.Markdown(FFN_CAPTION)
-            ffn = gr.Image(label="Feed-forward units at zero", elem_id="ffn")
+            ffn = gr.Image(label="Feed-forward units at zero", elem_id="ffn", show_label=False)
             gr.Markdown(SOFTMAX_CAPTION)
             softmax = gr.Dataframe(headers=["step", "token produced", "top tokens (probability)"], elem_id="softmax")
         outputs = [translation, nbest, timing, stages, alignment, kind, layer, head, attention, stack, embeddings]

@@ -57,7 +57,8 @@ def attention_figure(stages: Stages, kind: str = "cross", layer: int | None = No
     fig, ax = plt.subplots(figsize=square_size(len(rows), len(columns)), layout="constrained")
     which = "mean over heads" if head is None else f"head {head}"
     draw_heatmap(ax, matrix, rows, columns, f"{title}\nlayer {layer}, {which}")
-    ax.images[0].cmap.set_bad("lightgrey")
+    image = ax.images[0]
+    image.set_cmap(image.get_cmap().with_extremes(bad="lightgrey"))
     return to_image(fig)
 
 

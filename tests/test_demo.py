@@ -1,0 +1,138 @@
+"""`vanilla-transformer demo` and `export --to space`: what the app computes for each view, and a Space folder that
+runs on its own. The app in a real browser: tests/test_demo_browser.py."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import gradio as gr
+import numpy as np
+import pytest
+from vanilla_transformer.training.cli import main
+from vanilla_transformer.training.commands import load_model_folder
+
+from vanilla_transformer.demo import EMPTY_INPUT, MISSING_GRADIO, Demo, import_gradio, run_translation
+from vanilla_transformer.translators import PyTorchTranslator
+
+SOURCE = "three hundred twelve"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_served(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the app exited with status {process.returncode}: {process.stdout.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"nothing served at {url} within {timeout} s")
+
+
+@contextlib.contextmanager
+def serving(command: list[str], cwd):
+    """Run an app's command in a fresh process on a free local port (given as --port and GRADIO_SERVER_PORT) and
+    yield its URL once it answers; stop the process afterwards."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    command = [part.replace("{port}", str(port)) for part in command]
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_until_served(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def demo(trained_folder):
+    return Demo(*load_model_folder(str(trained_folder)))
+
+
+def test_translate_fills_the_translation_n_best_list_timing_and_every_picture(demo):
+    outputs = run_translation(demo, gr, SOURCE, 2)
+    translation, nbest, timing, stages = outputs[:4]
+    expected = PyTorchTranslator(demo.model, demo.tokenizer).translate([SOURCE], num_beams=2, n_best=2)[0]
+    assert translation == expected[0].text == stages.translation
+    assert [row[:2] for row in nbest] == [[1, expected[0].text], [2, expected[1].text]]
+    assert nbest[0][2] >= nbest[1][2]
+    assert timing.startswith("Translated in ") and "beam 2" in timing
+    pictures = [value for value in outputs if isinstance(value, np.ndarray)]
+    assert len(pictures) == 6  # alignment, attention map, embeddings, one sub-layer, every Add&Norm, feed-forward
+    for picture in pictures:
+        assert picture.ndim == 3 and picture.shape[2] == 3 and picture.dtype == np.uint8 and picture.std() > 0
+    top_rows = outputs[-1]
+    assert [row[1] for row in top_rows] == stages.target_tokens
+
+
+def test_an_empty_input_is_a_message_for_the_user_not_a_traceback(demo):
+    for text in ("", "   ", None):
+        with pytest.raises(gr.Error, match=EMPTY_INPUT):
+            run_translation(demo, gr, text, 2)
+
+
+def test_without_gradio_the_demo_names_the_extra_to_install(monkeypatch, trained_folder, capsys):
+    monkeypatch.setitem(sys.modules, "gradio", None)
+    with pytest.raises(ImportError, match="vanilla-transformer\\[demo\\]"):
+        import_gradio()
+    assert main(["demo", "--model", str(trained_folder)]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {MISSING_GRADIO}"
+
+
+def test_export_to_space_writes_a_folder_that_runs_on_its_own(trained_folder, tmp_path):
+    space = tmp_path / "space"
+    assert main(["export", "--model", str(trained_folder), "--to", "space", "--out", str(space)]) == 0
+    for name in ("app.py", "requirements.txt", "README.md", "model/model.safetensors", "model/tokenizer.json"):
+        assert (space / name).is_file(), name
+    requirements = (space / "requirements.txt").read_text().split()
+    assert {"gradio>=5", "matplotlib>=3.7"} <= set(requirements) and any(r.startswith("torch") for r in requirements)
+    readme = (space / "README.md").read_text(encoding="utf-8")
+    assert readme.startswith("---\n") and "sdk: gradio\n" in readme and "app_file: app.py\n" in readme
+    # the app imports the package's copy beside it, not the installed package
+    done = subprocess.run(
+        [sys.executable, "-c", "import app, vanilla_transformer; print(vanilla_transformer.__file__)"],
+        cwd=space,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str(space / "vanilla_transformer" / "__init__.py")
+
+
+def test_the_exported_space_serves_translations_over_gradios_api(trained_folder, tmp_path):
+    from gradio_client import Client
+
+    space = tmp_path / "space"
+    assert main(["export", "--model", str(trained_folder), "--to", "space", "--out", str(space)]) == 0
+    with serving([sys.executable, str(space / "app.py")], cwd=tmp_path) as url:
+        result = Client(url, verbose=False).predict(SOURCE, 2, api_name="/translate")
+    expected = PyTorchTranslator.from_folder(str(trained_folder)).translate([SOURCE], num_beams=2)[0][0].text
+    assert result[0] == expected
+
+
+def test_export_to_space_keeps_a_folder_with_files_and_rejects_quantization(trained_folder, tmp_path, capsys):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["export", "--model", str(trained_folder), "--to", "space", "--out", str(out)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    args = ["export", "--model", str(trained_folder), "--to", "space", "--out", str(tmp_path / "new")]
+    assert main(args + ["--quantization", "int8"]) == 2
+    assert "--quantization applies to --to ctranslate2" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
