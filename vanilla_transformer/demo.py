@@ -27,6 +27,7 @@ KIND_NAMES = {
 MASKED = "decoder masked self-attention"
 MEAN = "mean over heads"
 EMPTY_INPUT = "Type a sentence to translate first."
+MAX_NEW_TOKENS = 128  # the longest translation, in tokens, for the n-best list and the pictures alike
 
 INTRO = """Type a sentence and press **Translate**. The model is the paper's encoder-decoder (Figure 1): {shape}.
 Every number below is the model's own, recorded by forward hooks while it reads your sentence and its translation."""
@@ -73,12 +74,14 @@ class Demo:
         """The n-best list (up to 5) of `source` as table rows, and the seconds it took."""
         num_beams = int(num_beams)
         start = time.perf_counter()
-        best = self.translator.translate([source], num_beams=num_beams, n_best=min(num_beams, 5), scores=True)[0]
+        best = self.translator.translate(
+            [source], num_beams=num_beams, max_length=MAX_NEW_TOKENS, n_best=min(num_beams, 5), scores=True
+        )[0]
         seconds = time.perf_counter() - start
         return [[rank + 1, t.text, round(t.score, 4)] for rank, t in enumerate(best)], seconds
 
     def stages(self, source: str, num_beams: int) -> Stages:
-        return trace_stages(self.model, self.tokenizer, source, num_beams=int(num_beams))
+        return trace_stages(self.model, self.tokenizer, source, num_beams=int(num_beams), max_new_tokens=MAX_NEW_TOKENS)
 
     def sublayer_choices(self, stages: Stages) -> list[tuple[str, int]]:
         return [(record.title, i) for i, record in enumerate(stages.sublayers)]
@@ -185,11 +188,10 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
 
 def launch(folder: str, port: int | None = None, share: bool = False, host: str = "127.0.0.1", block: bool = True):
     """Load a model folder and serve the app on http://host:port (Gradio's default port when None)."""
-    gr = import_gradio()  # before loading the model: a missing extra is reported at once
+    import_gradio()  # before loading the model: a missing extra is reported at once
     from .training.commands import load_model_folder
 
     model, tokenizer = load_model_folder(folder)
     app = build_app(model, tokenizer, title=f"vanilla-transformer: {os.path.basename(os.path.normpath(folder))}")
-    del gr
     app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block)
     return app
