@@ -136,3 +136,11 @@ def test_export_to_space_keeps_a_folder_with_files_and_rejects_quantization(trai
     assert main(args + ["--quantization", "int8"]) == 2
     assert "--quantization applies to --to ctranslate2" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_demo_with_a_folder_that_is_not_a_model_says_so_before_serving(tmp_path, capsys):
+    missing = tmp_path / "no-model"
+    missing.mkdir()
+    assert main(["demo", "--model", str(missing)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: --model {missing}: could not load a model folder") and "Traceback" not in error
