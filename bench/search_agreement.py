@@ -1,0 +1,79 @@
+"""Where beam search through `generate()` and through the CTranslate2 export disagree, which translation does the model
+itself score higher?
+
+    python bench/search_agreement.py --model MODEL_FOLDER --exported CT2_FOLDER --data test.jsonl --source en
+
+Both backends translate the source side of a datasets-translation JSON-lines file with the model's generation
+settings (beam size, length penalty). For every sentence where the two translations differ, the PyTorch model
+force-decodes both and scores each as beam search ranks hypotheses: summed token log-probabilities (</s> included)
+over length^length_penalty. Prints (and with --json writes) how many differ, which side scores higher, and which is
+longer.
+"""
+
+import argparse
+import json
+
+import torch
+
+from vanilla_transformer.translators import load_translator
+
+
+def ranking_score(model, tokenizer, source: str, translation: str, length_penalty: float) -> float:
+    """What beam search ranks `translation` by: its summed log-probabilities over length^length_penalty."""
+    encoded = tokenizer([source], return_tensors="pt")
+    labels = tokenizer(text_target=[translation], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = model(**encoded, labels=labels).logits[0]
+    log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[0][:, None]).sum().item()
+    return log_probs / labels.shape[1] ** length_penalty
+
+
+def compare(model_folder: str, exported: str, sources: list[str], batch_size: int = 32) -> dict:
+    pytorch = load_translator(model_folder, backend="pytorch", threads=1)
+    engine = load_translator(exported, backend="ctranslate2", threads=1)
+    config = pytorch.model.generation_config
+    ours = [t[0].text for t in pytorch.translate(sources, batch_size=batch_size)]
+    theirs = [t[0].text for t in engine.translate(sources, batch_size=batch_size)]
+    differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    higher = {"generate": 0, "ctranslate2": 0, "equal": 0}
+    ctranslate2_longer = 0
+    for i in differ:
+        a, b = (
+            ranking_score(pytorch.model, pytorch.tokenizer, sources[i], t, config.length_penalty)
+            for t in (ours[i], theirs[i])
+        )
+        higher["generate" if a > b + 1e-5 else "ctranslate2" if b > a + 1e-5 else "equal"] += 1
+        lengths = [len(pytorch.tokenizer(text_target=t)["input_ids"]) for t in (ours[i], theirs[i])]
+        ctranslate2_longer += lengths[1] > lengths[0]
+    return {
+        "sentences": len(sources),
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "differ": len(differ),
+        "higher_score": higher,
+        "ctranslate2_longer": ctranslate2_longer,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="the PyTorch model folder")
+    parser.add_argument("--exported", required=True, help="its CTranslate2 export (float32 for a fair comparison)")
+    parser.add_argument("--data", required=True, help="a JSON-lines file in the datasets translation schema")
+    parser.add_argument("--source", default="en", help="the source language key")
+    parser.add_argument("--lowercase", action="store_true", help="lowercase the source (as the Multi30k recipe does)")
+    parser.add_argument("--json", help="also write the result to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with open(args.data, encoding="utf-8") as handle:
+        sources = [json.loads(line)["translation"][args.source] for line in handle if line.strip()]
+    sources = [s.lower() for s in sources] if args.lowercase else sources
+    result = compare(args.model, args.exported, sources)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

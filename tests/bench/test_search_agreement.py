@@ -1,0 +1,44 @@
+"""bench/search_agreement.py scores a translation exactly as beam search ranks it, and its count adds up; run once on
+the tests' trained model so that the script cannot rot."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+from vanilla_transformer import export_ctranslate2
+from vanilla_transformer.translators import load_translator
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "search_agreement.py")
+spec = importlib.util.spec_from_file_location("search_agreement", SCRIPT)
+search_agreement = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(search_agreement)
+
+SOURCES = ["three hundred twelve", "two hundred five", "forty-one", "three hundred ninety-nine"]
+
+
+def test_the_ranking_score_is_the_one_beam_search_reports(trained_folder):
+    translator = load_translator(str(trained_folder), backend="pytorch")
+    for length_penalty in (0.6, 1.0, 1.6):
+        best = translator.translate(SOURCES, num_beams=3, n_best=2, length_penalty=length_penalty)
+        for source, translations in zip(SOURCES, best):
+            for translation in translations:
+                score = search_agreement.ranking_score(
+                    translator.model, translator.tokenizer, source, translation.text, length_penalty
+                )
+                assert abs(score - translation.score) < 1e-4, (source, translation)
+
+
+def test_the_script_compares_both_backends_on_a_data_file(trained_folder, tmp_path):
+    exported = export_ctranslate2(str(trained_folder), str(tmp_path / "ct2"))
+    data = tmp_path / "test.jsonl"
+    data.write_text("".join(json.dumps({"translation": {"en": s, "de": ""}}) + "\n" for s in SOURCES))
+    out = tmp_path / "result.json"
+    command = [sys.executable, SCRIPT, "--model", str(trained_folder), "--exported", exported, "--data", str(data)]
+    done = subprocess.run(command + ["--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["sentences"] == len(SOURCES)
+    assert sum(result["higher_score"].values()) == result["differ"] <= len(SOURCES)
+    assert 0 <= result["ctranslate2_longer"] <= result["differ"]
