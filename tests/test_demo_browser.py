@@ -18,8 +18,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.apps import serving
 from tests.readme import CLI
-from tests.test_demo import serving
 from vanilla_transformer.demo import EMPTY_INPUT
 
 MISSING_BROWSER = "the browser test needs Chromium and its driver: apt-get install chromium chromium-driver"

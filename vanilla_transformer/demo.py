@@ -27,7 +27,7 @@ KIND_NAMES = {
 MASKED = "decoder masked self-attention"
 MEAN = "mean over heads"
 EMPTY_INPUT = "Type a sentence to translate first."
-MAX_NEW_TOKENS = 128  # the longest translation, in tokens, for the n-best list and the pictures alike
+MAX_NEW_TOKENS = 128  # the longest translation, in tokens
 
 INTRO = """Type a sentence and press **Translate**. The model is the paper's encoder-decoder (Figure 1): {shape}.
 Every number below is the model's own, recorded by forward hooks while it reads your sentence and its translation."""
@@ -80,8 +80,9 @@ class Demo:
         seconds = time.perf_counter() - start
         return [[rank + 1, t.text, round(t.score, 4)] for rank, t in enumerate(best)], seconds
 
-    def stages(self, source: str, num_beams: int) -> Stages:
-        return trace_stages(self.model, self.tokenizer, source, num_beams=int(num_beams), max_new_tokens=MAX_NEW_TOKENS)
+    def stages(self, source: str, translation: str) -> Stages:
+        """The stages of the one forward pass over `source` and its (already found) `translation`."""
+        return trace_stages(self.model, self.tokenizer, source, target=translation)
 
     def sublayer_choices(self, stages: Stages) -> list[tuple[str, int]]:
         return [(record.title, i) for i, record in enumerate(stages.sublayers)]
@@ -100,7 +101,7 @@ def run_translation(demo: Demo, gr, source: str, num_beams: int):
     if not source:
         raise gr.Error(EMPTY_INPUT)
     rows, seconds = demo.translate(source, num_beams)
-    stages = demo.stages(source, num_beams)
+    stages = demo.stages(source, rows[0][1])
     layers = len(stages.attentions["cross"])
     timing = f"Translated in {seconds * 1000:.0f} ms (beam {int(num_beams)}, {len(rows)} best shown)."
     return (

@@ -78,6 +78,11 @@ class Stages:
     top_tokens: list[list[tuple[str, float]]] = field(default_factory=list)  # per step: (token, probability)
 
 
+def stacks(model) -> dict[str, torch.nn.Module]:
+    """The encoder and decoder stacks, in the order the data flows."""
+    return {"encoder": model.get_encoder(), "decoder": model.get_decoder()}
+
+
 def position_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and standard deviation over d_model at each position, as LayerNorm computes them (biased variance)."""
     return x.mean(dim=-1), x.var(dim=-1, unbiased=False).sqrt()
@@ -96,8 +101,7 @@ class Recorder:
         self.model, self.calls, self.handles = model, {}, []
 
     def __enter__(self) -> "Recorder":
-        for stack_name in ("encoder", "decoder"):
-            stack = getattr(self.model, f"get_{stack_name}")()
+        for stack_name, stack in stacks(self.model).items():
             self.watch(f"{stack_name}.embed", stack.embed)
             self.watch(f"{stack_name}.positions", stack.embed.embed_positions)
             for i, layer in enumerate(stack.layers):
@@ -133,8 +137,8 @@ def embedding(recorder: Recorder, stack: str) -> Embedding:
     return Embedding(scaled_tokens=total - positions, positions=positions, sum=total)
 
 
-def sublayer_record(model, recorder: Recorder, stack: str, i: int, attribute: str, norm: str, name: str) -> Sublayer:
-    add_norm = getattr(getattr(model, f"get_{stack}")().layers[i], norm)
+def sublayer_record(recorder: Recorder, stack: str, i: int, layer, attribute: str, norm: str, name: str) -> Sublayer:
+    add_norm = getattr(layer, norm)
     key = f"{stack}.{i}.{norm}"
     x, result = recorder.input(key), recorder.output(key)
     norm_input, norm_output = recorder.input(f"{key}.layer_norm"), recorder.output(f"{key}.layer_norm")
@@ -170,17 +174,13 @@ def trace_stages(
     model.eval()
     recorder = Recorder(model)
     maps = attention_maps(model, tokenizer, source, target, num_beams, max_new_tokens, during_forward=recorder)
+    layers = [(name, i, layer) for name, stack in stacks(model).items() for i, layer in enumerate(stack.layers)]
     sublayers = [
-        sublayer_record(model, recorder, stack, i, attribute, norm, name)
-        for stack in ("encoder", "decoder")
-        for i in range(len(getattr(model, f"get_{stack}")().layers))
+        sublayer_record(recorder, stack, i, layer, attribute, norm, name)
+        for stack, i, layer in layers
         for attribute, norm, name in SUBLAYERS[stack]
     ]
-    active_units = {
-        (stack, i + 1): recorder.output(f"{stack}.{i}.activation")
-        for stack in ("encoder", "decoder")
-        for i in range(len(getattr(model, f"get_{stack}")().layers))
-    }
+    active_units = {(stack, i + 1): recorder.output(f"{stack}.{i}.activation") for stack, i, _ in layers}
     return Stages(
         source_tokens=maps["source_tokens"],
         target_tokens=maps["target_tokens"],
