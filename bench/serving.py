@@ -33,6 +33,7 @@ ENGINES = (
     "marian-ct2-float32",
     "marian-ct2-int8",
 )
+PARALLEL = "-parallel"  # see engines_at
 SEARCHES = {"greedy": 1, "beam5": 5}
 SENTENCES = 32  # per call; source and output lengths are bench.py's per size
 SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"
@@ -105,6 +106,15 @@ def convert(size_name: str, folder: str) -> dict:
     return {"marian_converter": f"ctranslate2 {ctranslate2.__version__} MarianMTLoader"}
 
 
+def engines_at(threads: int, engines) -> list[str]:
+    """At several threads each CTranslate2 engine runs in both of ctranslate2's layouts: one batch on all threads
+    (intra_threads), and, named with PARALLEL, the sentences split into one batch per thread, translated at once on
+    one thread each (inter_threads)."""
+    if threads == 1:
+        return list(engines)
+    return list(engines) + [engine + PARALLEL for engine in engines if "-ct2-" in engine]
+
+
 def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
     """In this fresh process: load one engine, warm it up, time `calls` calls of each search; print JSON. A
     CTranslate2 engine's process imports neither torch nor transformers, as a server running it would not."""
@@ -112,7 +122,8 @@ def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
         shape = json.load(handle)
     ids = sources(shape["size"], shape["src_len"])
     if "-ct2-" in engine:
-        run = ct2_runner(os.path.join(folder, engine), ids, shape["new_tokens"], threads)
+        path = os.path.join(folder, engine.removesuffix(PARALLEL))
+        run = ct2_runner(path, ids, shape["new_tokens"], threads, parallel=engine.endswith(PARALLEL))
     else:
         run = generate_runner(engine.split("-")[0], shape["size"], ids, shape["new_tokens"], threads)
     times = {}
@@ -125,10 +136,11 @@ def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
     return {"times": times, "peak_mib": peak_rss_mib()}
 
 
-def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int):
+def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int, parallel: bool = False):
     import ctranslate2
 
-    translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=threads)
+    inter, intra = (threads, 1) if parallel else (1, threads)
+    translator = ctranslate2.Translator(path, device="cpu", inter_threads=inter, intra_threads=intra)
     tokens = [["</s>" if i == 2 else f"t{i}" for i in row] for row in ids]
 
     def run(beams: int):
@@ -137,7 +149,7 @@ def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int):
             beam_size=beams,
             min_decoding_length=new_tokens,
             max_decoding_length=new_tokens,
-            max_batch_size=len(tokens),
+            max_batch_size=-(-len(tokens) // inter),  # one share of the sentences per parallel batch
         )
 
     return run
@@ -178,7 +190,7 @@ def measure(threads: int, folder: str, repeats: int, calls: int, engines) -> dic
     }
 
 
-def bleu_by_backend(model: str, data: str, folder: str, threads: int) -> dict:
+def bleu_by_backend(model: str, data: str, target_lang: str, folder: str, threads: int) -> dict:
     """Lowercased BLEU and time of `vanilla-transformer evaluate` on test_2016_flickr, per backend."""
     from vanilla_transformer import export_ctranslate2
 
@@ -200,7 +212,7 @@ def bleu_by_backend(model: str, data: str, folder: str, threads: int) -> dict:
             "--source-lang",
             "en",
             "--target-lang",
-            "de",
+            target_lang,
             "--num-beams",
             "5",
             "--threads",
@@ -231,7 +243,10 @@ def write_section(results: dict, command: str) -> str:
         f"{SENTENCES} random sentences of random weights, every engine decoding exactly the same number of "
         "tokens (bench.py's source and output lengths per size); peak memory is the engine process's VmHWM. "
         "Ratios are against MarianMTModel's `generate()` and against MarianMTModel converted to CTranslate2 "
-        "in the same precision, measured in the same run.",
+        "in the same precision (and the same layout), measured in the same run. At several threads, a "
+        "CTranslate2 engine runs one batch on all threads (ctranslate2's intra_threads); named `-parallel`, it "
+        "splits the sentences into one batch per thread and translates them at once, one thread each "
+        "(inter_threads).",
         "",
         f"- command: `{command}`",
         f"- machine: {cpu_name()}, {os.cpu_count()} cores",
@@ -262,7 +277,7 @@ def write_section(results: dict, command: str) -> str:
         lines.append("")
     if results.get("bleu"):
         lines += [
-            "### BLEU of the Multi30k En->De recipe model, test_2016_flickr, beam 5",
+            f"### BLEU of the Multi30k {results['bleu_pair']} recipe model, test_2016_flickr, beam 5",
             "",
             "| backend | BLEU lowercased | seconds for `evaluate` |",
             "|---|---|---|",
@@ -280,8 +295,9 @@ def main(argv=None) -> int:
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--quick", action="store_true", help="fewer repeats and calls")
     parser.add_argument("--repeats", type=int, help="fresh processes per engine (default 5, --quick 3)")
-    parser.add_argument("--bleu-model", help="a Multi30k En->De model folder: also BLEU through each backend")
+    parser.add_argument("--bleu-model", help="a Multi30k recipe's model folder: also BLEU through each backend")
     parser.add_argument("--bleu-data", help="the folder holding test_2016_flickr.jsonl")
+    parser.add_argument("--bleu-target-lang", default="de", help="the --bleu-model's target language")
     parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
     )
@@ -302,10 +318,13 @@ def main(argv=None) -> int:
             results.update(convert(size_name, os.path.join(folder, size_name)))
             for threads in args.threads:
                 results["speed"][f"{size_name}/{threads}"] = measure(
-                    threads, os.path.join(folder, size_name), repeats, calls, args.engines
+                    threads, os.path.join(folder, size_name), repeats, calls, engines_at(threads, args.engines)
                 )
         if args.bleu_model:
-            results["bleu"] = bleu_by_backend(args.bleu_model, args.bleu_data, folder, max(args.threads))
+            results["bleu_pair"] = f"En->{args.bleu_target_lang.title()}"
+            results["bleu"] = bleu_by_backend(
+                args.bleu_model, args.bleu_data, args.bleu_target_lang, folder, max(args.threads)
+            )
     given = argv if argv is not None else sys.argv[1:]
     kept = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]
     section = write_section(results, " ".join(["python bench/serving.py", *kept]))

@@ -64,3 +64,24 @@ def test_more_best_translations_than_beams_is_refused(exported, trained_folder):
     for path in (exported, trained_folder):
         with pytest.raises(ValueError, match="n_best 3: beam search keeps only num_beams=2"):
             load_translator(str(path)).translate(SENTENCES, num_beams=2, n_best=3)
+
+
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_batches_translated_in_parallel_give_what_one_batch_at_a_time_gives(exported, num_beams):
+    one = load_translator(str(exported), threads=1)
+    parallel = load_translator(str(exported), threads=1, inter_threads=3)
+    assert parallel.batch_share(len(SENTENCES), 32) == 3  # 8 sentences: three batches of at most 3
+    assert parallel.batch_share(1000, 32) == 32 and parallel.batch_share(1, 32) == 1
+    expected, got = (t.translate(SENTENCES, num_beams=num_beams, n_best=num_beams // 2 + 1) for t in (one, parallel))
+    assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in expected]
+    flat = lambda results: [t.score for n in results for t in n]  # noqa: E731
+    assert flat(got) == pytest.approx(flat(expected), abs=1e-5)
+    references = [n[0].text for n in expected]
+    assert parallel.reference_log_probs(SENTENCES, references) == [
+        pytest.approx(row, abs=1e-5) for row in one.reference_log_probs(SENTENCES, references)
+    ]
+
+
+def test_batches_in_parallel_are_refused_for_the_pytorch_backend(trained_folder):
+    with pytest.raises(ValueError, match="inter_threads=2: batches in parallel need the CTranslate2 backend"):
+        load_translator(str(trained_folder), inter_threads=2)

@@ -378,7 +378,17 @@ def add_backend_arguments(command: argparse.ArgumentParser) -> None:
         help="what runs the model: 'auto' uses CTranslate2 for a folder written by `export --to ctranslate2`, "
         "PyTorch for a model folder",
     )
-    command.add_argument("--threads", type=positive_int, help="CPU threads (default: the backend's own choice)")
+    command.add_argument(
+        "--threads", type=positive_int, help="CPU threads on each batch (default: the backend's own choice)"
+    )
+    command.add_argument(
+        "--inter-threads",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="CTranslate2 only: translate K batches at once, each on --threads threads; for many sentences on N "
+        "cores, K=N with --threads 1 is the fastest layout measured in BENCHMARKS.md",
+    )
 
 
 def add_export_command(commands) -> None:

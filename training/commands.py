@@ -40,10 +40,7 @@ def load_model_folder(path: str):
 
 
 def evaluate_command(args) -> int:
-    if uses_ctranslate2(args.model, args.backend):
-        metrics = evaluate_exported(args)
-    else:
-        metrics = evaluate_pytorch(args)
+    metrics = evaluate_pytorch(args) if runs_on_pytorch(args) else evaluate_exported(args)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
@@ -107,10 +104,25 @@ def evaluate_exported(args) -> dict:
     return metrics
 
 
+def runs_on_pytorch(args) -> bool:
+    """Whether --model runs on PyTorch; a `CommandError` if a flag asks for what only CTranslate2 does."""
+    if uses_ctranslate2(args.model, args.backend):
+        return False
+    if args.inter_threads != 1:
+        raise CommandError(
+            f"--inter-threads {args.inter_threads}: batches in parallel need a CTranslate2 folder "
+            f"(export --to ctranslate2), and --model {args.model} runs on PyTorch",
+            exit_code=2,
+        )
+    return True
+
+
 def translator_for(args):
-    """The translator of --model with --backend and --threads, or a `CommandError` naming the flag."""
+    """The translator of --model with --backend, --threads and --inter-threads, or a `CommandError` naming the
+    flag."""
+    runs_on_pytorch(args)  # checks the flags
     try:
-        return load_translator(args.model, backend=args.backend, threads=args.threads)
+        return load_translator(args.model, backend=args.backend, threads=args.threads, inter_threads=args.inter_threads)
     except (OSError, ValueError) as error:
         raise ModelFolderError(
             f"--model {args.model}: could not load it for --backend {args.backend}: {error}"

@@ -128,7 +128,16 @@ class CTranslate2Translator:
 
     backend = "ctranslate2"
 
-    def __init__(self, folder: str, threads: int | None = None, device: str = "cpu", compute_type: str = "default"):
+    def __init__(
+        self,
+        folder: str,
+        threads: int | None = None,
+        device: str = "cpu",
+        compute_type: str = "default",
+        inter_threads: int = 1,
+    ):
+        """`threads` computation threads work on each batch (ctranslate2's intra_threads; None: its own choice), and
+        `inter_threads` batches are translated at once, the input being split so that each has its share."""
         import json
 
         from transformers import AutoTokenizer, GenerationConfig
@@ -137,8 +146,9 @@ class CTranslate2Translator:
         if not is_ctranslate2_folder(folder):
             raise ValueError(f"{folder} is not a CTranslate2 model folder (no model.bin): export one first.")
         self.translator = ctranslate2.Translator(
-            folder, device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads or 0
+            folder, device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=threads or 0
         )
+        self.inter_threads = inter_threads
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.generation_config = GenerationConfig.from_pretrained(folder)
         info_path = os.path.join(folder, EXPORT_INFO)
@@ -190,9 +200,10 @@ class CTranslate2Translator:
             patience = 1.0 if self.generation_config.early_stopping is True else 2.0
         if self.max_positions is not None:
             max_length = min(max_length, self.max_positions)
+        tokens = self.tokens(sentences, warn=True)
         results = self.translator.translate_batch(
-            self.tokens(sentences, warn=True),
-            max_batch_size=batch_size,
+            tokens,
+            max_batch_size=self.batch_share(len(tokens), batch_size),
             beam_size=num_beams,
             num_hypotheses=n_best,
             patience=patience,
@@ -205,10 +216,15 @@ class CTranslate2Translator:
             [Translation(self.text(tokens), score) for tokens, score in zip(r.hypotheses, r.scores)] for r in results
         ]
 
+    def batch_share(self, count: int, batch_size: int) -> int:
+        """At most `batch_size` sentences a batch, and few enough that each of the parallel batches gets some."""
+        return max(1, min(batch_size, -(-count // self.inter_threads)))
+
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         targets = [tokens[:-1] for tokens in self.tokens(references)]  # ctranslate2 adds </s> itself
-        results = self.translator.score_batch(self.tokens(sentences), targets, max_batch_size=batch_size)
+        share = self.batch_share(len(targets), batch_size)
+        results = self.translator.score_batch(self.tokens(sentences), targets, max_batch_size=share)
         return [r.log_probs for r in results]
 
 
@@ -219,10 +235,13 @@ def uses_ctranslate2(path: str, backend: str = "auto") -> bool:
     return backend == "ctranslate2" or (backend == "auto" and is_ctranslate2_folder(path))
 
 
-def load_translator(path: str, backend: str = "auto", threads: int | None = None):
-    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder (see `uses_ctranslate2`)."""
+def load_translator(path: str, backend: str = "auto", threads: int | None = None, inter_threads: int = 1):
+    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder (see `uses_ctranslate2`).
+    `inter_threads` (CTranslate2 only) batches are translated at once, each on `threads` threads."""
     if uses_ctranslate2(path, backend):
-        return CTranslate2Translator(path, threads=threads)
+        return CTranslate2Translator(path, threads=threads, inter_threads=inter_threads)
+    if inter_threads != 1:
+        raise ValueError(f"inter_threads={inter_threads}: batches in parallel need the CTranslate2 backend.")
     return PyTorchTranslator.from_folder(path, threads=threads)
 
 

@@ -11,7 +11,7 @@ SERVING = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "serving.
 def test_smallest_serving_setting_writes_its_section_after_the_main_report(tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     out.write_text("# Benchmarks\n\nbench.py's report\n")
-    command = [sys.executable, SERVING, "--sizes", "numbers", "--threads", "1", "--repeats", "1", "--out", str(out)]
+    command = [sys.executable, SERVING, "--sizes", "numbers", "--threads", "2", "--repeats", "1", "--out", str(out)]
     for _ in range(2):  # a second run replaces the section, it does not add another
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -28,5 +28,11 @@ def test_smallest_serving_setting_writes_its_section_after_the_main_report(tmp_p
         "| marian-generate",
         "| marian-ct2-float32",
         "| marian-ct2-int8",
+        "| ours-ct2-float32-parallel",  # at 2 threads, the CTranslate2 engines again with a batch per thread
+        "| ours-ct2-int8-parallel",
+        "| marian-ct2-float32-parallel",
+        "| marian-ct2-int8-parallel",
     ]
     assert "MarianMTLoader" in report
+    parallel = next(row for row in rows if row.startswith("| ours-ct2-int8-parallel")).split(" | ")
+    assert parallel[-2].endswith("x") and parallel[-1].endswith("x |")  # compared with Marian's in the same layout

@@ -248,6 +248,21 @@ def test_translate_n_best_prints_each_candidate_with_its_score_for_either_backen
     assert "--n-best" in capsys.readouterr().err
 
 
+def test_translate_with_batches_in_parallel_prints_the_same_lines_and_pytorch_names_the_flag(
+    trained_folder, exported_folder, capsys
+):
+    sentences = ["forty-two", "three hundred one", "two hundred twenty-two", "seven", "nineteen"]
+    outputs = []
+    for flags in ([], ["--threads", "1", "--inter-threads", "2", "--batch-size", "2"]):
+        assert main(["translate", "--model", str(exported_folder), *flags, *sentences]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 5
+    for command in (["translate", "seven"], ["evaluate", "--test-file", str(trained_folder.parent / "test.jsonl")]):
+        assert main([command[0], "--model", str(trained_folder), "--inter-threads", "2", *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert "--inter-threads 2: batches in parallel need a CTranslate2 folder" in err, err
+
+
 def test_evaluate_an_exported_folder_gives_the_same_scores(trained_folder, exported_folder, tmp_path):
     test_file = trained_folder.parent / "test.jsonl"
     scores = []
