@@ -2,17 +2,20 @@
 itself score higher?
 
     python bench/search_agreement.py --model MODEL_FOLDER --exported CT2_FOLDER --data test.jsonl --source en
+    python bench/search_agreement.py ... --target de --patience 1 1.5 2   # several patience values, with BLEU
 
 Both backends translate the source side of a datasets-translation JSON-lines file with the model's generation
 settings (beam size, length penalty). For every sentence where the two translations differ, the PyTorch model
 force-decodes both and scores each as beam search ranks hypotheses: summed token log-probabilities (</s> included)
 over length^length_penalty. Prints (and with --json writes) how many differ, which side scores higher, and which is
-longer.
+longer, for each CTranslate2 patience asked for (beam search stops once num_beams x patience hypotheses have
+finished).
 """
 
 import argparse
 import json
 
+import sacrebleu
 import torch
 
 from vanilla_transformer.translators import load_translator
@@ -28,27 +31,39 @@ def ranking_score(model, tokenizer, source: str, translation: str, length_penalt
     return log_probs / labels.shape[1] ** length_penalty
 
 
-def compare(model_folder: str, exported: str, sources: list[str], batch_size: int = 32) -> dict:
+def compare(model_folder: str, exported: str, sources: list[str], patiences=(None,), references=None) -> list[dict]:
+    """One result per CTranslate2 patience (None: the translator's default); with `references`, the lowercased
+    BLEU of both backends as well."""
     pytorch = load_translator(model_folder, backend="pytorch", threads=1)
     engine = load_translator(exported, backend="ctranslate2", threads=1)
     config = pytorch.model.generation_config
-    ours = [t[0].text for t in pytorch.translate(sources, batch_size=batch_size)]
-    theirs = [t[0].text for t in engine.translate(sources, batch_size=batch_size)]
+    ours = [t[0].text for t in pytorch.translate(sources, batch_size=32)]
+    results = []
+    for patience in patiences:
+        theirs = [t[0].text for t in engine.translate(sources, batch_size=32, patience=patience)]
+        result = disagreement(pytorch, sources, ours, theirs, config.length_penalty)
+        result.update(sentences=len(sources), num_beams=config.num_beams, patience=patience)
+        if references is not None:
+            bleu = lambda texts: sacrebleu.corpus_bleu(texts, [references], lowercase=True).score  # noqa: E731
+            result.update(bleu_generate=round(bleu(ours), 2), bleu_ctranslate2=round(bleu(theirs), 2))
+        results.append(result)
+    return results
+
+
+def disagreement(pytorch, sources, ours, theirs, length_penalty: float) -> dict:
+    """How many translations differ; for those, which the model scores higher and which is longer."""
     differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
     higher = {"generate": 0, "ctranslate2": 0, "equal": 0}
     ctranslate2_longer = 0
     for i in differ:
         a, b = (
-            ranking_score(pytorch.model, pytorch.tokenizer, sources[i], t, config.length_penalty)
-            for t in (ours[i], theirs[i])
+            ranking_score(pytorch.model, pytorch.tokenizer, sources[i], t, length_penalty) for t in (ours[i], theirs[i])
         )
         higher["generate" if a > b + 1e-5 else "ctranslate2" if b > a + 1e-5 else "equal"] += 1
         lengths = [len(pytorch.tokenizer(text_target=t)["input_ids"]) for t in (ours[i], theirs[i])]
         ctranslate2_longer += lengths[1] > lengths[0]
     return {
-        "sentences": len(sources),
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
+        "length_penalty": length_penalty,
         "differ": len(differ),
         "higher_score": higher,
         "ctranslate2_longer": ctranslate2_longer,
@@ -62,13 +77,19 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="a JSON-lines file in the datasets translation schema")
     parser.add_argument("--source", default="en", help="the source language key")
     parser.add_argument("--lowercase", action="store_true", help="lowercase the source (as the Multi30k recipe does)")
-    parser.add_argument("--json", help="also write the result to this file")
+    parser.add_argument("--target", help="the reference language key: also lowercased BLEU of both backends")
+    parser.add_argument(
+        "--patience", nargs="+", type=float, help="CTranslate2 patience values to compare (default: the translator's)"
+    )
+    parser.add_argument("--json", help="also write the results (a list, one per patience) to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with open(args.data, encoding="utf-8") as handle:
-        sources = [json.loads(line)["translation"][args.source] for line in handle if line.strip()]
+        pairs = [json.loads(line)["translation"] for line in handle if line.strip()]
+    sources = [pair[args.source] for pair in pairs]
     sources = [s.lower() for s in sources] if args.lowercase else sources
-    result = compare(args.model, args.exported, sources)
+    references = [pair[args.target] for pair in pairs] if args.target else None
+    result = compare(args.model, args.exported, sources, args.patience or (None,), references)
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as handle:

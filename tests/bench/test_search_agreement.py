@@ -33,12 +33,21 @@ def test_the_ranking_score_is_the_one_beam_search_reports(trained_folder):
 def test_the_script_compares_both_backends_on_a_data_file(trained_folder, tmp_path):
     exported = export_ctranslate2(str(trained_folder), str(tmp_path / "ct2"))
     data = tmp_path / "test.jsonl"
-    data.write_text("".join(json.dumps({"translation": {"en": s, "de": ""}}) + "\n" for s in SOURCES))
+    references = [t[0].text for t in load_translator(str(trained_folder)).translate(SOURCES)]
+    data.write_text(
+        "".join(json.dumps({"translation": {"en": s, "de": r}}) + "\n" for s, r in zip(SOURCES, references))
+    )
     out = tmp_path / "result.json"
     command = [sys.executable, SCRIPT, "--model", str(trained_folder), "--exported", exported, "--data", str(data)]
-    done = subprocess.run(command + ["--json", str(out)], capture_output=True, text=True, timeout=600)
+    command += ["--target", "de", "--patience", "1", "2", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["sentences"] == len(SOURCES)
-    assert sum(result["higher_score"].values()) == result["differ"] <= len(SOURCES)
-    assert 0 <= result["ctranslate2_longer"] <= result["differ"]
+    results = json.loads(out.read_text())
+    assert [result["patience"] for result in results] == [1.0, 2.0]
+    for result in results:
+        assert result["sentences"] == len(SOURCES)
+        assert sum(result["higher_score"].values()) == result["differ"] <= len(SOURCES)
+        assert 0 <= result["ctranslate2_longer"] <= result["differ"]
+        assert 0 <= result["bleu_ctranslate2"] <= 100 and 0 <= result["bleu_generate"] <= 100
+        if result["differ"] == 0:
+            assert result["bleu_ctranslate2"] == result["bleu_generate"]
