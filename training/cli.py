@@ -387,7 +387,7 @@ def add_backend_arguments(command: argparse.ArgumentParser) -> None:
         default=1,
         metavar="K",
         help="CTranslate2 only: translate K batches at once, each on --threads threads; for many sentences on N "
-        "cores, K=N with --threads 1 is the fastest layout measured in BENCHMARKS.md",
+        "cores, K=N with --threads 1 is the faster layout in BENCHMARKS.md for int8 and for larger models",
     )
 
 
