@@ -15,8 +15,8 @@ finished).
 import argparse
 import json
 
-import sacrebleu
 import torch
+from vanilla_transformer.training.metrics import translation_metrics
 
 from vanilla_transformer.translators import load_translator
 
@@ -31,21 +31,24 @@ def ranking_score(model, tokenizer, source: str, translation: str, length_penalt
     return log_probs / labels.shape[1] ** length_penalty
 
 
-def compare(model_folder: str, exported: str, sources: list[str], patiences=(None,), references=None) -> list[dict]:
+def compare(
+    model_folder: str, exported: str, sources: list[str], patiences=(None,), references=None, batch_size: int = 32
+) -> list[dict]:
     """One result per CTranslate2 patience (None: the translator's default); with `references`, the lowercased
     BLEU of both backends as well."""
     pytorch = load_translator(model_folder, backend="pytorch", threads=1)
     engine = load_translator(exported, backend="ctranslate2", threads=1)
     config = pytorch.model.generation_config
-    ours = [t[0].text for t in pytorch.translate(sources, batch_size=32)]
+    ours = [t[0].text for t in pytorch.translate(sources, batch_size=batch_size)]
+    bleu = lambda texts: translation_metrics(texts, references)["bleu_lowercase"]  # noqa: E731
+    bleu_generate = bleu(ours) if references is not None else None
     results = []
     for patience in patiences:
-        theirs = [t[0].text for t in engine.translate(sources, batch_size=32, patience=patience)]
+        theirs = [t[0].text for t in engine.translate(sources, batch_size=batch_size, patience=patience)]
         result = disagreement(pytorch, sources, ours, theirs, config.length_penalty)
         result.update(sentences=len(sources), num_beams=config.num_beams, patience=patience)
         if references is not None:
-            bleu = lambda texts: sacrebleu.corpus_bleu(texts, [references], lowercase=True).score  # noqa: E731
-            result.update(bleu_generate=round(bleu(ours), 2), bleu_ctranslate2=round(bleu(theirs), 2))
+            result.update(bleu_generate=bleu_generate, bleu_ctranslate2=bleu(theirs))
         results.append(result)
     return results
 
