@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,66 +24,13 @@ import time
 import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import AutoModelForSeq2SeqLM, CompileConfig, MarianConfig
 
 import vanilla_transformer
-from vanilla_transformer import VanillaTransformerConfig
 
-# model shapes: the embedded number task, Transformer-Tiny for Multi30k, and the paper's base model
-SIZES = {
-    "numbers": dict(d_model=128, heads=4, d_ff=512, layers=2, vocab=400),
-    "tiny": dict(d_model=128, heads=4, d_ff=256, layers=4, vocab=8000),
-    "base": dict(d_model=512, heads=8, d_ff=2048, layers=6, vocab=37000),
-}
-# training batch (sentences, source length, target length) per size, and in --quick mode
-BATCHES = {"numbers": (256, 12, 12), "tiny": (256, 16, 16), "base": (64, 32, 32)}
-QUICK_BATCHES = {"numbers": (128, 12, 12), "tiny": (128, 16, 16), "base": (16, 32, 32)}
-PAD, BOS, EOS = 0, 1, 2
-SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"  # BENCHMARKS.md from here on is serving.py's
-
-
-def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1):
-    """The same Transformer as this package's model or as MarianMTModel (post-norm, sinusoidal, shared embeddings)."""
-    if kind == "vanilla":
-        config = VanillaTransformerConfig(
-            vocab_size=size["vocab"],
-            d_model=size["d_model"],
-            num_heads=size["heads"],
-            d_ff=size["d_ff"],
-            encoder_layers=size["layers"],
-            decoder_layers=size["layers"],
-            dropout=dropout,
-            max_position_embeddings=512,
-            pad_token_id=PAD,
-            bos_token_id=BOS,
-            eos_token_id=EOS,
-            decoder_start_token_id=BOS,
-        )
-    else:
-        config = MarianConfig(
-            vocab_size=size["vocab"],
-            d_model=size["d_model"],
-            encoder_attention_heads=size["heads"],
-            decoder_attention_heads=size["heads"],
-            encoder_ffn_dim=size["d_ff"],
-            decoder_ffn_dim=size["d_ff"],
-            encoder_layers=size["layers"],
-            decoder_layers=size["layers"],
-            dropout=dropout,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            activation_function="relu",
-            scale_embedding=True,
-            max_position_embeddings=512,
-            pad_token_id=PAD,
-            eos_token_id=EOS,
-            forced_eos_token_id=None,
-            decoder_start_token_id=PAD,
-            share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=True,
-        )
-    torch.manual_seed(0)
-    return AutoModelForSeq2SeqLM.from_config(config, attn_implementation=attn).to(device)
+if __package__:  # imported as bench.bench
+    from . import common
+else:  # run as python bench/bench.py, which puts this folder on sys.path
+    import common
 
 
 def training_batch(size: dict, shape: tuple[int, int, int], device: str) -> dict:
@@ -118,32 +64,6 @@ class TrainStep:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-
-class Generate:
-    """`generate` for a fixed number of new tokens (min = max), so both models decode exactly as many steps.
-
-    `compiled`: the library's compiled decoding, a static cache with each decoding step run through torch.compile
-    (generate() does this by itself on accelerators; on the CPU the compile config has to ask for it)."""
-
-    def __init__(self, model, sources: torch.Tensor, num_beams: int, new_tokens: int, compiled: bool = False):
-        self.model, self.sources = model.eval(), sources
-        self.kwargs = dict(
-            num_beams=num_beams,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            early_stopping=False if num_beams > 1 else None,
-        )
-        if compiled:
-            compile_config = CompileConfig()
-            compile_config._compile_all_devices = True
-            self.kwargs.update(cache_implementation="static", compile_config=compile_config)
-        self.kwargs = {k: v for k, v in self.kwargs.items() if v is not None}
-
-    @torch.no_grad()
-    def __call__(self):
-        return self.model.generate(input_ids=self.sources, attention_mask=torch.ones_like(self.sources), **self.kwargs)
 
 
 def seconds_per_call(fn, calls: int, device: str) -> float:
@@ -210,12 +130,7 @@ def peak_memory(size_name: str, task: str, attn: str, quick: bool, device: str, 
     samples = {"vanilla": [], "marian": []}
     for probe in range(probes):
         for kind in ("vanilla", "marian") if probe % 2 == 0 else ("marian", "vanilla"):
-            args = [sys.executable, __file__, "--memory-probe", kind, size_name, task, attn, "--device", device]
-            if quick:
-                args.append("--quick")
-            done = subprocess.run(args, capture_output=True, text=True, check=True)
-            peak, added = map(float, done.stdout.strip().splitlines()[-1].split())
-            samples[kind].append((peak, added))
+            samples[kind].append(probe_memory(kind, size_name, task, attn, quick, device))
     median = lambda kind, i: statistics.median(sample[i] for sample in samples[kind])  # noqa: E731
     return {
         "size": size_name,
@@ -228,52 +143,54 @@ def peak_memory(size_name: str, task: str, attn: str, quick: bool, device: str, 
     }
 
 
+def probe_memory(kind: str, size_name: str, task: str, attn: str, quick: bool, device: str) -> tuple[float, float]:
+    """The peak and the memory the task added, measured by `memory_probe` in a fresh process."""
+    args = [sys.executable, __file__, "--memory-probe", kind, size_name, task, attn, "--device", device]
+    if quick:
+        args.append("--quick")
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    peak, added = map(float, done.stdout.strip().splitlines()[-1].split())
+    return peak, added
+
+
 def memory_probe(kind: str, size_name: str, task: str, attn: str, quick: bool, device: str) -> None:
     """Prints the peak and how much the task added to the memory in use once the model and its inputs were built."""
-    size = SIZES[size_name]
-    model = build(kind, size, attn, device)
-    shape = (QUICK_BATCHES if quick else BATCHES)[size_name]
-    if task == "train":
-        fn = TrainStep(model, training_batch(size, shape, device))
-    else:
-        fn = Generate(model, training_batch(size, (32, shape[1], 1), device)["input_ids"], 5, shape[2])
-    if device.startswith("cuda"):
-        synchronize(device)
-        start, setup_peak = torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        fn()
-        synchronize(device)
-        task_peak = torch.cuda.max_memory_allocated() / 2**20
-    else:
-        start, setup_peak = current_rss_mib(), peak_rss_mib()
-        # Linux: start the high-water mark afresh, so that what the task added is not hidden by a higher peak reached
-        # while importing and building
-        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        fn()
-        fn()
-        task_peak = peak_rss_mib()
+    fn = probed_task(kind, size_name, task, attn, quick, device)
+    start, setup_peak, task_peak = cuda_task_memory(fn, device) if device.startswith("cuda") else cpu_task_memory(fn)
     print(max(setup_peak, task_peak), task_peak - start)
 
 
-def proc_status_mib(field: str) -> float:
-    """A memory field of /proc/self/status (Linux) in MiB; elsewhere getrusage's ru_maxrss, the process's peak so far.
-    VmHWM, the peak, belongs to the process image and starts afresh at exec; ru_maxrss does not (it keeps the
-    high-water mark of the forking parent), so it is only a fallback."""
-    with contextlib.suppress(OSError):
-        for line in open("/proc/self/status"):
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def probed_task(kind: str, size_name: str, task: str, attn: str, quick: bool, device: str):
+    """One model's training step ("train") or beam-5 generation, built with its inputs."""
+    size = common.SIZES[size_name]
+    model = common.build(kind, size, attn, device)
+    shape = (common.QUICK_BATCHES if quick else common.BATCHES)[size_name]
+    if task == "train":
+        return TrainStep(model, training_batch(size, shape, device))
+    return common.Generate(model, training_batch(size, (32, shape[1], 1), device)["input_ids"], 5, shape[2])
 
 
-def current_rss_mib() -> float:
-    return proc_status_mib("VmRSS")
+def cuda_task_memory(fn, device: str) -> tuple[float, float, float]:
+    """MiB allocated before `fn` runs twice, the peak until then, and the peak while it runs."""
+    synchronize(device)
+    start, setup_peak = torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    fn()
+    synchronize(device)
+    return start, setup_peak, torch.cuda.max_memory_allocated() / 2**20
 
 
-def peak_rss_mib() -> float:
-    return proc_status_mib("VmHWM")
+def cpu_task_memory(fn) -> tuple[float, float, float]:
+    """The process's RSS in MiB before `fn` runs twice, its peak until then, and its peak while `fn` runs."""
+    start, setup_peak = common.current_rss_mib(), common.peak_rss_mib()
+    # Linux: start the high-water mark afresh, so that what the task added is not hidden by a higher peak reached
+    # while importing and building
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    fn()
+    fn()
+    return start, setup_peak, common.peak_rss_mib()
 
 
 def scaling(size: dict, attn: str, device: str, quick: bool) -> dict:
@@ -282,7 +199,7 @@ def scaling(size: dict, attn: str, device: str, quick: bool) -> dict:
     batches = [16, 32, 64, 128] if quick else [16, 32, 64, 128, 256]
     result = {"length": lengths, "batch": batches, "by_length": {}, "by_batch": {}}
     for kind in ("vanilla", "marian"):
-        model = build(kind, size, attn, device)
+        model = common.build(kind, size, attn, device)
         by_length, by_batch = [], []
         for length in lengths:
             step = TrainStep(model, training_batch(size, (32, length, length), device))
@@ -319,19 +236,10 @@ def plot_scaling(result: dict, path: str, title: str) -> None:
     plt.close(figure)
 
 
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what the platform module knows."""
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def machine(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name()
-    return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    return f"{common.cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
 def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
@@ -344,104 +252,145 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
 
 
 def train_step(kind: str, size: dict, attn: str, device: str, batch: dict) -> "TrainStep":
-    return TrainStep(build(kind, size, attn, device), batch)
+    return TrainStep(common.build(kind, size, attn, device), batch)
 
 
 def generator(kind: str, size: dict, attn: str, device: str, sources, beams: int, new_tokens: int, compiled: bool):
-    return Generate(build(kind, size, attn, device), sources, beams, new_tokens, compiled)
+    return common.Generate(common.build(kind, size, attn, device), sources, beams, new_tokens, compiled)
+
+
+def batch_shapes(args) -> dict:
+    return common.QUICK_BATCHES if args.quick else common.BATCHES
 
 
 def run(args) -> dict:
-    device = args.device
-    batches = QUICK_BATCHES if args.quick else BATCHES
-    repeats = args.repeats or (3 if args.quick else 5)
-    calls = args.steps or (2 if args.quick else 3)
+    """Every measurement the report shows, in the order they are taken."""
     results = {"train": [], "generate": [], "memory": [], "utilisation": []}
-    peak = matmul_peak(device, 1024 if args.quick else 2048)
-    results["matmul_peak"] = peak
+    results["matmul_peak"] = matmul_peak(args.device, 1024 if args.quick else 2048)
     for size_name in args.sizes:
-        size, shape = SIZES[size_name], batches[size_name]
         for attn in args.attn:
-            batch = training_batch(size, shape, device)
-            train = compare(
-                functools.partial(train_step, "vanilla", size, attn, device, batch),
-                functools.partial(train_step, "marian", size, attn, device, batch),
-                repeats,
-                calls,
-                device,
-            )
-            target_tokens = shape[0] * shape[2]
-            results["train"].append(
-                {
-                    "size": size_name,
-                    "attn": attn,
-                    "batch": shape,
-                    **train,
-                    "ours_tgt_tok_s": target_tokens / train["ours"],
-                    "theirs_tgt_tok_s": target_tokens / train["theirs"],
-                    "ours_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["ours"],
-                    "theirs_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["theirs"],
-                }
-            )
-            print(json.dumps(results["train"][-1]), flush=True)
-            if attn == args.attn[0]:
-                flops = training_flops(build("vanilla", size, attn, device), batch)
-                results["utilisation"].append(
-                    {
-                        "size": size_name,
-                        "attn": attn,
-                        "flops": flops,
-                        "step": train["ours"],
-                        "fraction": flops / train["ours"] / peak,
-                    }
-                )
-            sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
-            compiled_runs = (False, True) if attn == args.attn[0] and not args.no_compile else (False,)
-            for compiled in compiled_runs:
-                for beams in (1, 5):
-                    gen = compare(
-                        functools.partial(generator, "vanilla", size, attn, device, sources, beams, shape[2], compiled),
-                        functools.partial(generator, "marian", size, attn, device, sources, beams, shape[2], compiled),
-                        repeats,
-                        1,
-                        device,
-                    )
-                    results["generate"].append(
-                        {
-                            "size": size_name,
-                            "attn": attn,
-                            "beams": beams,
-                            "compiled": compiled,
-                            **gen,
-                            "ours_sent_s": 32 / gen["ours"],
-                            "theirs_sent_s": 32 / gen["theirs"],
-                        }
-                    )
-                    print(json.dumps(results["generate"][-1]), flush=True)
+            measure_attention(results, args, size_name, attn)
         if not args.no_memory:
             for task in ("train", "beam5"):
                 results["memory"].append(
-                    peak_memory(size_name, task, args.attn[0], args.quick, device, probes=1 if args.quick else 3)
+                    peak_memory(size_name, task, args.attn[0], args.quick, args.device, probes=1 if args.quick else 3)
                 )
-    largest = args.sizes[-1]
-    if not device.startswith("cuda"):
-        size, shape = SIZES[largest], batches[largest]
-        model = build("vanilla", size, args.attn[0], device)
-        sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
-        results["profile"] = {
-            "size": largest,
-            "train": profile_table(TrainStep(model, training_batch(size, shape, device))),
-            "beam5": profile_table(Generate(model, sources, 5, shape[2])),
-        }
+    if not args.device.startswith("cuda"):
+        results["profile"] = profiles(args, args.sizes[-1])
     if args.plot:
         scale_size = "tiny" if "tiny" in args.sizes else args.sizes[0]
-        results["scaling"] = scaling(SIZES[scale_size], args.attn[0], device, args.quick)
+        results["scaling"] = scaling(common.SIZES[scale_size], args.attn[0], args.device, args.quick)
         plot_scaling(results["scaling"], args.plot, f"Training step time, {scale_size} size, {args.attn[0]} attention")
     return results
 
 
+def measure_attention(results: dict, args, size_name: str, attn: str) -> None:
+    """One size with one attention: the training step, its utilisation (first attention only) and generation."""
+    size, shape, device = common.SIZES[size_name], batch_shapes(args)[size_name], args.device
+    batch = training_batch(size, shape, device)
+    train = train_row(args, size_name, attn, batch, shape)
+    log_row(results["train"], train)
+    first = attn == args.attn[0]
+    if first:
+        results["utilisation"].append(utilisation_row(size_name, attn, device, batch, train["ours"], results))
+    sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
+    for compiled in (False, True) if first and not args.no_compile else (False,):
+        for beams in (1, 5):
+            log_row(results["generate"], generate_row(args, size_name, attn, sources, beams, compiled))
+
+
+def log_row(rows: list, row: dict) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def repeats_and_calls(args) -> tuple[int, int]:
+    """Alternating repeats per comparison and timed calls per repeat of a training step."""
+    return args.repeats or (3 if args.quick else 5), args.steps or (2 if args.quick else 3)
+
+
+def train_row(args, size_name: str, attn: str, batch: dict, shape: tuple[int, int, int]) -> dict:
+    size, device = common.SIZES[size_name], args.device
+    repeats, calls = repeats_and_calls(args)
+    train = compare(
+        functools.partial(train_step, "vanilla", size, attn, device, batch),
+        functools.partial(train_step, "marian", size, attn, device, batch),
+        repeats,
+        calls,
+        device,
+    )
+    target_tokens = shape[0] * shape[2]
+    return {
+        "size": size_name,
+        "attn": attn,
+        "batch": shape,
+        **train,
+        "ours_tgt_tok_s": target_tokens / train["ours"],
+        "theirs_tgt_tok_s": target_tokens / train["theirs"],
+        "ours_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["ours"],
+        "theirs_all_tok_s": shape[0] * (shape[1] + shape[2]) / train["theirs"],
+    }
+
+
+def utilisation_row(size_name: str, attn: str, device: str, batch: dict, step: float, results: dict) -> dict:
+    """Our training step's counted FLOPs over its measured time, as a fraction of the measured matmul peak."""
+    flops = training_flops(common.build("vanilla", common.SIZES[size_name], attn, device), batch)
+    return {
+        "size": size_name,
+        "attn": attn,
+        "flops": flops,
+        "step": step,
+        "fraction": flops / step / results["matmul_peak"],
+    }
+
+
+def generate_row(args, size_name: str, attn: str, sources, beams: int, compiled: bool) -> dict:
+    size, new_tokens, device = common.SIZES[size_name], batch_shapes(args)[size_name][2], args.device
+    repeats, _ = repeats_and_calls(args)
+    gen = compare(
+        functools.partial(generator, "vanilla", size, attn, device, sources, beams, new_tokens, compiled),
+        functools.partial(generator, "marian", size, attn, device, sources, beams, new_tokens, compiled),
+        repeats,
+        1,
+        device,
+    )
+    return {
+        "size": size_name,
+        "attn": attn,
+        "beams": beams,
+        "compiled": compiled,
+        **gen,
+        "ours_sent_s": 32 / gen["ours"],
+        "theirs_sent_s": 32 / gen["theirs"],
+    }
+
+
+def profiles(args, size_name: str) -> dict:
+    """torch.profiler tables of our training step and beam-5 generation at one size."""
+    size, shape, device = common.SIZES[size_name], batch_shapes(args)[size_name], args.device
+    model = common.build("vanilla", size, args.attn[0], device)
+    sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
+    return {
+        "size": size_name,
+        "train": profile_table(TrainStep(model, training_batch(size, shape, device))),
+        "beam5": profile_table(common.Generate(model, sources, 5, shape[2])),
+    }
+
+
 def write_markdown(results: dict, args, command: str) -> str:
-    lines = [
+    lines = header_lines(results, args, command) + train_lines(results) + generate_lines(results)
+    if results["memory"]:
+        lines += memory_lines(results, args)
+    lines += utilisation_lines(results)
+    if results.get("scaling"):
+        lines += scaling_lines(results, args)
+    if results.get("profile"):
+        lines += profile_lines(results)
+    return "\n".join(lines) + "\n"
+
+
+def header_lines(results: dict, args, command: str) -> list[str]:
+    return [
         "# Benchmarks",
         "",
         "Generated by `bench/bench.py`; do not edit by hand. vanilla-transformer against transformers'",
@@ -459,6 +408,11 @@ def write_markdown(results: dict, args, command: str) -> str:
         "Sizes: `numbers` d_model 128, h 4, d_ff 512, 2+2 layers, vocab 400; `tiny` d_model 128, h 4, d_ff 256, 4+4,",
         "vocab 8000; `base` (the paper's) d_model 512, h 8, d_ff 2048, 6+6, vocab 37000.",
         "",
+    ]
+
+
+def train_lines(results: dict) -> list[str]:
+    lines = [
         "## Training step (forward, backward, clipping, Adam)",
         "",
         "| size | attention | batch (sent x src x tgt) | ours ms | Marian ms | target tok/s ours | Marian | "
@@ -472,7 +426,11 @@ def write_markdown(results: dict, args, command: str) -> str:
             f"{r['ours_all_tok_s']:.0f} | {r['theirs_all_tok_s']:.0f} | {r['ratio']:.2f}x | "
             f"{verdict(r['ratio'], 1.2)} |"
         )
-    lines += [
+    return lines
+
+
+def generate_lines(results: dict) -> list[str]:
+    lines = [
         "",
         "## Generation (32 sentences, fixed number of new tokens)",
         "",
@@ -487,39 +445,50 @@ def write_markdown(results: dict, args, command: str) -> str:
     ]
     for r in results["generate"]:
         search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
-        decoding = "eager"
-        if r.get("compiled"):
-            decoding = "static cache, compiled" if r["ours_compiled"] and r["theirs_compiled"] else "static cache"
         lines.append(
-            f"| {r['size']} | {r['attn']} | {decoding} | {search} | {r['ours_sent_s']:.1f} | "
+            f"| {r['size']} | {r['attn']} | {decoding(r)} | {search} | {r['ours_sent_s']:.1f} | "
             f"{r['theirs_sent_s']:.1f} | {r['ratio']:.2f}x | {verdict(r['ratio'], 1.3)} |"
         )
-    if results["memory"]:
-        probes = results["memory"][0].get("probes", 1)
-        unit = (
-            "max allocated"
-            if args.device.startswith("cuda")
-            else "peak RSS (VmHWM) of a fresh process, torch and transformers included"
+    return lines
+
+
+def decoding(row: dict) -> str:
+    """How a generation row decoded: eager, or with the static cache, compiled or not."""
+    if not row.get("compiled"):
+        return "eager"
+    return "static cache, compiled" if row["ours_compiled"] and row["theirs_compiled"] else "static cache"
+
+
+def memory_lines(results: dict, args) -> list[str]:
+    probes = results["memory"][0].get("probes", 1)
+    unit = (
+        "max allocated"
+        if args.device.startswith("cuda")
+        else "peak RSS (VmHWM) of a fresh process, torch and transformers included"
+    )
+    lines = [
+        "",
+        f"## Peak memory ({unit}, MiB)",
+        "",
+        f"The median over {probes} fresh process{'es' if probes > 1 else ''} per model, the two models' "
+        "processes alternating. `added`: the peak minus the memory in use once the model and its inputs "
+        "were built, that is what the task itself took.",
+        "",
+        "| size | task | ours | Marian | ours / Marian | target <= 1.0 | added: ours | Marian |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["memory"]:
+        added = f"{r['ours_added']:.0f} | {r['theirs_added']:.0f}" if "ours_added" in r else "- | -"
+        lines.append(
+            f"| {r['size']} | {r['task']} | {r['ours']:.0f} | {r['theirs']:.0f} | "
+            f"{r['ours'] / r['theirs']:.2f} | {verdict(r['ours'] / r['theirs'], 1.0, False)} | "
+            f"{added} |"
         )
-        lines += [
-            "",
-            f"## Peak memory ({unit}, MiB)",
-            "",
-            f"The median over {probes} fresh process{'es' if probes > 1 else ''} per model, the two models' "
-            "processes alternating. `added`: the peak minus the memory in use once the model and its inputs "
-            "were built, that is what the task itself took.",
-            "",
-            "| size | task | ours | Marian | ours / Marian | target <= 1.0 | added: ours | Marian |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for r in results["memory"]:
-            added = f"{r['ours_added']:.0f} | {r['theirs_added']:.0f}" if "ours_added" in r else "- | -"
-            lines.append(
-                f"| {r['size']} | {r['task']} | {r['ours']:.0f} | {r['theirs']:.0f} | "
-                f"{r['ours'] / r['theirs']:.2f} | {verdict(r['ours'] / r['theirs'], 1.0, False)} | "
-                f"{added} |"
-            )
-    lines += [
+    return lines
+
+
+def utilisation_lines(results: dict) -> list[str]:
+    lines = [
         "",
         "## Hardware utilisation of the training step",
         "",
@@ -535,47 +504,50 @@ def write_markdown(results: dict, args, command: str) -> str:
             f"| {r['size']} | {r['attn']} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
             f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {target} |"
         )
-    if results.get("scaling"):
-        lines += [
-            "",
-            "## Scaling",
-            "",
-            "![training step time against length and batch]("
-            f"{os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.out)))})",
-            "",
-            "| length (batch 32) | " + " | ".join(map(str, results["scaling"]["length"])) + " |",
-            "|---|" + "---|" * len(results["scaling"]["length"]),
-        ]
-        for kind in ("vanilla", "marian"):
-            lines.append(
-                f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_length"][kind]) + " |"
-            )
-        lines += [
-            "",
-            "| batch (length 16) | " + " | ".join(map(str, results["scaling"]["batch"])) + " |",
-            "|---|" + "---|" * len(results["scaling"]["batch"]),
-        ]
-        for kind in ("vanilla", "marian"):
-            lines.append(
-                f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in results["scaling"]["by_batch"][kind]) + " |"
-            )
-    if results.get("profile"):
-        size = results["profile"]["size"]
-        lines += [
-            "",
-            f"## Where the time goes: our training step at the {size} size (torch.profiler)",
-            "",
-            "```",
-            results["profile"]["train"].strip(),
-            "```",
-            "",
-            f"## Where the time goes: our beam-5 generation at the {size} size (torch.profiler)",
-            "",
-            "```",
-            results["profile"]["beam5"].strip(),
-            "```",
-        ]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def scaling_lines(results: dict, args) -> list[str]:
+    return [
+        "",
+        "## Scaling",
+        "",
+        "![training step time against length and batch]("
+        f"{os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.out)))})",
+        "",
+        *scaling_table(results["scaling"], "length (batch 32)", "length", "by_length"),
+        "",
+        *scaling_table(results["scaling"], "batch (length 16)", "batch", "by_batch"),
+    ]
+
+
+def scaling_table(scaling_result: dict, heading: str, axis: str, times: str) -> list[str]:
+    """Both models' step times in ms along one axis of the scaling measurement."""
+    lines = [
+        f"| {heading} | " + " | ".join(map(str, scaling_result[axis])) + " |",
+        "|---|" + "---|" * len(scaling_result[axis]),
+    ]
+    for kind in ("vanilla", "marian"):
+        lines.append(f"| {kind} ms | " + " | ".join(f"{1000 * t:.0f}" for t in scaling_result[times][kind]) + " |")
+    return lines
+
+
+def profile_lines(results: dict) -> list[str]:
+    size = results["profile"]["size"]
+    return [
+        "",
+        f"## Where the time goes: our training step at the {size} size (torch.profiler)",
+        "",
+        "```",
+        results["profile"]["train"].strip(),
+        "```",
+        "",
+        f"## Where the time goes: our beam-5 generation at the {size} size (torch.profiler)",
+        "",
+        "```",
+        results["profile"]["beam5"].strip(),
+        "```",
+    ]
 
 
 def measuring_command(argv: list[str]) -> str:
@@ -591,10 +563,10 @@ def measuring_command(argv: list[str]) -> str:
     return " ".join(["python bench/bench.py", *kept])
 
 
-def main(argv=None) -> int:
+def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repeats")
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", choices=list(common.SIZES), default=list(common.SIZES))
     parser.add_argument("--attn", nargs="+", choices=["sdpa", "eager"], default=["sdpa", "eager"])
     parser.add_argument("--repeats", type=int, help="alternating repeats per comparison")
     parser.add_argument("--steps", type=int, help="timed calls per repeat")
@@ -621,7 +593,20 @@ def main(argv=None) -> int:
         help="measure nothing: write the report from the raw results a previous run saved with --json",
     )
     parser.add_argument("--memory-probe", nargs=4, metavar=("MODEL", "SIZE", "TASK", "ATTN"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def write_report(markdown: str, path: str) -> None:
+    """Write the report to `path`, keeping bench/serving.py's section after it if the file holds one."""
+    with open(path, "w+" if not os.path.exists(path) else "r+") as handle:
+        serving = handle.read().partition(common.SERVING_MARKER)  # bench/serving.py's section, kept as it is
+        handle.seek(0)
+        handle.truncate()
+        handle.write(markdown + ("\n" + "".join(serving[1:]) if serving[1] else ""))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     transformers.logging.set_verbosity_error()
     if args.memory_probe:
         memory_probe(*args.memory_probe, args.quick, args.device)
@@ -633,11 +618,7 @@ def main(argv=None) -> int:
         results = run(args)
         results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
     markdown = write_markdown(results, args, results.get("command", "python bench/bench.py"))
-    with open(args.out, "w+" if not os.path.exists(args.out) else "r+") as handle:
-        serving = handle.read().partition(SERVING_MARKER)  # bench/serving.py's section, kept as it is
-        handle.seek(0)
-        handle.truncate()
-        handle.write(markdown + ("\n" + "".join(serving[1:]) if serving[1] else ""))
+    write_report(markdown, args.out)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

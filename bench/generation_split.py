@@ -10,14 +10,14 @@ tokens); the two models are timed alternately and the medians over repeats are p
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import SIZES, Generate, build  # noqa: E402
+if __package__:  # imported as bench.generation_split (the tests do)
+    from . import common
+else:  # run as python bench/generation_split.py, which puts this folder on sys.path
+    import common
 
 SOURCES, SOURCE_LENGTH, NEW_TOKENS = 32, 16, 16
 
@@ -38,14 +38,14 @@ class Stopwatch:
 
 
 def split(size_name: str, num_beams: int, repeats: int) -> dict:
-    size = SIZES[size_name]
+    size = common.SIZES[size_name]
     sources = torch.randint(3, size["vocab"], (SOURCES, SOURCE_LENGTH), generator=torch.Generator().manual_seed(0))
     runs = {}
     for kind in ("vanilla", "marian"):
-        model = build(kind, size, "sdpa", "cpu")
+        model = common.build(kind, size, "sdpa", "cpu")
         # generate() runs the encoder once through get_encoder(), then the whole model once per new token
         encoder, decoder = Stopwatch(model.get_encoder()), Stopwatch(model)
-        runs[kind] = (Generate(model, sources, num_beams, NEW_TOKENS), encoder, decoder)
+        runs[kind] = (common.Generate(model, sources, num_beams, NEW_TOKENS), encoder, decoder)
         runs[kind][0]()  # warm-up
     times = {kind: {"total": [], "encoder": [], "decoder": []} for kind in runs}
     for _ in range(repeats):
@@ -80,22 +80,26 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for size_name in sizes:
         for num_beams in (1, 5):
-            r = split(size_name, num_beams, repeats)
-            search = "greedy" if num_beams == 1 else f"beam {num_beams}"
-            for kind, label in (("vanilla", "ours"), ("marian", "Marian")):
-                p = r[kind]
-                ratios = (
-                    (
-                        f"{r['marian']['decoder'] / r['vanilla']['decoder']:.2f}x | "
-                        f"{r['marian']['total'] / r['vanilla']['total']:.2f}x"
-                    )
-                    if kind == "vanilla"
-                    else " | "
-                )
-                print(
-                    f"| {size_name} | {search} | {label} | {p['total']:.0f} | {p['encoder']:.0f} | "
-                    f"{p['decoder']:.0f} | {p['search']:.0f} | {ratios} |"
-                )
+            print_rows(size_name, num_beams, split(size_name, num_beams, repeats))
+
+
+def print_rows(size_name: str, num_beams: int, r: dict) -> None:
+    """The table's two rows of one size and search: ours with the ratios, then Marian's."""
+    search = "greedy" if num_beams == 1 else f"beam {num_beams}"
+    for kind, label in (("vanilla", "ours"), ("marian", "Marian")):
+        p = r[kind]
+        ratios = (
+            (
+                f"{r['marian']['decoder'] / r['vanilla']['decoder']:.2f}x | "
+                f"{r['marian']['total'] / r['vanilla']['total']:.2f}x"
+            )
+            if kind == "vanilla"
+            else " | "
+        )
+        print(
+            f"| {size_name} | {search} | {label} | {p['total']:.0f} | {p['encoder']:.0f} | "
+            f"{p['decoder']:.0f} | {p['search']:.0f} | {ratios} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,11 @@ import sys
 import tempfile
 import time
 
-SIZES = {"numbers": "numbers", "tiny": "tiny", "base": "base"}  # as in bench.py
+if __package__:  # imported as bench.serving
+    from . import common
+else:  # run as python bench/serving.py, which puts this folder on sys.path
+    import common
+
 ENGINES = (
     "ours-ct2-float32",
     "ours-ct2-int8",
@@ -36,7 +40,6 @@ ENGINES = (
 PARALLEL = "-parallel"  # see engines_at
 SEARCHES = {"greedy": 1, "beam5": 5}
 SENTENCES = 32  # per call; source and output lengths are bench.py's per size
-SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"
 
 
 def word_tokenizer(vocab_size: int):
@@ -79,17 +82,15 @@ def convert(size_name: str, folder: str) -> dict:
     import ctranslate2
     from ctranslate2.converters.transformers import MarianMTLoader
 
-    from bench import BATCHES, build
-    from bench import SIZES as BENCH_SIZES
     from vanilla_transformer import export_ctranslate2
 
-    size = BENCH_SIZES[size_name]
-    _, src_len, new_tokens = BATCHES[size_name]
+    size = common.SIZES[size_name]
+    _, src_len, new_tokens = common.BATCHES[size_name]
     with open(os.path.join(folder, "shape.json"), "w") as handle:  # what the probes of this size read
         json.dump({"size": size, "src_len": src_len, "new_tokens": new_tokens}, handle)
     tokenizer = word_tokenizer(size["vocab"])
     for quantization in ("float32", "int8"):
-        ours = build("vanilla", size, "sdpa", "cpu", dropout=0.0).eval()
+        ours = common.build("vanilla", size, "sdpa", "cpu", dropout=0.0).eval()
         export_ctranslate2(
             ours,
             os.path.join(folder, f"ours-ct2-{quantization}"),
@@ -97,7 +98,7 @@ def convert(size_name: str, folder: str) -> dict:
             tokenizer=tokenizer,
             max_positions=512,
         )
-        marian = build("marian", size, "sdpa", "cpu", dropout=0.0).eval()
+        marian = common.build("marian", size, "sdpa", "cpu", dropout=0.0).eval()
         spec = MarianMTLoader()(marian, MarianVocabulary(size["vocab"]))
         spec.validate()
         spec.optimize(quantization=quantization)
@@ -133,7 +134,7 @@ def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
         for _ in range(calls):
             run(beams)
         times[search] = (time.perf_counter() - start) / calls
-    return {"times": times, "peak_mib": peak_rss_mib()}
+    return {"times": times, "peak_mib": common.peak_rss_mib()}
 
 
 def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int, parallel: bool = False):
@@ -158,19 +159,10 @@ def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int, p
 def generate_runner(kind: str, size: dict, ids: list[list[int]], new_tokens: int, threads: int):
     import torch
 
-    from bench import Generate, build
-
     torch.set_num_threads(threads)
-    model = build("vanilla" if kind == "ours" else "marian", size, "sdpa", "cpu", dropout=0.0)
+    model = common.build("vanilla" if kind == "ours" else "marian", size, "sdpa", "cpu", dropout=0.0)
     source = torch.tensor(ids)
-    return lambda beams: Generate(model, source, beams, new_tokens)()
-
-
-def peak_rss_mib() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise OSError("no VmHWM in /proc/self/status")
+    return lambda beams: common.Generate(model, source, beams, new_tokens)()
 
 
 def measure(threads: int, folder: str, repeats: int, calls: int, engines) -> dict:
@@ -202,24 +194,7 @@ def bleu_by_backend(model: str, data: str, target_lang: str, folder: str, thread
     results = {}
     for name, path in rows.items():
         out = os.path.join(folder, f"{name.replace(' ', '-')}.json")
-        command = [
-            "vanilla-transformer",
-            "evaluate",
-            "--model",
-            path,
-            "--test-file",
-            os.path.join(data, "test_2016_flickr.jsonl"),
-            "--source-lang",
-            "en",
-            "--target-lang",
-            target_lang,
-            "--num-beams",
-            "5",
-            "--threads",
-            str(threads),
-            "--output",
-            out,
-        ]
+        command = evaluate_command(path, data, target_lang, threads, out)
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True, text=True)
         scores = json.load(open(out))
@@ -227,15 +202,44 @@ def bleu_by_backend(model: str, data: str, target_lang: str, folder: str, thread
     return results
 
 
+def evaluate_command(model: str, data: str, target_lang: str, threads: int, out: str) -> list[str]:
+    """`vanilla-transformer evaluate` of `model` on the En->target test_2016_flickr, beam 5, scores into `out`."""
+    return [
+        "vanilla-transformer",
+        "evaluate",
+        "--model",
+        model,
+        "--test-file",
+        os.path.join(data, "test_2016_flickr.jsonl"),
+        "--source-lang",
+        "en",
+        "--target-lang",
+        target_lang,
+        "--num-beams",
+        "5",
+        "--threads",
+        str(threads),
+        "--output",
+        out,
+    ]
+
+
 def write_section(results: dict, command: str) -> str:
+    lines = header_lines(results, command)
+    for key, rows in results["speed"].items():
+        lines += speed_lines(key, rows)
+    if results.get("bleu"):
+        lines += bleu_lines(results)
+    return "\n".join(lines)
+
+
+def header_lines(results: dict, command: str) -> list[str]:
     import ctranslate2
     import torch
     import transformers
 
-    from bench import cpu_name
-
-    lines = [
-        SERVING_MARKER,
+    return [
+        common.SERVING_MARKER,
         "",
         "## Serving: CTranslate2 against generate() and against MarianMTModel",
         "",
@@ -249,48 +253,54 @@ def write_section(results: dict, command: str) -> str:
         "(inter_threads).",
         "",
         f"- command: `{command}`",
-        f"- machine: {cpu_name()}, {os.cpu_count()} cores",
+        f"- machine: {common.cpu_name()}, {os.cpu_count()} cores",
         f"- ctranslate2 {ctranslate2.__version__}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, Python {platform.python_version()}; Marian converted with "
         f"{results['marian_converter']}",
         "",
     ]
-    for key, rows in results["speed"].items():
-        size_name, threads = key.split("/")
-        lines += [
-            f"### {size_name}, {threads} thread{'s' if threads != '1' else ''}",
-            "",
-            "| engine | greedy sent/s | beam 5 sent/s | peak MiB | greedy vs Marian generate() | beam 5 | "
-            "greedy vs Marian CTranslate2 | beam 5 |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for engine, row in rows.items():
-            speed = {s: SENTENCES / t for s, t in row["times"].items()}
-            base = rows["marian-generate"]["times"]
-            same = rows.get(engine.replace("ours", "marian"), {}).get("times") if "ct2" in engine else None
-            versus = [f"{base[s] / row['times'][s]:.2f}x" for s in SEARCHES]
-            peer = [f"{same[s] / row['times'][s]:.2f}x" for s in SEARCHES] if same and "ours" in engine else ["", ""]
-            lines.append(
-                f"| {engine} | {speed['greedy']:.1f} | {speed['beam5']:.1f} | {row['peak_mib']:.0f} | "
-                f"{versus[0]} | {versus[1]} | {peer[0]} | {peer[1]} |"
-            )
-        lines.append("")
-    if results.get("bleu"):
-        lines += [
-            f"### BLEU of the Multi30k {results['bleu_pair']} recipe model, test_2016_flickr, beam 5",
-            "",
-            "| backend | BLEU lowercased | seconds for `evaluate` |",
-            "|---|---|---|",
-        ]
-        for name, row in results["bleu"].items():
-            lines.append(f"| {name} | {row['bleu_lowercase']} | {row['seconds']:.1f} |")
-        lines.append("")
-    return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def speed_lines(key: str, rows: dict) -> list[str]:
+    """The table of one size at one thread count: speed, peak memory and ratios of every engine."""
+    size_name, threads = key.split("/")
+    lines = [
+        f"### {size_name}, {threads} thread{'s' if threads != '1' else ''}",
+        "",
+        "| engine | greedy sent/s | beam 5 sent/s | peak MiB | greedy vs Marian generate() | beam 5 | "
+        "greedy vs Marian CTranslate2 | beam 5 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for engine, row in rows.items():
+        speed = {s: SENTENCES / t for s, t in row["times"].items()}
+        base = rows["marian-generate"]["times"]
+        same = rows.get(engine.replace("ours", "marian"), {}).get("times") if "ct2" in engine else None
+        versus = [f"{base[s] / row['times'][s]:.2f}x" for s in SEARCHES]
+        peer = [f"{same[s] / row['times'][s]:.2f}x" for s in SEARCHES] if same and "ours" in engine else ["", ""]
+        lines.append(
+            f"| {engine} | {speed['greedy']:.1f} | {speed['beam5']:.1f} | {row['peak_mib']:.0f} | "
+            f"{versus[0]} | {versus[1]} | {peer[0]} | {peer[1]} |"
+        )
+    lines.append("")
+    return lines
+
+
+def bleu_lines(results: dict) -> list[str]:
+    lines = [
+        f"### BLEU of the Multi30k {results['bleu_pair']} recipe model, test_2016_flickr, beam 5",
+        "",
+        "| backend | BLEU lowercased | seconds for `evaluate` |",
+        "|---|---|---|",
+    ]
+    for name, row in results["bleu"].items():
+        lines.append(f"| {name} | {row['bleu_lowercase']} | {row['seconds']:.1f} |")
+    lines.append("")
+    return lines
+
+
+def parse_args(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "base"])
+    parser.add_argument("--sizes", nargs="+", choices=list(common.SIZES), default=["tiny", "base"])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--quick", action="store_true", help="fewer repeats and calls")
@@ -302,13 +312,11 @@ def main(argv=None) -> int:
         "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
     )
     parser.add_argument("--probe", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.probe:
-        engine, threads, folder, calls = args.probe
-        print(json.dumps(probe(engine, int(threads), folder, int(calls))))
-        return 0
-    if "marian-generate" not in args.engines:
-        parser.error("--engines must include marian-generate, the reference of the ratios")
+    return parser, parser.parse_args(argv)
+
+
+def run(args) -> dict:
+    """Every engine's speed per size and thread count, and with --bleu-model each backend's BLEU."""
     repeats, calls = (3, 1) if args.quick else (5, 2)
     repeats = args.repeats or repeats
     results = {"speed": {}}
@@ -325,17 +333,37 @@ def main(argv=None) -> int:
             results["bleu"] = bleu_by_backend(
                 args.bleu_model, args.bleu_data, args.bleu_target_lang, folder, max(args.threads)
             )
-    given = argv if argv is not None else sys.argv[1:]
+    return results
+
+
+def measuring_command(given: list[str]) -> str:
+    """The command line that produced the figures, without --out and the file it names."""
     kept = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]
-    section = write_section(results, " ".join(["python bench/serving.py", *kept]))
-    report = open(args.out).read() if os.path.exists(args.out) else ""
-    report = report.split(SERVING_MARKER)[0].rstrip("\n") + "\n\n" + section
-    with open(args.out, "w") as handle:
+    return " ".join(["python bench/serving.py", *kept])
+
+
+def write_report(section: str, path: str) -> None:
+    """Put the section at the end of the report in `path`, in place of the one an earlier run wrote there."""
+    report = open(path).read() if os.path.exists(path) else ""
+    report = report.split(common.SERVING_MARKER)[0].rstrip("\n") + "\n\n" + section
+    with open(path, "w") as handle:
         handle.write(report)
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(argv)
+    if args.probe:
+        engine, threads, folder, calls = args.probe
+        print(json.dumps(probe(engine, int(threads), folder, int(calls))))
+        return 0
+    if "marian-generate" not in args.engines:
+        parser.error("--engines must include marian-generate, the reference of the ratios")
+    results = run(args)
+    section = write_section(results, measuring_command(argv if argv is not None else sys.argv[1:]))
+    write_report(section, args.out)
     print(section)
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main())

@@ -6,37 +6,15 @@ import os
 import subprocess
 import sys
 
+from bench.generation_split import split
+
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench.py")
 
 
 def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     out, plot, raw = tmp_path / "BENCHMARKS.md", tmp_path / "scaling.png", tmp_path / "results.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            BENCH,
-            "--quick",
-            "--sizes",
-            "numbers",
-            "--attn",
-            "sdpa",
-            "--repeats",
-            "1",
-            "--steps",
-            "1",
-            "--out",
-            str(out),
-            "--plot",
-            str(plot),
-            "--json",
-            str(raw),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    quick = ["--quick", "--sizes", "numbers", "--attn", "sdpa", "--repeats", "1", "--steps", "1"]
+    run_bench(*quick, "--out", str(out), "--plot", str(plot), "--json", str(raw), timeout=900)
     report = out.read_text()
     for heading in (
         "## Training step",
@@ -65,24 +43,24 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     again = tmp_path / "again.md"
     serving = "<!-- serving: written by bench/serving.py -->\n\n## Serving\n\nits figures\n"
     again.write_text("# an older report\n\n" + serving)
-    done = subprocess.run(
-        [sys.executable, BENCH, "--report-from", str(raw), "--out", str(again), "--plot", str(plot)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_bench("--report-from", str(raw), "--out", str(again), "--plot", str(plot), timeout=300)
     assert again.read_text() == report + "\n" + serving
     assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report
 
 
+def run_bench(*args: str, timeout: int) -> None:
+    """Run bench/bench.py as its documented command does, from its path, and check that it succeeded."""
+    done = subprocess.run(
+        [sys.executable, BENCH, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_generation_split_accounts_for_the_whole_generate_call():
-    sys.path.insert(0, os.path.dirname(BENCH))
-    try:
-        from generation_split import split
-    finally:
-        sys.path.pop(0)
     result = split("numbers", num_beams=2, repeats=1)
     for parts in result.values():
         # the encoder and decoder are timed inside the generate() call, so they take part, not all, of its time

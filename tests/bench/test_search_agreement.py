@@ -1,19 +1,16 @@
 """bench/search_agreement.py scores a translation exactly as beam search ranks it, and its count adds up; run once on
 the tests' trained model so that the script cannot rot."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+from bench import search_agreement
 from vanilla_transformer import export_ctranslate2
 from vanilla_transformer.translators import load_translator
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "search_agreement.py")
-spec = importlib.util.spec_from_file_location("search_agreement", SCRIPT)
-search_agreement = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(search_agreement)
 
 SOURCES = ["three hundred twelve", "two hundred five", "forty-one", "three hundred ninety-nine"]
 
