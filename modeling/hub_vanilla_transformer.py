@@ -17,11 +17,12 @@ import sys
 import tempfile
 
 import torch
-from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, ModelCardData
 from safetensors import SafetensorError
 from transformers.utils import cached_file
 
 CARD_FILE = "README.md"
+GENERIC_MODEL_NAME = "vanilla-transformer translation model"
 CONFIGURATION_FILE = "configuration_vanilla_transformer.py"
 MODELING_FILE = "modeling_vanilla_transformer.py"
 KERNELS_FILE = "kernels_vanilla_transformer.py"
@@ -114,211 +115,40 @@ def card_for_saving(model) -> str | None:
 
 def write_model_card(folder: str, card_text: str | None, config, num_parameters: int) -> None:
     """Write `folder`'s README.md unless it has one: the card the model was loaded with (a training run's card, with
-    its measured scores) or, for a model that never had one, a generic card describing the architecture."""
+    its measured scores) or, for a model that never had one, the short `generic_card`."""
     path = os.path.join(folder, CARD_FILE)
     if os.path.exists(path):
         return
     if card_text is None:
-        model_card(config, num_parameters).save(path)
+        generic_card(config, num_parameters).save(path)
         return
     with open(path, "w", encoding="utf-8", newline="") as handle:
         handle.write(card_text)
 
 
-CARD_TEMPLATE = """
-# {model_name}
-
-An encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a Hugging Face
-`transformers` model of type `vanilla_transformer`, made with the
-[vanilla-transformer](https://pypi.org/project/vanilla-transformer/) plugin.{task_line}
-
-## Architecture
-
-The paper's model (Figure 1): token embeddings{scale} plus {positions} positional encodings; an encoder of {enc}
-layers of multi-head self-attention and a position-wise feed-forward network; a decoder of {dec} layers of masked
-multi-head self-attention, multi-head attention over the encoder output and a feed-forward network; every sub-layer
-inside a residual connection with {norm}; a final linear layer and softmax over the vocabulary.
-
-| d_model | h | d_k | d_ff | encoder layers | decoder layers | P_drop | vocabulary | shared embeddings | parameters |
-|---|---|---|---|---|---|---|---|---|---|
-| {d_model} | {h} | {d_k} | {d_ff} | {enc} | {dec} | {dropout} | {vocab} | {shared} | {params:,} |
-
-The paper's base model is d_model 512, h 8, d_ff 2048, 6 + 6 layers, P_drop 0.1, post-norm with LayerNorm eps 1e-5.
-
-## Intended use and limits
-
-Translation of single sentences{direction}, the direction and domain it was trained on. The model knows only its
-training data: it is not a general-purpose translator and can produce fluent but wrong translations. Check outputs
-before relying on them.
-
-## Training data
-
-{data}
-
-## Training procedure
-
-{procedure}
-
-## Evaluation
-
-{evaluation}
-
-## How to use
-
-With the plugin installed (`pip install vanilla-transformer`):
-
-```python
-import vanilla_transformer  # registers the model type and the "translation" pipeline
-from transformers import pipeline
-
-translate = pipeline("translation", model="{path}")
-print(translate(["{example}"], num_beams=5))
-```
-
-Without the plugin, the code in this folder is loaded with `trust_remote_code=True`:
-
-```python
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-model = AutoModelForSeq2SeqLM.from_pretrained("{path}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("{path}", trust_remote_code=True)
-batch = tokenizer(["{example}"], return_tensors="pt")
-print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))
-```
-
-## Citation
-
-```bibtex
-@inproceedings{{vaswani2017attention,
-  title     = {{Attention Is All You Need}},
-  author    = {{Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
-               Gomez, Aidan N. and Kaiser, {{\\L}}ukasz and Polosukhin, Illia}},
-  booktitle = {{Advances in Neural Information Processing Systems}},
-  volume    = {{30}},
-  year      = {{2017}}
-}}
-```
-"""
-
-
-def model_card(
-    config,
-    num_parameters: int,
-    *,
-    model_name: str = "vanilla-transformer translation model",
-    languages: tuple[str, str] | None = None,
-    dataset: str | None = None,
-    dataset_type: str | None = None,
-    dataset_id: str | None = None,
-    data_description: str | None = None,
-    procedure: str | None = None,
-    results: dict | None = None,
-    path: str = "path/to/this/folder",
-    example: str = "forty-two",
-    tags: list[str] | None = None,
-) -> ModelCard:
-    """A model card with Hub metadata. `results` maps split names to the metrics written by `vanilla-transformer
-    train` (bleu, bleu_lowercase, chrf, bleu_signature); they become the card's `model-index`."""
-    dataset_name = dataset or "custom"
-    eval_results = card_eval_results(results or {}, dataset_name, dataset_type or dataset_id or dataset_name)
+def generic_card(config, num_parameters: int) -> ModelCard:
+    """The short card of a model that never had one: Hub metadata and the architecture from the config. A training
+    run writes the full card, with the data, the procedure and the scores (`vanilla_transformer.training.card`)."""
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag="translation",
         license="apache-2.0",
-        language=list(languages) if languages else None,
-        datasets=[dataset_id] if dataset_id else None,
-        tags=["translation", "vanilla-transformer", "transformer", "encoder-decoder"] + list(tags or []),
-        model_name=model_name,
-        eval_results=eval_results or None,
+        tags=["translation", "vanilla-transformer", "transformer", "encoder-decoder"],
+        model_name=GENERIC_MODEL_NAME,
     )
-    evaluation = evaluation_section(results)
-    text = CARD_TEMPLATE.format(
-        model_name=model_name,
-        task_line=f" It translates {languages[0]} -> {languages[1]}." if languages else "",
-        scale=" scaled by sqrt(d_model)" if config.scale_embedding else "",
-        positions=config.position_encoding,
-        enc=config.encoder_layers,
-        dec=config.decoder_layers,
-        norm="post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))"
-        if config.norm_position == "post"
-        else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
-        d_model=config.d_model,
-        h=config.num_heads,
-        d_k=config.d_model // config.num_heads,
-        d_ff=config.d_ff,
-        dropout=config.dropout,
-        vocab=config.vocab_size,
-        shared="yes" if config.share_embeddings else "no",
-        params=num_parameters,
-        direction=f" from {languages[0]} to {languages[1]}" if languages else "",
-        data=data_description or "Not recorded.",
-        procedure=procedure or "Not recorded.",
-        evaluation=evaluation,
-        path=path,
-        example=example,
+    norm = "post-norm" if config.norm_position == "post" else "pre-norm"
+    text = (
+        f"# {GENERIC_MODEL_NAME}\n\n"
+        'An encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a `transformers` '
+        "model of type `vanilla_transformer`, made with the [vanilla-transformer](https://pypi.org/project/"
+        "vanilla-transformer/) plugin; without the plugin it loads with `trust_remote_code=True`.\n\n"
+        "| d_model | h | d_ff | encoder layers | decoder layers | norm | positions | vocabulary | parameters |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        f"| {config.d_model} | {config.num_heads} | {config.d_ff} | {config.encoder_layers} | {config.decoder_layers} "
+        f"| {norm} | {config.position_encoding} | {config.vocab_size} | {num_parameters:,} |\n\n"
+        "Not evaluated: this folder was written by `save_pretrained` without evaluation results.\n"
     )
-    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + text)
-
-
-def card_eval_results(results: dict, dataset_name: str, dataset_type: str) -> list[EvalResult]:
-    """The card's `model-index` entries: per split, exact match first where it is the figure to read (the embedded
-    number task), then BLEU and chrF, cased and lowercased."""
-    eval_results = []
-    for split, metrics in results.items():
-        if not isinstance(metrics, dict) or "bleu" not in metrics:
-            continue
-        leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
-        for metric_type, key, name in leading + (
-            ("bleu", "bleu", "BLEU"),
-            ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
-            ("chrf", "chrf", "chrF"),
-            ("chrf", "chrf_lowercase", "chrF (lowercased)"),
-        ):
-            if key not in metrics:
-                continue
-            eval_results.append(
-                EvalResult(
-                    task_type="translation",
-                    task_name="Translation",
-                    dataset_type=dataset_type,
-                    dataset_name=dataset_name,
-                    dataset_split=split,
-                    metric_type=metric_type,
-                    metric_name=name,
-                    metric_value=metrics[key],
-                    verified=False,
-                )
-            )
-    return eval_results
-
-
-def evaluation_section(results: dict | None) -> str:
-    """The card's evaluation text: the scores table, the sacreBLEU signature and exact match per digit count."""
-    if not results:
-        return "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
-    rows = [
-        f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
-        f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
-        for split, m in results.items()
-        if isinstance(m, dict) and "bleu" in m
-    ]
-    signature = next(
-        (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
-    )
-    return (
-        "sacreBLEU on the held-out splits, beam search:\n\n"
-        "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
-        "|---|---|---|---|---|---|---|\n"
-        + "\n".join(rows)
-        + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
-        + "".join(
-            f"\n\nExact match % on {split} by digit count: "
-            + ", ".join(f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
-            for split, m in results.items()
-            if isinstance(m, dict) and "exact_match_by_digits" in m
-        )
-        + "\n\nPerplexity: of the reference translations, per target token, with dropout off."
-    )
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")
 
 
 def upload_folder(

@@ -1,8 +1,17 @@
-"""The model card that `vanilla-transformer train` writes as README.md of its output folder."""
+"""The model card that `vanilla-transformer train` writes as README.md of its output folder.
+
+The card's text is the Jinja template `model_card_template.md` beside this file; the functions below fill it in from
+the model's configuration, the arguments the run was trained with and its evaluation results. A folder written by
+`save_pretrained` outside a training run gets the short generic card of `modeling/hub_vanilla_transformer.py`.
+"""
 
 import os
+from importlib import resources
 
-from ..modeling.hub_vanilla_transformer import model_card
+import jinja2
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+CARD_TEMPLATE = "model_card_template.md"  # a package data file of this package, beside this module
 
 
 def dataset_name(args) -> tuple[str, str, str | None]:
@@ -16,15 +25,38 @@ def dataset_name(args) -> tuple[str, str, str | None]:
     return "English -> German number words (the embedded task)", "numbers", None
 
 
-def procedure(args, results: dict) -> str:
-    schedule = (
+def number(value: float) -> str:
+    """A hyperparameter as a person writes it: 0.9, 0.98, 1e-9 (Python's shortest form, exponent without zeros)."""
+    mantissa, _, exponent = repr(float(value)).partition("e")
+    return mantissa + (f"e{int(exponent)}" if exponent else "")
+
+
+def optimiser(args) -> str:
+    """The optimiser with the settings the run was trained with, e.g. "Adam (beta1 0.9, beta2 0.98, eps 1e-9)"."""
+    settings = [
+        f"beta1 {number(args.adam_beta1)}",
+        f"beta2 {number(args.adam_beta2)}",
+        f"eps {number(args.adam_epsilon)}",
+    ]
+    if args.weight_decay:
+        settings.append(f"weight decay {number(args.weight_decay)}")
+    return f"Adam ({', '.join(settings)})"
+
+
+def schedule(args) -> str:
+    """The learning-rate schedule: the paper's, or a peak learning rate after warm-up, with an optional cool-down."""
+    text = (
         f"peak learning rate {args.lr} reached after {args.warmup_steps} warm-up updates, then decaying as step^-0.5"
         if args.lr
         else f"the paper's schedule d_model^-0.5 * min(step^-0.5, step * {args.warmup_steps}^-1.5)"
     )
     if args.cooldown_steps:
-        schedule += f", decaying linearly to 0 over the last {args.cooldown_steps} updates"
-    length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
+        text += f", decaying linearly to 0 over the last {args.cooldown_steps} updates"
+    return text
+
+
+def data_lines(args, results: dict) -> list[str]:
+    """What the model was fed: the vocabulary, lowercasing, and the batches."""
     processes = results.get("processes", 1)
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"
@@ -43,15 +75,27 @@ def procedure(args, results: dict) -> str:
             else ""
         )
         + ";",
+    ]
+    if args.lowercase:
+        lines.insert(
+            1,
+            "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
+            "translation and outputs are lowercase, so lowercased BLEU is the comparable score;",
+        )
+    return lines
+
+
+def loss_lines(args) -> list[str]:
+    """The regularisation and the loss: dropout, word dropout, label smoothing and R-Drop."""
+    lines = [
         f"dropout P_drop {args.dropout} on sub-layer outputs and embedding sums"
         + (f", {args.attention_dropout} on attention weights" if args.attention_dropout else "")
         + (f", {args.activation_dropout} after the feed-forward ReLU" if args.activation_dropout else "")
         + ";",
-        (
-            f"word dropout {args.word_dropout} (source and decoder input tokens replaced by <unk>);"
-            if args.word_dropout
-            else None
-        ),
+    ]
+    if args.word_dropout:
+        lines.append(f"word dropout {args.word_dropout} (source and decoder input tokens replaced by <unk>);")
+    lines.append(
         f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens"
         + (
             f", with R-Drop (every batch through two dropout masks, alpha {args.rdrop_alpha} on their symmetric KL "
@@ -59,8 +103,16 @@ def procedure(args, results: dict) -> str:
             if args.rdrop_alpha
             else ""
         )
-        + ";",
-        f"Adam (beta1 0.9, beta2 0.98, eps 1e-9), {schedule};",
+        + ";"
+    )
+    return lines
+
+
+def update_lines(args, results: dict) -> list[str]:
+    """How the weights were updated and chosen, and how the model was evaluated."""
+    length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
+    return [
+        f"{optimiser(args)}, {schedule(args)};",
         f"gradient clipping at norm {args.clip_norm}; {length} ({results.get('train_steps')} updates, "
         f"{results.get('train_seconds')} s); seed {args.seed}; mixed precision: {args.mixed_precision};",
         (
@@ -76,13 +128,13 @@ def procedure(args, results: dict) -> str:
         )
         + ").",
     ]
-    if args.lowercase:
-        lines.insert(
-            1,
-            "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
-            "translation and outputs are lowercase, so lowercased BLEU is the comparable score;",
-        )
-    return "\n".join("- " + line for line in lines if line)
+
+
+def procedure(args, results: dict) -> str:
+    """The card's "Training procedure" section, from the arguments the run was trained with and its results (the
+    number of processes, updates and seconds)."""
+    lines = data_lines(args, results) + loss_lines(args) + update_lines(args, results)
+    return "\n".join("- " + line for line in lines)
 
 
 def write_run_card(args, model, results: dict) -> None:
@@ -108,3 +160,135 @@ def write_run_card(args, model, results: dict) -> None:
         example=example,
     )
     card.save(os.path.join(args.output_dir, "README.md"))
+
+
+def architecture(config, num_parameters: int) -> dict:
+    """The template's architecture variables: the description and the table of the model's configuration."""
+    return {
+        "scale": " scaled by sqrt(d_model)" if config.scale_embedding else "",
+        "position_encoding": config.position_encoding,
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "norm": "post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))"
+        if config.norm_position == "post"
+        else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
+        "d_model": config.d_model,
+        "num_heads": config.num_heads,
+        "d_k": config.d_model // config.num_heads,
+        "d_ff": config.d_ff,
+        "dropout": config.dropout,
+        "vocab_size": config.vocab_size,
+        "shared": "yes" if config.share_embeddings else "no",
+        "parameters": f"{num_parameters:,}",
+    }
+
+
+def model_card(
+    config,
+    num_parameters: int,
+    *,
+    model_name: str = "vanilla-transformer translation model",
+    languages: tuple[str, str] | None = None,
+    dataset: str | None = None,
+    dataset_type: str | None = None,
+    dataset_id: str | None = None,
+    data_description: str | None = None,
+    procedure: str | None = None,
+    results: dict | None = None,
+    path: str = "path/to/this/folder",
+    example: str = "forty-two",
+    tags: list[str] | None = None,
+) -> ModelCard:
+    """The training run's model card: `model_card_template.md` with Hub metadata. `results` maps split names to the
+    metrics written by `vanilla-transformer train` (bleu, bleu_lowercase, chrf, bleu_signature); they become the
+    card's `model-index`."""
+    dataset_name = dataset or "custom"
+    eval_results = card_eval_results(results or {}, dataset_name, dataset_type or dataset_id or dataset_name)
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="translation",
+        license="apache-2.0",
+        language=list(languages) if languages else None,
+        datasets=[dataset_id] if dataset_id else None,
+        tags=["translation", "vanilla-transformer", "transformer", "encoder-decoder"] + list(tags or []),
+        model_name=model_name,
+        eval_results=eval_results or None,
+    )
+    template = jinja2.Template(
+        resources.files(__package__).joinpath(CARD_TEMPLATE).read_text(encoding="utf-8"),
+        undefined=jinja2.StrictUndefined,
+    )
+    text = template.render(
+        card_data=data.to_yaml(),
+        model_name=model_name,
+        task_line=f" It translates {languages[0]} -> {languages[1]}." if languages else "",
+        direction=f" from {languages[0]} to {languages[1]}" if languages else "",
+        data=data_description or "Not recorded.",
+        procedure=procedure or "Not recorded.",
+        evaluation=evaluation_section(results),
+        path=path,
+        example=example,
+        **architecture(config, num_parameters),
+    )
+    return ModelCard(text)
+
+
+def card_eval_results(results: dict, dataset_name: str, dataset_type: str) -> list[EvalResult]:
+    """The card's `model-index` entries: per split, exact match first where it is the figure to read (the embedded
+    number task), then BLEU and chrF, cased and lowercased."""
+    eval_results = []
+    for split, metrics in results.items():
+        if not isinstance(metrics, dict) or "bleu" not in metrics:
+            continue
+        leading = (("exact_match", "exact_match", "Exact match"),) if "exact_match_by_digits" in metrics else ()
+        for metric_type, key, name in leading + (
+            ("bleu", "bleu", "BLEU"),
+            ("bleu", "bleu_lowercase", "BLEU (lowercased)"),
+            ("chrf", "chrf", "chrF"),
+            ("chrf", "chrf_lowercase", "chrF (lowercased)"),
+        ):
+            if key not in metrics:
+                continue
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name="Translation",
+                    dataset_type=dataset_type,
+                    dataset_name=dataset_name,
+                    dataset_split=split,
+                    metric_type=metric_type,
+                    metric_name=name,
+                    metric_value=metrics[key],
+                    verified=False,
+                )
+            )
+    return eval_results
+
+
+def evaluation_section(results: dict | None) -> str:
+    """The card's evaluation text: the scores table, the sacreBLEU signature and exact match per digit count."""
+    if not results:
+        return "Not evaluated: this folder was written by `save_pretrained` without evaluation results."
+    rows = [
+        f"| {split} | {m['bleu']} | {m['bleu_lowercase']} | {m['chrf']} | {m.get('chrf_lowercase', '')} | "
+        f"{m.get('exact_match', '')} | {m.get('perplexity', '')} |"
+        for split, m in results.items()
+        if isinstance(m, dict) and "bleu" in m
+    ]
+    signature = next(
+        (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
+    )
+    return (
+        "sacreBLEU on the held-out splits, beam search:\n\n"
+        "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
+        "|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + (f"\n\nsacreBLEU signature: `{signature}`" if signature else "")
+        + "".join(
+            f"\n\nExact match % on {split} by digit count: "
+            + ", ".join(f"{digits} digits {value}" for digits, value in m["exact_match_by_digits"].items())
+            for split, m in results.items()
+            if isinstance(m, dict) and "exact_match_by_digits" in m
+        )
+        + "\n\nPerplexity: of the reference translations, per target token, with dropout off."
+    )
