@@ -176,13 +176,4 @@ def position_limit(config) -> int | None:
     return None
 
 
-def truncation_warning(where: str, text: str, length: int, limit: int) -> str:
-    """One line about a sentence cut to the learned positions: where, the sentence (its start if long), the numbers."""
-    shown = text if len(text) <= 60 else text[:57] + "..."
-    return (
-        f"{where}: {shown!r} has {length} tokens, more than the model's max_position_embeddings={limit} learned "
-        f"positions; truncated to {limit} tokens."
-    )
-
-
-__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "truncation_warning"]
+__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit"]

@@ -47,8 +47,9 @@ def model():
 @pytest.fixture(scope="session")
 def trained_folder(tmp_path_factory):
     """A model folder written by `vanilla-transformer train`: a tiny model, a few dozen updates on number words."""
-    from vanilla_transformer.training.cli import main
     from vanilla_transformer.training.tasks.numbers import english, german
+
+    from vanilla_transformer.cli import main
 
     root = tmp_path_factory.mktemp("trained")
     files = {}
@@ -116,12 +117,14 @@ def trained_folder(tmp_path_factory):
 @pytest.fixture(scope="session")
 def learned_folder(trained_folder, tmp_path_factory):
     """`trained_folder`'s tokenizer and generation settings with an untrained model of learned positions, as many as
-    the trained model has (max_position_embeddings=18): a model that cannot read or write a longer sentence."""
+    a learned-positions model trained like it gets (max_position_embeddings=18: its 16-token limits and two to
+    spare): a model that cannot read or write a longer sentence."""
     from transformers import AutoTokenizer
 
     trained = VanillaTransformerForConditionalGeneration.from_pretrained(trained_folder)
     config = trained.config
     config.position_encoding = "learned"
+    config.max_position_embeddings = 18
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(config).eval()
     model.generation_config = trained.generation_config

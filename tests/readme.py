@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.json"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-CLI = [sys.executable, "-m", "vanilla_transformer.training.cli"]  # `vanilla-transformer`, in this Python
+CLI = [sys.executable, "-m", "vanilla_transformer.cli"]  # `vanilla-transformer`, in this Python
 
 
 def examples_with_output(text: str) -> list[tuple[str, str, str]]:

@@ -1,5 +1,6 @@
 """Export to CTranslate2: every configuration the model allows translates exactly as `generate()` does."""
 
+import json
 import os
 import subprocess
 import sys
@@ -159,6 +160,23 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".export-")] == []  # no staging folder left
 
 
+def test_a_tokenizer_smaller_than_the_embedding_table_exports_with_placeholder_rows(tmp_path):
+    """Every loader's one tokenizer rule is at most vocab_size tokens. The rows past the tokenizer's last id get
+    placeholder tokens in the exported vocabulary, and the export still translates as generate()."""
+    model, tokenizer = peaked_model(1), word_tokenizer(40)
+    folder = export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    vocabulary = json.loads((folder / "shared_vocabulary.json").read_text())
+    assert len(vocabulary) == 50 and len(set(vocabulary)) == 50
+    assert vocabulary[:40] == tokenizer.convert_ids_to_tokens(list(range(40)))
+    sentences = random_sentences(16)
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
+    translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+    results = translator.translate_batch(sources, beam_size=1, max_decoding_length=24, min_decoding_length=0)
+    assert [[vocabulary.index(t) for t in r.hypotheses[0]] for r in results] == generate_ids(
+        model, tokenizer, sentences, 1
+    )
+
+
 def test_what_cannot_be_exported_is_named():
     tokenizer = word_tokenizer()
     with pytest.raises(ExportError, match="quantization 'int3'"):
@@ -169,8 +187,8 @@ def test_what_cannot_be_exported_is_named():
         export_ctranslate2(base, "unused", tokenizer=tokenizer)
     with pytest.raises(ExportError, match="needs its tokenizer"):
         export_ctranslate2(tiny_model(), "unused")
-    with pytest.raises(ExportError, match="40 tokens and the model's vocab_size is 50"):
-        export_ctranslate2(tiny_model(), "unused", tokenizer=word_tokenizer(40))
+    with pytest.raises(ExportError, match="the tokenizer has 60 tokens but the model's config.json has vocab_size=50"):
+        export_ctranslate2(tiny_model(), "unused", tokenizer=word_tokenizer(60))
     learned = tiny_model(position_encoding="learned")
     with pytest.raises(ExportError, match="only 64 learned positions"):
         export_ctranslate2(learned, "unused", tokenizer=tokenizer, max_positions=100)

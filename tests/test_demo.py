@@ -7,11 +7,11 @@ import sys
 import gradio as gr
 import numpy as np
 import pytest
-from vanilla_transformer.training.cli import main
-from vanilla_transformer.training.commands import load_model_folder
 
 from tests.apps import serving
+from vanilla_transformer.cli import main
 from vanilla_transformer.demo import EMPTY_INPUT, MISSING_GRADIO, Demo, import_gradio, run_translation
+from vanilla_transformer.model_folder import load_model_folder
 from vanilla_transformer.translators import PyTorchTranslator
 
 SOURCE = "three hundred twelve"
@@ -61,16 +61,18 @@ def test_export_to_space_writes_a_folder_that_runs_on_its_own(trained_folder, tm
     assert {"gradio>=5", "matplotlib>=3.7"} <= set(requirements) and any(r.startswith("torch") for r in requirements)
     readme = (space / "README.md").read_text(encoding="utf-8")
     assert readme.startswith("---\n") and "sdk: gradio\n" in readme and "app_file: app.py\n" in readme
-    # the app imports the package's copy beside it, not the installed package
-    done = subprocess.run(
-        [sys.executable, "-c", "import app, vanilla_transformer; print(vanilla_transformer.__file__)"],
-        cwd=space,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # the inference layer only: the configuration, the model and the demo, no training code
+    copied = {path.relative_to(space / "vanilla_transformer").parts[0] for path in space.rglob("vanilla_transformer/*")}
+    assert {"configuration", "modeling", "demo.py", "model_folder.py"} <= copied and "training" not in copied
+    # the app imports the package's copy beside it, not the installed package, and no training code
+    probe = (
+        "import sys, app, vanilla_transformer.modeling as m\n"
+        "print(m.__file__)\n"
+        "print(sorted(name for name in sys.modules if name.startswith('vanilla_transformer.training')))"
     )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=space, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == str(space / "vanilla_transformer" / "__init__.py")
+    assert done.stdout.split("\n")[:2] == [str(space / "vanilla_transformer" / "modeling" / "__init__.py"), "[]"]
 
 
 def test_the_exported_space_serves_translations_over_gradios_api(trained_folder, tmp_path):

@@ -3,6 +3,9 @@ and headless Chromium (the distribution's: apt-get install chromium chromium-dri
 a learner would.
 
 With DEMO_SCREENSHOTS=FOLDER set, the screenshots are also written there (the README's come from this test).
+
+Without Chromium and its driver the test is skipped, with that reason, unless VANILLA_TRANSFORMER_BROWSER_TEST is
+`required`: `.ci/run` installs both and sets it, so that CI always runs the test and fails where it cannot.
 """
 
 import os
@@ -23,6 +26,13 @@ from tests.readme import CLI
 from vanilla_transformer.demo import EMPTY_INPUT
 
 MISSING_BROWSER = "the browser test needs Chromium and its driver: apt-get install chromium chromium-driver"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+REQUIRED = os.environ.get("VANILLA_TRANSFORMER_BROWSER_TEST") == "required"
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER) and not REQUIRED, reason=f"{MISSING_BROWSER} (.ci/run installs them)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +43,13 @@ def app_url(first_run):
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not (chromium and driver):
+    if not (CHROMIUM and CHROMEDRIVER):  # only where the test is required
         pytest.fail(MISSING_BROWSER)
     options = Options()
-    options.binary_location = chromium
+    options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
         options.add_argument(flag)
-    session = webdriver.Chrome(service=Service(driver), options=options)
+    session = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield session
     session.quit()
 

@@ -12,7 +12,7 @@ from accelerate.utils import broadcast_object_list
 from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
-from ..configuration.configuration_vanilla_transformer import truncation_warning
+from ..model_folder import encode_within
 from .tasks.numbers import numbers_dataset
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -173,26 +173,34 @@ def tokenize_pairs(
     `position_limit`), a longer source or reference is truncated to it as the tokenizer truncates (the end-of-sentence
     token kept), each named in a warning on stderr: the model cannot read it whole."""
 
-    def tokenize(batch):
+    def tokenize(batch, indices):
         sources = [pair[args.source_lang] for pair in batch["translation"]]
         targets = [pair[args.target_lang] for pair in batch["translation"]]
-        encoded = tokenizer(sources, text_target=targets)
-        columns = {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
-        if max_length is not None:
-            columns["lengths"] = [[len(s), len(t)] for s, t in zip(encoded["input_ids"], encoded["labels"])]
-            cut = tokenizer(sources, text_target=targets, truncation=True, max_length=max_length)
-            columns["input_ids"], columns["labels"] = cut["input_ids"], cut["labels"]
-        return columns
+        if max_length is None:
+            encoded = tokenizer(sources, text_target=targets)
+            return {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
+        warnings = [[] for _ in sources]  # per pair, printed after the map (which datasets caches)
+        columns = {}
+        for column, side, texts in (("input_ids", "source", sources), ("labels", "reference", targets)):
+            columns[column] = encode_within(
+                tokenizer,
+                texts,
+                max_length,
+                lambda i, side=side: f"warning: pair {indices[i] + 1}, {side}",
+                target=column == "labels",
+                warn=lambda i, line: warnings[i].append(line),
+            )
+        return {**columns, "truncation_warnings": ["\n".join(lines) for lines in warnings]}
 
-    tokenized = split.map(tokenize, batched=True, remove_columns=split.column_names, desc="Tokenising")
+    tokenized = split.map(
+        tokenize, batched=True, with_indices=True, remove_columns=split.column_names, desc="Tokenising"
+    )
     if max_length is None:
         return tokenized
-    for row, lengths in enumerate(tokenized["lengths"]):  # outside the cached map, so that every run warns
-        for side, lang, length in zip(("source", "reference"), (args.source_lang, args.target_lang), lengths):
-            if length > max_length:
-                where = f"warning: pair {row + 1}, {side}"
-                print(truncation_warning(where, split[row]["translation"][lang], length, max_length), file=sys.stderr)
-    return tokenized.remove_columns("lengths")
+    for lines in tokenized["truncation_warnings"]:  # outside the cached map, so that every run warns
+        if lines:
+            print(lines, file=sys.stderr)
+    return tokenized.remove_columns("truncation_warnings")
 
 
 def trained_positions(args) -> int:
@@ -204,7 +212,7 @@ def trained_positions(args) -> int:
 def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
     """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
     training split. With learned positions, which end there, longer validation and test pairs are truncated."""
-    limit = trained_positions(args) if getattr(args, "position_encoding", None) == "learned" else None
+    limit = trained_positions(args) if args.position_encoding == "learned" else None
     tokenized = datasets.DatasetDict(
         {
             name: tokenize_pairs(split, tokenizer, args, None if name == "train" else limit)
@@ -281,8 +289,9 @@ class BpeDropoutPairs(torch.utils.data.Dataset):
 
 class TokenBatchSampler:
     """Batches of similar-length pairs holding at most `max_tokens` tokens (padded source or target, whichever is
-    larger), as fairseq builds them. Pairs are sorted by length within shuffled buckets, and the batch order is
-    shuffled per epoch; the same seed and epoch give the same batches."""
+    larger), as fairseq builds them. Every epoch the pairs are shuffled, then sorted by length (a stable sort, so
+    pairs of equal length stay in shuffled order) and cut into batches in that order; the batch order is shuffled
+    too. The same seed and epoch give the same batches."""
 
     def __init__(
         self,

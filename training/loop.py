@@ -1,8 +1,7 @@
-"""The training loop: plain functions around `accelerator.prepare`, `backward`, `gather_for_metrics` and
+"""The training loop: plain functions around `accelerator.prepare`, `backward`, `no_sync`, `gather_for_metrics` and
 `save_state`/`load_state`, with fairseq's pieces: a criterion (criterion.py) and updates whose loss is normalised by
-all their target tokens."""
+all their target tokens. It reads the run's `TrainArguments` (arguments.py) and never writes into them."""
 
-import argparse
 import contextlib
 import ctypes
 import dataclasses
@@ -13,16 +12,18 @@ import shutil
 import tempfile
 import time
 
+import datasets
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import GenerationConfig
+from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
 from ..modeling.hub_vanilla_transformer import upload_folder
+from .arguments import TrainArguments
 from .card import write_run_card
 from .checkpoints import (
     CheckpointWriteError,
@@ -41,9 +42,7 @@ from .data import (
     tokenize_datasets,
     trained_positions,
 )
-
-# translate_dataset stays importable from here, as this module's __all__ has always listed it
-from .evaluation import evaluate_split, reference_cross_entropy, summary, translate_dataset, tune_length_penalty
+from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .schedule import lr_lambda
 from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 
@@ -138,7 +137,7 @@ def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
         norm_position=args.norm_position,
         position_encoding=args.position_encoding,
         share_embeddings=args.share_embeddings,
-        max_position_embeddings=trained_positions(args),
+        max_position_embeddings=position_table_size(args),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -147,6 +146,16 @@ def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
     model = VanillaTransformerForConditionalGeneration(config)
     model.generation_config = generation_config(args, config)
     return model
+
+
+def position_table_size(args: TrainArguments) -> int:
+    """`max_position_embeddings` of a new model. Learned positions end where training ends (`trained_positions`).
+    The sinusoids of §3.5 read any length, and the ecosystem reads this field as the model's limit (transformers'
+    translation example refuses a source length above it): they state the configuration's own default, 1024, or
+    the trained length if longer."""
+    if args.position_encoding == "learned":
+        return trained_positions(args)
+    return max(VanillaTransformerConfig().max_position_embeddings, trained_positions(args))
 
 
 def generation_config(args, config) -> GenerationConfig:
@@ -211,16 +220,16 @@ def log_metrics(args, accelerator, record: dict) -> None:
 class Run:
     """What the training loop works with, set up by `setup_run`; `step`, `epoch` and `batches_done` advance."""
 
-    args: argparse.Namespace
+    args: TrainArguments
     accelerator: Accelerator
-    tokenizer: object
-    raw: object
-    tokenized: object
+    tokenizer: PreTrainedTokenizerBase
+    raw: datasets.DatasetDict
+    tokenized: datasets.DatasetDict
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     criterion: TranslationCriterion
-    train_data: object
+    train_data: datasets.Dataset | BpeDropoutPairs
     sampler: TokenBatchSampler
     train_loader: DataLoader
     batches_per_epoch: int
@@ -244,9 +253,9 @@ def start_accelerator(args):
     resume_checkpoint = resolve_resume(args.resume_from) if args.resume_from else None
     resume_state = read_state(resume_checkpoint) if resume_checkpoint else None
     trackers = [t for t in args.report_to if t != "none"]
+    # gradient accumulation is the loop's own (`train_update`, with `no_sync`): accelerate's counter stays at 1
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=trackers or None,
         project_dir=args.output_dir,
         cpu=args.cpu,
@@ -290,8 +299,8 @@ def setup_run(args) -> Run:
     optimizer = torch.optim.Adam(
         model.parameters(),
         lr=1.0,
-        betas=(0.9, 0.98),
-        eps=1e-9,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
         weight_decay=args.weight_decay,
         fused=accelerator.device.type in ("cpu", "cuda"),
     )
@@ -338,7 +347,7 @@ def init_trackers(args, accelerator) -> None:
     if any(t != "none" for t in args.report_to):
         accelerator.init_trackers(
             "vanilla-transformer",
-            config={k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))},
+            config={k: v for k, v in dataclasses.asdict(args).items() if isinstance(v, (int, float, str, bool))},
         )
 
 
@@ -353,8 +362,8 @@ def resume(run: Run, state: dict) -> None:
 
 def epoch_updates(run: Run):
     """The rest of the current epoch's batches, in the micro-batch groups of one optimizer update each:
-    --gradient-accumulation-steps batches, fewer in the epoch's last group. Yields (group, whether it ends the
-    epoch); an update's batches are all fetched before it starts, so that its target tokens are known."""
+    --gradient-accumulation-steps batches, fewer in the epoch's last group. An update's batches are all fetched
+    before it starts, so that its target tokens are known."""
     args = run.args
     loader = (
         run.accelerator.skip_first_batches(run.train_loader, run.batches_done) if run.batches_done else run.train_loader
@@ -369,52 +378,65 @@ def epoch_updates(run: Run):
     group = []
     for batch in loader:
         if len(group) == args.gradient_accumulation_steps:
-            yield group, False
+            yield group
             group = []
         group.append(batch)
     if group:
-        yield group, True
+        yield group
 
 
-def stop_on_non_finite(run: Run, loss_sum: torch.Tensor) -> None:
-    if not torch.isfinite(loss_sum):
-        last = list_checkpoints(run.args.output_dir)
-        raise TrainingStopped(
-            f"the loss became {loss_sum.item()} at step {run.step + 1}; training stopped. The last good "
-            f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
-            "with a lower --lr or more --warmup-steps."
-        )
+class NonFiniteLoss(ArithmeticError):
+    """A micro-batch's loss is NaN or infinite; `value` is it."""
+
+    def __init__(self, value: float):
+        super().__init__(f"the loss became {value}")
+        self.value = value
 
 
-def train_update(run: Run, group: list[dict], ends_epoch: bool) -> torch.Tensor:
-    """One optimizer update over its micro-batches; returns (loss sum, NLL sum, target tokens) over all of them and
-    all processes.
+def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> torch.Tensor:
+    """The gradients of one update over its micro-batches `group`, accumulated in the parameters' `.grad`; returns
+    (loss sum, NLL sum, target tokens) over all micro-batches and processes. Raises `NonFiniteLoss` before any
+    backward pass of a micro-batch whose loss is not finite.
 
     fairseq's normalisation: the update's summed loss over its total target tokens, counted over all its micro-batches
-    and processes before the first forward pass, so that a micro-batch weighs by its tokens. Each micro-batch's
-    summed loss is scaled so that accelerate's division by the accumulation steps and DDP's average over the
-    processes are undone; with one process and one micro-batch it is exactly the batch's loss over its tokens.
+    and processes before the first forward pass, so that a micro-batch weighs by its tokens. Gradients are
+    synchronised across processes only on the last micro-batch (accelerate's `no_sync` before it, the way accelerate
+    documents accumulation that a loop controls itself), and each micro-batch's summed loss is scaled so that DDP's
+    average over the processes (and accelerate's division by its own accumulation steps, where an `Accelerator` is
+    given them) is undone: with one process and one micro-batch it is exactly the batch's loss over its tokens.
     """
-    accelerator, model, criterion = run.accelerator, run.model, run.criterion
     sample_size = accelerator.reduce(sum(criterion.sample_size(batch) for batch in group), reduction="sum")
     scale = accelerator.gradient_accumulation_steps * accelerator.num_processes
     totals = torch.zeros(3)
     for index, batch in enumerate(group):
         last = index == len(group) - 1
-        # the update's end is ours to say (accelerate's `accumulate` would read it from the loader, which has been
-        # read ahead): the optimizer wrapper steps, and DDP averages the gradients, only on its last micro-batch
-        accelerator.gradient_state._set_sync_gradients(last)
-        accelerator.step = 0 if last and ends_epoch else accelerator.step + 1  # as `accumulate` counts, for checkpoints
         with contextlib.nullcontext() if last else accelerator.no_sync(model):
             loss, _, logging = criterion(model, batch)
             micro = accelerator.reduce(
                 torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()]), reduction="sum"
             )
-            stop_on_non_finite(run, micro[0])
+            if not torch.isfinite(micro[0]):
+                raise NonFiniteLoss(micro[0].item())
             accelerator.backward(loss / sample_size if scale == 1 else loss * scale / sample_size)
         totals += micro.cpu()
+    return totals
+
+
+def train_update(run: Run, group: list[dict]) -> torch.Tensor:
+    """One optimizer update over its micro-batches: accumulate, clip, step; returns the update's totals (see
+    `accumulate_gradients`). A non-finite loss stops the run before the update is applied, naming the last good
+    checkpoint."""
+    try:
+        totals = accumulate_gradients(run.accelerator, run.model, run.criterion, group)
+    except NonFiniteLoss as error:
+        last = list_checkpoints(run.args.output_dir)
+        raise TrainingStopped(
+            f"{error} at step {run.step + 1}; training stopped. The last good "
+            f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
+            "with a lower --lr or more --warmup-steps."
+        ) from error
     if run.args.clip_norm > 0:
-        accelerator.clip_grad_norm_(model.parameters(), run.args.clip_norm)
+        run.accelerator.clip_grad_norm_(run.model.parameters(), run.args.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad()
     run.scheduler.step()
@@ -484,9 +506,9 @@ def train(args) -> dict:
     started, window = time.time(), Throughput()
     run.model.train()
     while run.step < run.max_steps:
-        for group, ends_epoch in epoch_updates(run):
+        for group in epoch_updates(run):
             run.batches_done += len(group)
-            totals = train_update(run, group, ends_epoch)
+            totals = train_update(run, group)
             progress.update(1)
             record = update_record(run, totals, window, progress)
             if args.eval_steps and run.step % args.eval_steps == 0 and "validation" in run.tokenized:
@@ -517,8 +539,10 @@ def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seco
         average_last_checkpoints(args, accelerator, unwrapped)
     results = {"train_steps": step, "train_seconds": round(train_seconds, 1), "processes": accelerator.num_processes}
     results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized))
-    if accelerator.is_main_process:
-        write_final_model(args, unwrapped, tokenizer, results)
+    if accelerator.is_main_process:  # the card states the length penalty the model was evaluated and saved with
+        write_final_model(
+            dataclasses.replace(args, length_penalty=results["length_penalty"]), unwrapped, tokenizer, results
+        )
     accelerator.wait_for_everyone()
     accelerator.end_training()
     accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
@@ -548,13 +572,13 @@ def average_last_checkpoints(args, accelerator, unwrapped) -> None:
 def final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized) -> dict:
     """Choose the length penalty on validation if asked, then score validation and test with beam search and print
     the scores and a few translations."""
-    results, validation = {}, None
+    results, validation, length_penalty = {}, None, args.length_penalty
     if args.tune_length_penalty and "validation" in tokenized:
-        results["length_penalty_search"], validation = tune_length_penalty(
+        length_penalty, results["length_penalty_search"], validation = tune_length_penalty(
             model, tokenizer, raw, tokenized, args, accelerator
         )
-        unwrapped.generation_config.length_penalty = args.length_penalty  # the test split and the saved model use it
-    results["length_penalty"] = args.length_penalty
+        unwrapped.generation_config.length_penalty = length_penalty  # the test split and the saved model use it
+    results["length_penalty"] = length_penalty
     samples = []
     for split in ("validation", "test"):
         if split not in tokenized:
@@ -596,4 +620,4 @@ def write_final_model(args, unwrapped, tokenizer, results: dict) -> None:
     plot_run(args.output_dir, quiet=True)
 
 
-__all__ = ["train", "finish", "translate_dataset", "TrainingStopped"]
+__all__ = ["train", "finish", "TrainingStopped"]

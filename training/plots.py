@@ -4,9 +4,7 @@ metrics.jsonl."""
 import json
 import os
 
-from .errors import MissingDependencyError
-
-MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
+from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
 
 
 def read_metrics(run_dir: str) -> list[dict]:

@@ -2,14 +2,18 @@
 
 Importing the package registers the model type "vanilla_transformer" with `AutoConfig`, `AutoModel` and
 `AutoModelForSeq2SeqLM`, and a "translation" pipeline with `transformers.pipelines.PIPELINE_REGISTRY`.
-`export_ctranslate2` writes a model as a CTranslate2 folder; `load_translator` translates with a model folder or
-such an exported one.
+`load_model_folder` loads a model folder with its tokenizer, checked against each other; `export_ctranslate2` writes
+a model as a CTranslate2 folder; `load_translator` translates with a model folder or such an exported one.
+
+This package is the inference layer. The training stack, `vanilla_transformer.training`, is built on it and is
+imported only by the command line (`vanilla_transformer.cli`) and by whoever trains.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .ctranslate2_export import export_ctranslate2
+from .model_folder import load_model_folder
 from .modeling import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
@@ -34,6 +38,7 @@ __all__ = [
     "VanillaTransformerPreTrainedModel",
     "TranslationPipeline",
     "export_ctranslate2",
+    "load_model_folder",
     "load_translator",
     "Translation",
 ]

@@ -15,8 +15,7 @@ import os
 
 import torch
 
-from .errors import MissingDependencyError
-from .plots import MISSING_MATPLOTLIB
+from .errors import MISSING_MATPLOTLIB, MissingDependencyError
 
 
 @torch.no_grad()
@@ -112,16 +111,3 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
     plt.close(fig)
     paths.append(path)
     return paths
-
-
-def attention_command(args) -> int:
-    from .commands import load_model_folder
-
-    model, tokenizer = load_model_folder(args.model)
-    maps = attention_maps(
-        model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length
-    )
-    paths = write_attention_figures(maps, args.out)
-    print(f"{args.source} -> {maps['translation']}")
-    print(f"{len(paths)} figures in {args.out}")
-    return 0

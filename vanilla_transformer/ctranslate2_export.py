@@ -15,7 +15,9 @@ import os
 
 import torch
 
+from .configuration import check_tokenizer_matches
 from .folders import check_writable, staged_folder
+from .model_folder import load_model_folder
 from .modeling.modeling_vanilla_transformer import sinusoidal_table
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -35,7 +37,7 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        from .training.errors import MissingDependencyError
+        from .errors import MissingDependencyError
 
         raise MissingDependencyError(MISSING_CTRANSLATE2) from None
     return ctranslate2
@@ -84,12 +86,8 @@ def export_ctranslate2(
 def model_and_tokenizer(model_or_folder, tokenizer):
     """The model in float32 evaluation mode and its tokenizer, from a model object or a folder / Hub name."""
     if isinstance(model_or_folder, (str, os.PathLike)):
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        import vanilla_transformer  # noqa: F401  (registers the model type)
-
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_folder)
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_or_folder)
+        model, folder_tokenizer = load_model_folder(str(model_or_folder))
+        tokenizer = tokenizer or folder_tokenizer
     else:
         model = model_or_folder
     if getattr(model.config, "model_type", None) != "vanilla_transformer" or not hasattr(model, "lm_head"):
@@ -99,11 +97,10 @@ def model_and_tokenizer(model_or_folder, tokenizer):
         )
     if tokenizer is None:
         raise ExportError("a model object needs its tokenizer: pass tokenizer=..., or export from a model folder.")
-    if len(tokenizer) != model.config.vocab_size:
-        raise ExportError(
-            f"the tokenizer has {len(tokenizer)} tokens and the model's vocab_size is "
-            f"{model.config.vocab_size}: they must be the same vocabulary."
-        )
+    try:
+        check_tokenizer_matches(model.config, tokenizer)  # the rule of every loader: at most vocab_size tokens
+    except ValueError as error:
+        raise ExportError(str(error)) from error
     return model.float().eval(), tokenizer
 
 
@@ -134,7 +131,7 @@ def transformer_spec(model, tokenizer, rows: int):
         set_feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_norm)
     set_linear(spec.decoder.projection, model.lm_head)  # §3.4: the pre-softmax linear transformation
 
-    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    tokens = vocabulary(tokenizer, config.vocab_size)
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)
     spec.config.unk_token = tokenizer.unk_token
@@ -144,6 +141,16 @@ def transformer_spec(model, tokenizer, rows: int):
     spec.config.add_source_bos = spec.config.add_source_eos = False  # the tokenizer appends </s> itself
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     return spec
+
+
+def vocabulary(tokenizer, size: int) -> list[str]:
+    """The tokenizer's tokens in id order, one per row of the output projection: rows past the tokenizer's last id
+    (an embedding table larger than the vocabulary) get placeholder tokens that no text encodes to."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    taken = set(tokens)
+    fillers = (f"<unused{i}>" for i in range(size * 2))
+    tokens += [token for token in fillers if token not in taken][: size - len(tokens)]
+    return tokens
 
 
 def positions_to_write(config, max_positions: int | None) -> int:

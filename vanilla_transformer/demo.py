@@ -14,8 +14,9 @@ import os
 import time
 
 from . import demo_figures as figures
+from .errors import MissingDependencyError
+from .model_folder import load_model_folder
 from .stages import Stages, trace_stages
-from .training.errors import MissingDependencyError
 from .translators import PyTorchTranslator
 
 MISSING_GRADIO = 'the demo needs Gradio and matplotlib: pip install "vanilla-transformer[demo]"'
@@ -187,12 +188,18 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
     return app
 
 
-def launch(folder: str, port: int | None = None, share: bool = False, host: str = "127.0.0.1", block: bool = True):
-    """Load a model folder and serve the app on http://host:port (Gradio's default port when None)."""
+def launch(
+    folder: str,
+    port: int | None = None,
+    share: bool = False,
+    host: str = "127.0.0.1",
+    block: bool = True,
+    where: str | None = None,
+):
+    """Load a model folder and serve the app on http://host:port (Gradio's default port when None). A folder that
+    does not load is a `ModelFolderError` whose message starts with `where` (default: the folder)."""
     import_gradio()  # before loading the model: a missing extra is reported at once
-    from .training.commands import load_model_folder
-
-    model, tokenizer = load_model_folder(folder)
+    model, tokenizer = load_model_folder(folder, where)
     app = build_app(model, tokenizer, title=f"vanilla-transformer: {os.path.basename(os.path.normpath(folder))}")
     app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block)
     return app

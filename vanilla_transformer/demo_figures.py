@@ -8,8 +8,8 @@ zero units.
 import numpy as np
 import torch
 
+from .attention_maps import draw_heatmap
 from .stages import Stages, position_stats, zero_share
-from .training.heatmaps import draw_heatmap
 
 KINDS = {  # attention kind -> (title, rows, columns)
     "cross": ("Cross-attention\n(decoder queries, encoder keys)", "target_tokens", "source_tokens"),

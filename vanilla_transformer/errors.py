@@ -1,5 +1,7 @@
-"""Exceptions of the training package. Library functions raise them; only `cli.main` turns them into an
+"""Exceptions of the package. Library functions raise them; only the command line (`cli.main`) turns them into an
 `error: ...` line on stderr and an exit status."""
+
+MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
 
 
 class CommandError(Exception):
@@ -10,9 +12,9 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-class ModelFolderError(CommandError):
-    """--model is not a loadable model folder, or its tokenizer does not match its config.json."""
+class ModelFolderError(CommandError, ValueError):
+    """A model folder that cannot be loaded, or whose tokenizer does not match its config.json."""
 
 
 class MissingDependencyError(CommandError, ImportError):
-    """An optional dependency (matplotlib for the figures) is not installed; the message says what to install."""
+    """An optional dependency is not installed; the message says what to install."""

@@ -15,7 +15,8 @@ from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import logging
 
-from .configuration import check_tokenizer_matches, position_limit, truncation_warning
+from .configuration import check_tokenizer_matches, position_limit
+from .model_folder import encode_within
 
 logger = logging.get_logger(__name__)
 
@@ -50,10 +51,10 @@ class TranslationPipeline(Pipeline):
         (`position_limit`) with a warning naming the sentence: the model could not read more."""
         limit = position_limit(self.model.config)
         if limit is not None and (max_source_length is None or max_source_length > limit):
-            length = len(self.tokenizer(text)["input_ids"])
-            if length > limit:
-                logger.warning(truncation_warning("translation pipeline", text, length, limit))
-            max_source_length = limit
+            ids = encode_within(
+                self.tokenizer, [text], limit, "translation pipeline", warn=lambda _, line: logger.warning(line)
+            )
+            return self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
         return self.tokenizer(
             text, return_tensors="pt", truncation=max_source_length is not None, max_length=max_source_length
         )

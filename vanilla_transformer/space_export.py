@@ -5,35 +5,29 @@
 The folder written runs on its own, as a Space or locally with `python app.py`:
 
 - `model/`: the model (safetensors) with its tokenizer and generation config;
-- `vanilla_transformer/`: this package's code, which `app.py` imports, so that the Space needs no install of it;
+- `vanilla_transformer/`: this package's inference code (the configuration, the model, loading, the demo; no
+  training code), which `app.py` imports, so that the Space needs no install of it;
 - `app.py`: builds the demo of `vanilla_transformer.demo` for `model/` and launches it;
 - `requirements.txt`: the package's dependencies and the demo's (Gradio, matplotlib);
 - `README.md`: the Space's metadata (Gradio SDK, `app.py`).
 """
 
-import importlib
 import importlib.metadata
+import inspect
 import os
 import re
 import shutil
 
 from .folders import check_writable, staged_folder
+from .model_folder import load_model_folder
 
-# this package's import packages; each is copied into the Space's vanilla_transformer/ folder at its own place
-PACKAGES = (
-    "vanilla_transformer",
-    "vanilla_transformer.configuration",
-    "vanilla_transformer.modeling",
-    "vanilla_transformer.training",
-    "vanilla_transformer.training.tasks",
-)
 APP = '''"""The vanilla-transformer demo for the model in model/, as a Hugging Face Space (`python app.py` runs it
 here too)."""
 
 import os
 
 from vanilla_transformer.demo import build_app
-from vanilla_transformer.training.commands import load_model_folder
+from vanilla_transformer.model_folder import load_model_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 model, tokenizer = load_model_folder(os.path.join(HERE, "model"))
@@ -72,10 +66,25 @@ def requirements() -> list[str]:
     return sorted(set(lines), key=str.lower)
 
 
+def inference_packages() -> list:
+    """The import package and its sub-packages but the training stack (the configuration and the model): everything
+    the inference layer runs on. Nothing outside the training stack imports it, and it is never copied."""
+    import vanilla_transformer
+
+    return [vanilla_transformer] + [
+        module
+        for name, module in sorted(vars(vanilla_transformer).items())
+        if inspect.ismodule(module)
+        and hasattr(module, "__path__")
+        and module.__name__ == f"vanilla_transformer.{name}"
+        and name != "training"
+    ]
+
+
 def copy_package(out: str) -> None:
-    """This package's Python files, in the layout it is imported with."""
-    for name in PACKAGES:
-        source = importlib.import_module(name).__path__[0]
+    """The inference layer's Python files, in the layout it is imported with."""
+    for package in inference_packages():
+        name, source = package.__name__, package.__path__[0]
         target = os.path.join(out, *name.split("."))
         os.makedirs(target, exist_ok=True)
         for file in sorted(os.listdir(source)):
@@ -87,7 +96,6 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
     """Write `out` as a Space running the demo for `model_or_folder` (a model folder, or a model with `tokenizer`).
     `out` must be new or empty unless `overwrite`; it is written beside and moved into place."""
     from .demo import import_gradio
-    from .training.commands import load_model_folder
 
     gradio = import_gradio()  # the Space names the Gradio version it was written with
     if isinstance(model_or_folder, (str, os.PathLike)):

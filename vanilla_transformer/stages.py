@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .training.heatmaps import attention_maps
+from .attention_maps import attention_maps
 
 SUBLAYERS = {  # (sub-layer attribute, its Add&Norm, the paper's name for it)
     "encoder": (("self_attn", "self_attn_norm", "self-attention"), ("ffn", "ffn_norm", "feed-forward")),

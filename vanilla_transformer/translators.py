@@ -10,13 +10,13 @@ included) divided by its length in tokens to the power `length_penalty`.
 """
 
 import os
-import sys
 from dataclasses import dataclass
 
 import torch
 
-from .configuration import check_tokenizer_matches, position_limit, truncation_warning
+from .configuration import position_limit
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
+from .model_folder import encode_within, load_model_folder
 
 BACKENDS = ("auto", "pytorch", "ctranslate2")
 
@@ -44,15 +44,6 @@ def check_search(num_beams: int, n_best: int) -> None:
         )
 
 
-def warn_truncated(tokenizer, sentences: list[str], limit: int | None) -> None:
-    """A warning on stderr naming each sentence longer than the model's positions, which is cut to them."""
-    if limit is None:
-        return
-    for sentence, ids in zip(sentences, tokenizer(sentences)["input_ids"]):
-        if len(ids) > limit:
-            print(truncation_warning("warning", sentence, len(ids), limit), file=sys.stderr)
-
-
 class PyTorchTranslator:
     """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer."""
 
@@ -65,13 +56,7 @@ class PyTorchTranslator:
 
     @classmethod
     def from_folder(cls, path: str, threads: int | None = None) -> "PyTorchTranslator":
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        import vanilla_transformer  # noqa: F401  (registers the model type)
-
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(path)
-        check_tokenizer_matches(model.config, tokenizer, path)
+        model, tokenizer = load_model_folder(path)
         return cls(model, tokenizer, threads)
 
     @property
@@ -92,10 +77,8 @@ class PyTorchTranslator:
         results = []
         for start in range(0, len(sentences), batch_size):
             chunk = list(sentences[start : start + batch_size])
-            warn_truncated(self.tokenizer, chunk, limit)
-            batch = self.tokenizer(
-                chunk, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit
-            )
+            ids = encode_within(self.tokenizer, chunk, limit)  # a sentence cut to the positions is named
+            batch = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
             out = self.model.generate(
                 **batch,
                 num_beams=num_beams,
@@ -159,18 +142,9 @@ class CTranslate2Translator:
 
     def tokens(self, sentences, warn: bool = False) -> list[list[str]]:
         """Each sentence's tokens, cut to the exported positions; with `warn`, a warning on stderr names each sentence
-        that was cut. Sentences are encoded once; only those too long are encoded again, with truncation."""
-        sentences = list(sentences)
-        ids = self.tokenizer(sentences)["input_ids"]
-        limit = self.max_positions
-        long = [i for i, row in enumerate(ids) if limit is not None and len(row) > limit]
-        if long:
-            if warn:
-                for i in long:
-                    print(truncation_warning("warning", sentences[i], len(ids[i]), limit), file=sys.stderr)
-            cut = self.tokenizer([sentences[i] for i in long], truncation=True, max_length=limit)["input_ids"]
-            for i, row in zip(long, cut):
-                ids[i] = row
+        that was cut."""
+        quiet = None if warn else (lambda index, line: None)
+        ids = encode_within(self.tokenizer, sentences, self.max_positions, warn=quiet)
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
 
     def text(self, tokens: list[str]) -> str:

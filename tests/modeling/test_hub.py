@@ -2,6 +2,7 @@
 the package, the model card's Hub metadata, and what push_to_hub would upload (the Hub itself is not reachable, so
 only the calls that would reach the network are intercepted)."""
 
+import ast
 import json
 import os
 import subprocess
@@ -15,9 +16,9 @@ from huggingface_hub.errors import EntryNotFoundError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.modeling import hub_vanilla_transformer as hub
-from vanilla_transformer.training.cli import main
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
 
 from ..conftest import tiny_model
 
@@ -93,6 +94,15 @@ def test_save_pretrained_writes_a_self_contained_folder(tmp_path):
     assert modeling == package_source.replace(
         "from ..configuration.configuration_vanilla_transformer", "from .configuration_vanilla_transformer"
     )
+    # the training run's card is rendered by the training stack from its own template: its text is not code that
+    # every model folder carries
+    hub_copy = (tmp_path / hub.HUB_FILE).read_text()
+    assert "## Training procedure" not in hub_copy and "@inproceedings" not in hub_copy
+    imports = [node for node in ast.walk(ast.parse(hub_copy)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert all(node.level == 0 for node in imports if isinstance(node, ast.ImportFrom))  # nothing of the package
+    modules = [alias.name for node in imports if isinstance(node, ast.Import) for alias in node.names]
+    modules += [node.module for node in imports if isinstance(node, ast.ImportFrom)]
+    assert not any(module.split(".")[0] == "vanilla_transformer" for module in modules), modules
 
 
 def test_save_pretrained_keeps_an_existing_model_card(tmp_path):
@@ -136,6 +146,11 @@ def test_trained_folder_model_card_has_hub_metadata(trained_folder):
         assert by_name[(split, "chrF")] == results[split]["chrf"]
     assert results["test"]["bleu_signature"] in card.text
     assert "Attention Is All You Need" in card.text and "trust_remote_code=True" in card.text
+    sections = ["Architecture", "Intended use and limits", "Training data", "Training procedure", "Evaluation"]
+    places = [card.text.index(f"\n## {name}\n") for name in sections + ["How to use", "Citation"]]
+    assert places == sorted(places)
+    # the optimiser as the run was trained with it (the training arguments' defaults)
+    assert "\n- Adam (beta1 0.9, beta2 0.98, eps 1e-9), peak learning rate 0.003 reached after 10 warm-up" in card.text
 
 
 def scores(card: ModelCard) -> dict:
@@ -186,9 +201,20 @@ def test_a_model_loaded_from_the_hub_cache_saves_the_repositorys_card(trained_fo
 
 
 def test_a_model_without_a_card_gets_the_generic_card(tmp_path):
-    tiny_model().save_pretrained(tmp_path / "made")
+    model = tiny_model(norm_position="pre")
+    model.save_pretrained(tmp_path / "made")
     generic = ModelCard.load(tmp_path / "made" / "README.md")
     assert "Not evaluated" in generic.text and scores(generic) == {}
+    data = generic.data
+    assert data.library_name == "transformers" and data.pipeline_tag == "translation"
+    assert data.license == "apache-2.0" and "vanilla-transformer" in data.tags
+    assert generic.text.lstrip().startswith("# vanilla-transformer translation model")
+    assert "Attention Is All You Need" in generic.text and "trust_remote_code=True" in generic.text
+    c = model.config
+    row = f"| {c.d_model} | {c.num_heads} | {c.d_ff} | {c.encoder_layers} | {c.decoder_layers} | pre-norm | sinusoidal "
+    assert row + f"| {c.vocab_size} | {model.num_parameters():,} |" in generic.text
+    # the data, the procedure and the scores are a training run's (training/card.py), not the generic card's
+    assert "## Training procedure" not in generic.text
     (tmp_path / "made" / "README.md").unlink()
     AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "made").save_pretrained(tmp_path / "copy")
     copied = ModelCard.load(tmp_path / "copy" / "README.md")

@@ -12,7 +12,8 @@ import sys
 import time
 
 from vanilla_transformer.training import checkpoints
-from vanilla_transformer.training.cli import main
+
+from vanilla_transformer.cli import main
 
 
 def hang_in_checkpoint_write(step: int) -> None:

@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from vanilla_transformer.training.checkpoints import STATE_FILE, TEMPORARY_PREFIX, WEIGHTS_FILE, list_checkpoints
-from vanilla_transformer.training.cli import main
+
+from vanilla_transformer.cli import main
 
 from ..training.conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 

@@ -10,10 +10,10 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file
 from vanilla_transformer.training.checkpoints import WEIGHTS_FILE, list_checkpoints, save_checkpoint
-from vanilla_transformer.training.cli import main
 
 from tests.conftest import tiny_config
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 

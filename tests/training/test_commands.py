@@ -8,11 +8,12 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from vanilla_transformer.training.cli import main
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.training.tasks.numbers import german
 
 from tests.conftest import long_sentence
+from vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
@@ -95,6 +96,18 @@ def test_validation_cross_entropy_is_logged_at_every_evaluation(tmp_path, data_f
     assert evaluated[-1]["validation_cross_entropy"] == pytest.approx(results["validation"]["cross_entropy"], abs=1e-4)
 
 
+def test_a_trained_folder_states_the_length_the_ecosystem_reads(trained_folder):
+    """transformers' translation example (examples/pytorch/translation/run_translation.py) refuses to run when its
+    --max_source_length, 1024 by default, is above config.max_position_embeddings ("the model only has N position
+    encodings"), as other tools read the field as the model's limit. Sinusoidal positions have none: a trained
+    folder states at least 1024, the configuration's default (MarianMT states 512)."""
+    config = AutoConfig.from_pretrained(trained_folder)
+    translation_example_default = 1024
+    assert config.position_encoding == "sinusoidal"
+    assert config.max_position_embeddings >= translation_example_default
+    assert config.max_position_embeddings == VanillaTransformerConfig().max_position_embeddings
+
+
 def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     test_file = trained_folder.parent / "test.jsonl"
     assert (
@@ -106,7 +119,8 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
 def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder, capsys):
     sentence = long_sentence()
     assert len(AutoTokenizer.from_pretrained(trained_folder)(sentence)["input_ids"]) >= 200
-    assert AutoModelForSeq2SeqLM.from_pretrained(trained_folder).config.max_position_embeddings == 18
+    # the sinusoids are defined for every position: the config states the ecosystem's 1024, not a limit
+    assert AutoModelForSeq2SeqLM.from_pretrained(trained_folder).config.max_position_embeddings == 1024
     assert (
         main(
             [
@@ -206,6 +220,7 @@ def test_learned_positions_evaluate_a_validation_pair_longer_than_training_allow
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: pair 5")]
     assert [w.split(":")[1] for w in warnings] == [" pair 5, source", " pair 5, reference"]
     assert "max_position_embeddings=18 learned positions" in warnings[0]
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 18  # the table ends there
     assert math.isfinite(json.loads((out / "eval_results.json").read_text())["validation"]["cross_entropy"])
 
 
@@ -315,7 +330,7 @@ def test_export_without_ctranslate2_says_what_to_install(trained_folder, tmp_pat
         "        if name.split('.')[0] == 'ctranslate2':\n"
         "            raise ImportError('no ctranslate2')\n"
         "sys.meta_path.insert(0, NoCTranslate2())\n"
-        "from vanilla_transformer.training.cli import main\n"
+        "from vanilla_transformer.cli import main\n"
         f"sys.exit(main(['export', '--model', {str(trained_folder)!r}, '--to', 'ctranslate2', '--out', 'ct2']))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)

@@ -1,4 +1,3 @@
-import argparse
 import collections
 import json
 
@@ -9,6 +8,7 @@ import torch
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
+from vanilla_transformer.training.arguments import TrainArguments
 from vanilla_transformer.training.data import (
     BpeDropoutPairs,
     DataError,
@@ -24,18 +24,8 @@ from .conftest import pairs, write_jsonl
 
 
 def data_args(**kwargs):
-    values = dict(
-        dataset_name=None,
-        dataset_config=None,
-        train_file=None,
-        validation_file=None,
-        test_file=None,
-        source_lang="en",
-        target_lang="de",
-        seed=0,
-    )
-    values.update(kwargs)
-    return argparse.Namespace(**values)
+    """The training arguments the data functions read (the embedded task, seed 0, unless given)."""
+    return TrainArguments(**{"seed": 0, **kwargs})
 
 
 def test_embedded_task_is_deterministic_and_held_out():

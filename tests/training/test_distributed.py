@@ -7,7 +7,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from vanilla_transformer.training.cli import main
+
+from vanilla_transformer.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
@@ -38,7 +39,7 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files)
             "--master_port",
             "29533",
             "-m",
-            "vanilla_transformer.training.cli",
+            "vanilla_transformer.cli",
             "train",
             *flags,
             "--output-dir",
@@ -71,8 +72,9 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files)
 
 
 BPE_DROPOUT_SCRIPT = """
-import argparse, json, sys
+import json, sys
 from accelerate import Accelerator
+from vanilla_transformer.training.arguments import TrainArguments
 from vanilla_transformer.training.data import BpeDropoutPairs
 from vanilla_transformer.training.tasks.numbers import numbers_dataset
 from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
@@ -80,7 +82,7 @@ from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training
 accelerator = Accelerator(cpu=True)
 raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)
 tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
-args = argparse.Namespace(source_lang="en", target_lang="de", max_source_length=64, max_target_length=64)
+args = TrainArguments(max_source_length=64, max_target_length=64)
 pairs = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
 drawn = []
 for epoch in range(2):

@@ -3,8 +3,9 @@
 import json
 
 import matplotlib.image
-from vanilla_transformer.training.cli import main
 from vanilla_transformer.training.plots import read_metrics
+
+from vanilla_transformer.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -12,11 +12,12 @@ import torch
 from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from vanilla_transformer.training.arguments import PRESETS
 from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
-from vanilla_transformer.training.cli import PRESETS, main
 from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
 
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
@@ -367,7 +368,7 @@ def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, dat
         (["--max-steps", "5", "--cooldown-steps", "6"], "--cooldown-steps 6 is longer than the run"),
         (
             ["--preset", "tiny", "--max-steps", "5"],
-            f"--cooldown-steps {PRESETS['tiny']['cooldown_steps']} (set by --preset tiny) is longer",
+            f"--cooldown-steps {PRESETS['tiny'].cooldown_steps} (set by --preset tiny) is longer",
         ),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
         (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),

@@ -9,13 +9,12 @@ import types
 import torch
 
 COMMON = '''
-import types
 import torch
 from accelerate import Accelerator
 from vanilla_transformer.configuration import VanillaTransformerConfig
 from vanilla_transformer.modeling import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.training.criterion import TranslationCriterion
-from vanilla_transformer.training.loop import train_update
+from vanilla_transformer.training.loop import accumulate_gradients
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -47,27 +46,13 @@ def pairs():
     return short, long
 
 
-class GradientRecorder:
-    """Stands in for the optimizer: keeps the gradients it would apply."""
-
-    def __init__(self, model):
-        self.model, self.gradients = model, None
-
-    def step(self):
-        self.gradients = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
-
-    def zero_grad(self):
-        self.model.zero_grad(set_to_none=True)
-
-
 def update_gradients(model, accelerator, group):
-    """The gradients one `train_update` over the micro-batches `group` applies, and its logged totals."""
-    run = types.SimpleNamespace(accelerator=accelerator, model=model, optimizer=GradientRecorder(model),
-                                scheduler=types.SimpleNamespace(step=lambda: None), step=0,
-                                criterion=TranslationCriterion(label_smoothing=0.1),
-                                args=types.SimpleNamespace(clip_norm=0.0, output_dir="."))
-    totals = train_update(run, group, ends_epoch=False)
-    return run.optimizer.gradients, totals
+    """The gradients one update over the micro-batches `group` applies (what the training loop's optimizer steps
+    with), and its logged totals."""
+    model.zero_grad(set_to_none=True)
+    totals = accumulate_gradients(accelerator, model, TranslationCriterion(label_smoothing=0.1), group)
+    gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return gradients, totals
 '''
 
 DISTRIBUTED = (

@@ -21,7 +21,7 @@ OUT=${3:?output folder}
 shift 3
 NPROC=${NPROC:-2}
 export OMP_NUM_THREADS=1
-torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.training.cli train --cpu \
+torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.cli train --cpu \
   --train-file "$DATA/train.jsonl" \
   --validation-file "$DATA/validation.jsonl" \
   --test-file "$DATA/test_2016_flickr.jsonl" \
