@@ -222,6 +222,9 @@ class DataArguments(Checked):
     max_target_length: PositiveInt | None = option(
         help=f"longest target in tokens; also the generation limit {PRESET_HELP}"
     )
+    preprocessing_num_workers: PositiveInt | None = option(
+        help="processes that tokenise the corpus (default: every core for 100,000 pairs or more, else one)"
+    )
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,11 @@ class TokenizerArguments(Checked):
 
     vocab_size: PositiveInt | None = option(help=f"joint BPE vocabulary size {PRESET_HELP}")
     tokenizer_name: str | None = option(help="use this tokenizer (folder or Hub name) instead of training one")
+    bpe_sample_size: PositiveInt = option(
+        500_000,
+        help="train the BPE on at most this many training pairs, drawn at random with --seed (sentencepiece's "
+        "input_sentence_size, 1M sentences); the whole corpus is still tokenised",
+    )
     bpe_dropout: Probability | None = option(
         help="BPE-dropout (Provilkov et al. 2020): segment the training pairs anew every epoch, skipping each merge "
         "with this probability; evaluation and translation segment without it. The draws come from the tokenizers "

@@ -1,6 +1,11 @@
 """Checkpoints: written atomically with `accelerator.save_state`, pruned to the last few, found again for
-`--resume-from`, and averaged as the paper averaged its last checkpoints (§6.1)."""
+`--resume-from`, and averaged as the paper averaged its last checkpoints (§6.1).
 
+Each checkpoint records what its weights were built with (`built_with` in its trainer_state.json: the model's
+configuration and the tokenizer's identity), so that a resume with other sizes or another tokenizer is refused
+before loading, in one line naming the setting (`check_resume_matches`)."""
+
+import hashlib
 import json
 import os
 import re
@@ -8,8 +13,10 @@ import shutil
 
 import torch
 from accelerate.utils import extract_model_from_parallel, id_tensor_storage
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
+
+from .arguments import flag_name
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -144,3 +151,193 @@ def average_checkpoints(paths: list[str]) -> dict[str, torch.Tensor]:
             dtypes[key] = value.dtype
             total[key] = total.get(key, 0) + value.double()
     return {key: (value / len(paths)).to(dtypes[key]) for key, value in total.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a checkpoint's weights were built with, and a resume whose model or tokenizer differs refused in one line
+# ---------------------------------------------------------------------------------------------------------------------
+
+# the settings that shape the weights, in the order a difference is named; the dropout rates shape none and may
+# change on resume
+MODEL_SETTINGS = (
+    "encoder_layers",
+    "decoder_layers",
+    "d_model",
+    "num_heads",
+    "d_ff",
+    "norm_position",
+    "position_encoding",
+    "share_embeddings",
+)
+RECORDED_CONFIG = MODEL_SETTINGS + (
+    "vocab_size",
+    "max_position_embeddings",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+)
+ADVICE = "give the checkpoint's value or start a new run"
+
+
+def tokenizer_identity(tokenizer, args) -> dict:
+    """The tokenizer's size, a hash of its vocabulary (token -> id) and the flags that chose it."""
+    vocabulary = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    return {
+        "size": len(tokenizer),
+        "vocabulary_sha256": hashlib.sha256(vocabulary.encode("utf-8")).hexdigest(),
+        "tokenizer_name": args.tokenizer_name,
+        "vocab_size": None if args.tokenizer_name else args.vocab_size,
+        "lowercase": bool(args.lowercase),
+    }
+
+
+def built_with(model, tokenizer, args) -> dict:
+    """The record a checkpoint keeps of what its weights were built with (see `check_resume_matches`)."""
+    config = extract_model_from_parallel(model).config.to_dict()
+    return {
+        "model": {key: config[key] for key in RECORDED_CONFIG if key in config},
+        "tokenizer": tokenizer_identity(tokenizer, args),
+    }
+
+
+def setting(key: str, value) -> str:
+    """A model setting as the flag that gives it: `--d-model 128`, `--no-share-embeddings`."""
+    if isinstance(value, bool):
+        return flag_name(key if value else f"no_{key}")
+    return f"{flag_name(key)} {value}"
+
+
+def differing_model_setting(old: dict, config, args) -> str | None:
+    """The first setting of MODEL_SETTINGS (and the learned position table) in which the checkpoint's `old` differs
+    from this run's model `config`, as one sentence; None where they agree."""
+    for key in MODEL_SETTINGS:
+        if key in old and old[key] != getattr(config, key):
+            return f"the checkpoint was trained with {setting(key, old[key])}, this run asks for " + (
+                f"{setting(key, getattr(config, key))}; {ADVICE}"
+            )
+    positions = old.get("max_position_embeddings")
+    if config.position_encoding == "learned" and positions is not None and positions != config.max_position_embeddings:
+        # the learned table covers the longer of the two length limits, and a few positions more
+        longest = max(args.max_source_length, args.max_target_length)
+        spare = config.max_position_embeddings - longest
+        return (
+            f"the checkpoint was trained with learned positions for --max-source-length/--max-target-length up to "
+            f"{positions - spare}, this run asks for up to {longest}; {ADVICE}"
+        )
+    return None
+
+
+def describe_tokenizer(identity: dict) -> str:
+    if identity.get("tokenizer_name"):
+        return f"--tokenizer-name {identity['tokenizer_name']}"
+    return f"--vocab-size {identity.get('vocab_size')}" + (" --lowercase" if identity.get("lowercase") else "")
+
+
+def tokenizer_advice(old: dict, checkpoint: str) -> str:
+    """Where the checkpoint's tokenizer is: its --tokenizer-name, or the tokenizer folder of its run."""
+    folder = old.get("tokenizer_name")
+    run = os.path.normpath(os.path.join(checkpoint, os.pardir, os.pardir))  # RUN/checkpoints/checkpoint-N
+    if not folder and os.path.isfile(os.path.join(run, "tokenizer", "tokenizer.json")):
+        folder = os.path.join(run, "tokenizer")
+    where = f" (--tokenizer-name {folder})" if folder else ""
+    return f"resume with the checkpoint's tokenizer{where} or start a new run"
+
+
+def differing_tokenizer(old: dict, new: dict, checkpoint: str) -> str | None:
+    """How this run's tokenizer `new` differs from the checkpoint's `old` (`tokenizer_identity`), as one sentence."""
+    if not old.get("tokenizer_name") and not new["tokenizer_name"]:  # both trained here: their flags must agree
+        if old.get("vocab_size") != new["vocab_size"]:
+            return f"the checkpoint was trained with --vocab-size {old.get('vocab_size')}, this run asks for " + (
+                f"--vocab-size {new['vocab_size']}; {ADVICE}"
+            )
+        if bool(old.get("lowercase")) != new["lowercase"]:
+            return f"the checkpoint was trained {'with' if old.get('lowercase') else 'without'} --lowercase, " + (
+                f"this run asks for {'it' if new['lowercase'] else 'none'}; {ADVICE}"
+            )
+    if old.get("size") != new["size"]:
+        return (
+            f"the checkpoint was trained with {describe_tokenizer(old)} (a vocabulary of {old.get('size')} tokens), "
+            f"this run asks for {describe_tokenizer(new)} ({new['size']} tokens); {tokenizer_advice(old, checkpoint)}"
+        )
+    if old.get("vocabulary_sha256") != new["vocabulary_sha256"]:
+        return (
+            f"this run's tokenizer ({describe_tokenizer(new)}) differs from the one the checkpoint was trained with "
+            f"({describe_tokenizer(old)}): the same {new['size']} tokens in size, but another vocabulary; "
+            f"{tokenizer_advice(old, checkpoint)}"
+        )
+    return None
+
+
+def saved_shapes(checkpoint: str) -> dict[str, list[int]]:
+    """The shape of each weight in the checkpoint's weights file, read from its header only."""
+    try:
+        with safe_open(os.path.join(checkpoint, WEIGHTS_FILE), framework="pt") as weights:
+            return {name: list(weights.get_slice(name).get_shape()) for name in weights.keys()}
+    except (OSError, SafetensorError) as error:
+        raise ValueError(f"--resume-from {checkpoint}: cannot read its {WEIGHTS_FILE} ({error}).") from error
+
+
+def settings_from_shapes(shapes: dict[str, list[int]]) -> dict:
+    """The model settings a checkpoint's weight shapes show (for checkpoints written without `built_with`)."""
+    found = {
+        "share_embeddings": "model.shared.weight" in shapes,
+        "position_encoding": "learned" if any(n.endswith("embed_positions.weight") for n in shapes) else "sinusoidal",
+        "norm_position": "pre" if any(n.endswith("final_norm.weight") for n in shapes) else "post",
+    }
+    for stack in ("encoder", "decoder"):
+        layers = {int(m.group(1)) for n in shapes if (m := re.match(rf"model\.{stack}\.layers\.(\d+)\.", n))}
+        if layers:
+            found[f"{stack}_layers"] = max(layers) + 1
+    for name, shape in shapes.items():
+        if name.endswith("ffn.w_1.weight"):
+            found["d_ff"], found["d_model"] = shape
+        elif name.endswith(("shared.weight", "embed_tokens.weight", "lm_head.weight")):
+            found["vocab_size"] = shape[0]
+        elif name.endswith("embed_positions.weight"):
+            found["max_position_embeddings"] = shape[0]
+    return found
+
+
+def differing_weights(checkpoint: str, model, tokenizer, args) -> str | None:
+    """The first weight whose shape (or presence) differs between the checkpoint's weights file and this run's model,
+    with the setting that likely made it differ, as one sentence; None where every weight fits."""
+    saved = saved_shapes(checkpoint)
+    tied = getattr(model, "all_tied_weights_keys", None) or {}  # written once, under the name they are tied to
+    expected = {name: list(value.shape) for name, value in model.state_dict().items() if name not in tied}
+    name = next((n for n in sorted(saved.keys() | expected.keys()) if saved.get(n) != expected.get(n)), None)
+    if name is None:
+        return None
+    found = f"has {name} {saved[name]}" if name in saved else f"has no {name}"
+    wanted = f"has {expected[name]}" if name in expected else "has none"
+    where = f"the checkpoint's {WEIGHTS_FILE} {found}, this run's model {wanted}"
+    old = settings_from_shapes(saved)
+    reason = differing_model_setting(old, model.config, args)
+    if reason is None and old.get("vocab_size", model.config.vocab_size) != model.config.vocab_size:
+        reason = (
+            f"the checkpoint has a vocabulary of {old['vocab_size']} tokens, this run's tokenizer "
+            f"({describe_tokenizer(tokenizer_identity(tokenizer, args))}) has {model.config.vocab_size}; "
+            f"{tokenizer_advice({}, checkpoint)}"
+        )
+    return (
+        f"{where}: {reason}" if reason else f"{where}; resume with the settings it was trained with or start a new run"
+    )
+
+
+def check_resume_matches(checkpoint: str, state: dict, model, tokenizer, args) -> None:
+    """Refuse, before loading, a resume whose model or tokenizer differs from the checkpoint's: a ValueError of one
+    line naming the setting, the checkpoint's value and this run's. The checkpoint's record (`built_with`) is
+    compared first; the weight shapes in its file then, the only evidence in checkpoints written without a record."""
+    unwrapped = extract_model_from_parallel(model)
+    recorded = state.get("built_with")
+    reason = None
+    if recorded:
+        reason = differing_model_setting(recorded.get("model", {}), unwrapped.config, args)
+        if reason is None and "tokenizer" in recorded:
+            reason = differing_tokenizer(recorded["tokenizer"], tokenizer_identity(tokenizer, args), checkpoint)
+    reason = reason or differing_weights(checkpoint, unwrapped, tokenizer, args)
+    if reason:
+        raise ValueError(f"--resume-from {checkpoint}: {reason}")

@@ -7,6 +7,9 @@ import sys
 from collections.abc import Iterator
 
 import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from accelerate.utils import broadcast_object_list
 from tokenizers import Tokenizer, models
@@ -16,6 +19,7 @@ from ..model_folder import encode_within
 from .tasks.numbers import numbers_dataset
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+ARROW_BATCH = 1_000_000  # rows per Arrow batch when a whole column is checked or measured
 
 
 class DataError(ValueError):
@@ -23,8 +27,14 @@ class DataError(ValueError):
 
 
 def load_raw_datasets(args, require_train: bool = True) -> datasets.DatasetDict:
-    """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task. Evaluation
-    (`require_train=False`) needs only the file of the split it scores."""
+    """The pairs of `load_pairs`, without the count of those dropped."""
+    return load_pairs(args, require_train)[0]
+
+
+def load_pairs(args, require_train: bool = True) -> tuple[datasets.DatasetDict, dict[str, int]]:
+    """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task, without the
+    pairs that lack text on a side; returns the splits and {split: pairs dropped}. Evaluation (`require_train=False`)
+    needs only the file of the split it scores."""
     if args.dataset_name:
         try:
             raw = datasets.load_dataset(args.dataset_name, args.dataset_config)
@@ -43,8 +53,8 @@ def load_raw_datasets(args, require_train: bool = True) -> datasets.DatasetDict:
         )
     else:
         raw = numbers_dataset(seed=args.seed)
-    check_translation_rows(raw, args.source_lang, args.target_lang, require_train)
-    return raw
+    check_translation_column(raw, args.source_lang, args.target_lang, require_train)
+    return drop_pairs_without_text(raw, args.source_lang, args.target_lang)
 
 
 def load_files(files: dict[str, str | None], source_lang: str, target_lang: str) -> datasets.DatasetDict:
@@ -63,12 +73,39 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
             raise DataError(f"{flag} {path}: the file is empty.")
         try:
             splits[split] = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path, split="train")
+            splits[split].data.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
         except Exception as error:
-            raise DataError(f"{flag} {path}: could not be read as {FILE_BUILDERS[extension]}: {error}") from error
+            line = first_bad_line(path, FILE_BUILDERS[extension])
+            reason = line or f"could not be read as {FILE_BUILDERS[extension]}: {error}"
+            raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows.")
         splits[split] = to_translation_schema(splits[split], f"{flag} {path}", source_lang, target_lang)
     return datasets.DatasetDict(splits)
+
+
+def first_bad_line(path: str, builder: str) -> str | None:
+    """Where a text file that `datasets` could not read goes wrong: the first line that is not UTF-8 or, in JSON
+    lines, not a JSON object; None if every line is fine (then the library's own message is the one to show)."""
+    if builder not in ("json", "csv"):
+        return None
+    with open(path, "rb") as handle:
+        for number, raw_line in enumerate(handle, start=1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return (
+                    f"line {number} is not UTF-8 (byte 0x{raw_line[error.start]:02x} at column {error.start + 1}); "
+                    "expected a UTF-8 file: convert it, e.g. with iconv -f latin1 -t utf-8"
+                )
+            if builder == "json" and line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
+                if not isinstance(row, dict):
+                    return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
+    return None
 
 
 def to_translation_schema(
@@ -138,10 +175,10 @@ def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: l
     )
 
 
-def check_translation_rows(
+def check_translation_column(
     raw: datasets.DatasetDict, source_lang: str, target_lang: str, require_train: bool = True
 ) -> None:
-    """Every row must hold non-empty source and target text in the translation schema."""
+    """Every split must be in the translation schema: a 'translation' column of pairs."""
     if require_train and "train" not in raw:
         raise DataError(f"the dataset has no 'train' split (it has {sorted(raw)}).")
     for split, dataset in raw.items():
@@ -150,13 +187,64 @@ def check_translation_rows(
                 f"split {split!r}: expected a 'translation' column with {{'{source_lang}': ..., '{target_lang}': ...}}"
                 f" per row, found columns {dataset.column_names}."
             )
-        for row, pair in enumerate(dataset["translation"]):
-            for lang, flag in ((source_lang, "--source-lang"), (target_lang, "--target-lang")):
-                text = pair.get(lang) if isinstance(pair, dict) else None
-                if not isinstance(text, str) or not text.strip():
-                    raise DataError(
-                        f"split {split!r}, row {row}: no {lang!r} text ({flag}); the row holds {pair!r:.300}."
-                    )
+
+
+def text_present(column: pa.ChunkedArray, lang: str) -> np.ndarray:
+    """Per row of a 'translation' column, whether its `lang` side holds text other than whitespace (Arrow compute:
+    no Python object per row)."""
+    index = column.type.get_field_index(lang) if pa.types.is_struct(column.type) else -1
+    if index < 0:
+        return np.zeros(len(column), dtype=bool)
+    text = pc.struct_field(column, [index])
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        return np.zeros(len(column), dtype=bool)
+    present = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
+    return pc.fill_null(present, False).to_numpy(zero_copy_only=False)
+
+
+def text_present_in_rows(pairs: list, lang: str) -> np.ndarray:
+    """`text_present` for pairs as Python dicts: a 'translation' column whose rows hold different keys, which
+    `datasets` stores as JSON text rather than as an Arrow struct."""
+    return np.array([isinstance(p, dict) and isinstance(p.get(lang), str) and bool(p[lang].strip()) for p in pairs])
+
+
+def pairs_with_text(dataset: datasets.Dataset, languages: tuple[str, str]) -> dict[str, np.ndarray]:
+    """For each language, which rows hold text on its side."""
+    present = {lang: [] for lang in languages}
+    column = dataset.select_columns(["translation"])
+    is_struct = isinstance(dataset.features["translation"], (dict, datasets.Translation))
+    batches = column.with_format("arrow").iter(batch_size=ARROW_BATCH) if is_struct else column.iter(ARROW_BATCH)
+    for batch in batches:
+        for lang in languages:
+            if is_struct:
+                present[lang].append(text_present(batch.column("translation"), lang))
+            else:
+                present[lang].append(text_present_in_rows(batch["translation"], lang))
+    return {lang: np.concatenate(parts) if parts else np.zeros(0, dtype=bool) for lang, parts in present.items()}
+
+
+def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_lang: str):
+    """Drop the pairs whose source or target is missing or empty, as the established tools do, and say how many on
+    stderr; returns the data and {split: pairs dropped}. A split left with no pair is a `DataError`."""
+    dropped, kept = {}, {}
+    flags = {source_lang: "--source-lang", target_lang: "--target-lang"}
+    for split, dataset in raw.items():
+        present = pairs_with_text(dataset, (source_lang, target_lang))
+        keep = present[source_lang] & present[target_lang]
+        dropped[split] = int(len(keep) - keep.sum())
+        missing = ", ".join(f"{int((~ok).sum())} without {lang!r} text ({flags[lang]})" for lang, ok in present.items())
+        if not keep.any():
+            example = dataset[0]["translation"] if len(dataset) else None
+            raise DataError(
+                f"split {split!r}: no pair is left: of {len(keep)}, {missing}; row 0 holds {example!r:.300}."
+            )
+        if dropped[split]:
+            first = int(np.flatnonzero(~keep)[0])
+            print(f"split {split!r}: dropped {dropped[split]:,} of {len(keep):,} pairs ({missing}; first: row {first})",
+                  file=sys.stderr)  # fmt: skip
+            dataset = dataset.select(np.flatnonzero(keep))
+        kept[split] = dataset
+    return datasets.DatasetDict(kept), dropped
 
 
 def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> bool:
@@ -166,16 +254,22 @@ def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> 
 
 
 def tokenize_pairs(
-    split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, args, max_length: int | None = None
+    split: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    args,
+    max_length: int | None = None,
+    num_proc: int | None = None,
 ) -> datasets.Dataset:
-    """`input_ids` and `labels` of every pair of a split, with `Dataset.map(batched=True)`, which the datasets
-    library caches; the split's other columns are dropped. With `max_length` (a model's learned positions, see
-    `position_limit`), a longer source or reference is truncated to it as the tokenizer truncates (the end-of-sentence
-    token kept), each named in a warning on stderr: the model cannot read it whole."""
+    """`input_ids` and `labels` of every pair of a split, with `Dataset.map(batched=True)` on `num_proc` processes,
+    which the datasets library caches (a second run on the same file and tokenizer reads the cache); the split's
+    other columns are dropped. With `max_length` (a model's learned positions, see `position_limit`), a longer source
+    or reference is truncated to it as the tokenizer truncates (the end-of-sentence token kept), each named in a
+    warning on stderr: the model cannot read it whole."""
+    source_lang, target_lang = args.source_lang, args.target_lang  # the map's fingerprint depends on these only
 
     def tokenize(batch, indices):
-        sources = [pair[args.source_lang] for pair in batch["translation"]]
-        targets = [pair[args.target_lang] for pair in batch["translation"]]
+        sources = [pair[source_lang] for pair in batch["translation"]]
+        targets = [pair[target_lang] for pair in batch["translation"]]
         if max_length is None:
             encoded = tokenizer(sources, text_target=targets)
             return {"input_ids": encoded["input_ids"], "labels": encoded["labels"]}
@@ -193,7 +287,12 @@ def tokenize_pairs(
         return {**columns, "truncation_warnings": ["\n".join(lines) for lines in warnings]}
 
     tokenized = split.map(
-        tokenize, batched=True, with_indices=True, remove_columns=split.column_names, desc="Tokenising"
+        tokenize,
+        batched=True,
+        with_indices=True,
+        remove_columns=split.column_names,
+        num_proc=num_proc,
+        desc="Tokenising",
     )
     if max_length is None:
         return tokenized
@@ -203,32 +302,64 @@ def tokenize_pairs(
     return tokenized.remove_columns("truncation_warnings")
 
 
+def token_lengths(tokenized: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """The source and target length of every tokenised pair, read as Arrow list lengths (no Python object per pair)."""
+    sources, targets = [], []
+    columns = tokenized.select_columns(["input_ids", "labels"]).with_format("arrow")
+    for batch in columns.iter(batch_size=ARROW_BATCH):
+        sources.append(pc.list_value_length(batch.column("input_ids")).to_numpy(zero_copy_only=False))
+        targets.append(pc.list_value_length(batch.column("labels")).to_numpy(zero_copy_only=False))
+    empty = np.zeros(0, dtype=np.int32)
+    return (np.concatenate(sources) if sources else empty), (np.concatenate(targets) if targets else empty)
+
+
 def trained_positions(args) -> int:
     """`max_position_embeddings` of a model trained within `--max-source-length` / `--max-target-length`: the longest
     training sentence, and two positions to spare."""
     return max(args.max_source_length, args.max_target_length) + 2
 
 
-def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> datasets.DatasetDict:
-    """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
-    training split. With learned positions, which end there, longer validation and test pairs are truncated."""
-    limit = trained_positions(args) if args.position_encoding == "learned" else None
-    tokenized = datasets.DatasetDict(
-        {
-            name: tokenize_pairs(split, tokenizer, args, None if name == "train" else limit)
-            for name, split in raw.items()
-        }
-    )
-    tokenized["train"] = tokenized["train"].filter(
-        lambda ex: within_length_limits(ex["input_ids"], ex["labels"], args),
-        desc="Filtering by length",
-    )
-    if len(tokenized["train"]) == 0:
+def tokenizing_processes(rows: int, requested: int | None) -> int | None:
+    """`--preprocessing-num-workers`, or by default every core for a corpus large enough to repay the processes'
+    start (100,000 pairs); None: tokenise in this process."""
+    if requested is not None:
+        return requested if requested > 1 else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores if rows >= 100_000 and cores > 1 else None
+
+
+def drop_long_pairs(train: datasets.Dataset, args) -> tuple[datasets.Dataset, int]:
+    """The training pairs within `--max-source-length` / `--max-target-length` tokens, and how many were dropped;
+    a `DataError` if none is left."""
+    sources, targets = token_lengths(train)
+    keep = (sources <= args.max_source_length) & (targets <= args.max_target_length)
+    dropped = int(len(keep) - keep.sum())
+    if not keep.any():
         raise DataError(
             f"no training pair is left after length filtering (--max-source-length {args.max_source_length}, "
             f"--max-target-length {args.max_target_length})."
         )
-    return tokenized
+    if dropped:
+        print(
+            f"split 'train': dropped {dropped:,} of {len(keep):,} pairs longer than --max-source-length "
+            f"{args.max_source_length} or --max-target-length {args.max_target_length} tokens",
+            file=sys.stderr,
+        )
+        train = train.select(np.flatnonzero(keep))
+    return train, dropped
+
+
+def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> tuple[datasets.DatasetDict, int]:
+    """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
+    training split; returns the splits and how many training pairs were dropped. With learned positions, which end
+    there, longer validation and test pairs are truncated."""
+    limit = trained_positions(args) if args.position_encoding == "learned" else None
+    tokenized = {}
+    for name, split in raw.items():
+        processes = tokenizing_processes(len(split), args.preprocessing_num_workers)
+        tokenized[name] = tokenize_pairs(split, tokenizer, args, None if name == "train" else limit, processes)
+    tokenized["train"], dropped = drop_long_pairs(tokenized["train"], args)
+    return datasets.DatasetDict(tokenized), dropped
 
 
 class BpeDropoutPairs(torch.utils.data.Dataset):
@@ -291,7 +422,8 @@ class TokenBatchSampler:
     """Batches of similar-length pairs holding at most `max_tokens` tokens (padded source or target, whichever is
     larger), as fairseq builds them. Every epoch the pairs are shuffled, then sorted by length (a stable sort, so
     pairs of equal length stay in shuffled order) and cut into batches in that order; the batch order is shuffled
-    too. The same seed and epoch give the same batches."""
+    too. The same seed and epoch give the same batches. Lengths, the order and the batch bounds are numpy arrays:
+    a batch becomes a list of indices only when it is read."""
 
     def __init__(
         self,
@@ -311,49 +443,60 @@ class TokenBatchSampler:
 
     def set_lengths(self, source_lengths, target_lengths) -> None:
         """The pairs' lengths in tokens; they change with every epoch's segmentation under BPE-dropout."""
-        self.lengths = [max(s, t) for s, t in zip(source_lengths, target_lengths)]
-        self._cache: tuple[int, list[list[int]]] | None = None  # (epoch, batches)
-        longest = max(self.lengths)
+        self.lengths = np.maximum(
+            np.asarray(source_lengths, dtype=np.int64), np.asarray(target_lengths, dtype=np.int64)
+        )
+        self._cache: tuple[int, np.ndarray, np.ndarray, list[int]] | None = None  # (epoch, order, bounds, batches)
+        longest = int(self.lengths.max())
         if longest > self.max_tokens:
             raise DataError(f"--max-tokens {self.max_tokens} is smaller than the longest pair ({longest} tokens).")
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def batches(self) -> list[list[int]]:
-        """The batches of the current epoch, built once per epoch."""
+    def batches(self) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """The current epoch's pair order, batch bounds in it, and batch sequence, built once per epoch."""
         if self._cache is None or self._cache[0] != self.epoch:
-            self._cache = (self.epoch, self._build())
-        return self._cache[1]
+            self._cache = (self.epoch, *self._build())
+        return self._cache[1:]
 
-    def _build(self) -> list[list[int]]:
+    def _build(self) -> tuple[np.ndarray, np.ndarray, list[int]]:
         rng = random.Random(self.seed + self.epoch)
         order = list(range(len(self.lengths)))
         if self.shuffle:
             rng.shuffle(order)
-        batches, batch, width = [], [], 0
-        for index in sorted(order, key=lambda i: self.lengths[i]):  # stable sort keeps the shuffle among equals
-            width_if_added = max(width, self.lengths[index])
-            if batch and width_if_added * (len(batch) + 1) > self.max_tokens:
-                batches.append(batch)
-                batch, width_if_added = [], self.lengths[index]
-            batch.append(index)
-            width = width_if_added
-        if batch:
-            batches.append(batch)
+        order = np.asarray(order, dtype=np.int64)
+        order = order[np.argsort(self.lengths[order], kind="stable")]  # stable: the shuffle stays among equals
+        bounds = batch_bounds(self.lengths[order], self.max_tokens)
+        sequence = list(range(len(bounds) - 1))
         if self.shuffle:
-            rng.shuffle(batches)
+            rng.shuffle(sequence)
         # every process must take the same number of steps: repeat the first batches to a multiple of the replicas
-        remainder = len(batches) % self.num_replicas
+        remainder = len(sequence) % self.num_replicas
         if remainder:
-            batches += batches[: self.num_replicas - remainder]
-        return batches
+            sequence += sequence[: self.num_replicas - remainder]
+        return order, bounds, sequence
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
+        order, bounds, sequence = self.batches()
+        for batch in sequence:
+            yield order[bounds[batch] : bounds[batch + 1]].tolist()
 
     def __len__(self) -> int:
-        return len(self.batches())
+        return len(self.batches()[2])
+
+
+def batch_bounds(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Where each batch starts in pairs sorted by length (and, last, the end): each batch takes pairs while its
+    count times its longest pair stays within `max_tokens`. Lengths only grow, so that product only grows, and a
+    batch's end is found in one vectorised comparison over the pairs that could fit."""
+    bounds, start, count = [0], 0, len(sorted_lengths)
+    while start < count:
+        window = sorted_lengths[start : start + max_tokens // max(int(sorted_lengths[start]), 1) + 1]
+        fits = window * np.arange(1, len(window) + 1) <= max_tokens
+        start += max(int(fits.sum()), 1)
+        bounds.append(start)
+    return np.asarray(bounds, dtype=np.int64)
 
 
 def drop_words(ids: torch.Tensor, rate: float, replacement: int, keep_ids: tuple[int, ...]) -> torch.Tensor:

@@ -28,6 +28,8 @@ from .card import write_run_card
 from .checkpoints import (
     CheckpointWriteError,
     average_checkpoints,
+    built_with,
+    check_resume_matches,
     list_checkpoints,
     read_state,
     resolve_resume,
@@ -37,14 +39,15 @@ from .criterion import TranslationCriterion
 from .data import (
     BpeDropoutPairs,
     TokenBatchSampler,
-    load_raw_datasets,
+    load_pairs,
     make_collator,
+    token_lengths,
     tokenize_datasets,
     trained_positions,
 )
 from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .schedule import lr_lambda
-from .tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
+from .tokenizer import bpe_cache_folder, load_tokenizer, save_whole, train_bpe_tokenizer, training_texts
 
 METRICS_FILE = "metrics.jsonl"
 RUN_MARKERS = ("config.json", "model.safetensors", METRICS_FILE, "checkpoints")
@@ -114,13 +117,28 @@ def build_tokenizer(args, raw, accelerator):
     if args.resume_from and os.path.isfile(os.path.join(args.output_dir, "tokenizer", "tokenizer.json")):
         return load_tokenizer(os.path.join(args.output_dir, "tokenizer"))
     folder = os.path.join(args.output_dir, "tokenizer")
+    cached = bpe_cache_folder(raw["train"], bpe_settings(args))
     if accelerator.is_main_process:
-        tokenizer = train_bpe_tokenizer(
-            training_texts(raw, args.source_lang, args.target_lang), args.vocab_size, lowercase=args.lowercase
-        )
-        tokenizer.save_pretrained(folder)
+        if cached is None or not os.path.isfile(os.path.join(cached, "tokenizer.json")):
+            texts = training_texts(raw, args.source_lang, args.target_lang, args.bpe_sample_size, args.seed)
+            length = 2 * min(len(raw["train"]), args.bpe_sample_size)
+            tokenizer = train_bpe_tokenizer(texts, args.vocab_size, lowercase=args.lowercase, length=length)
+            tokenizer.save_pretrained(folder)
+            if cached is not None:
+                save_whole(tokenizer, cached)
+        else:
+            accelerator.print(f"Reusing the BPE trained on the same data with the same settings: {cached}")
+            load_tokenizer(cached).save_pretrained(folder)
     accelerator.wait_for_everyone()
-    return load_tokenizer(folder)
+    # loaded from the cache when there is one: the same tokenizer, at the same place, lets datasets reuse the
+    # tokenised corpus of an earlier run
+    return load_tokenizer(cached or folder)
+
+
+def bpe_settings(args) -> dict:
+    """What a trained BPE depends on, besides the training pairs."""
+    names = ("source_lang", "target_lang", "vocab_size", "lowercase", "bpe_sample_size", "seed")
+    return {name: getattr(args, name) for name in names}
 
 
 def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:
@@ -200,9 +218,14 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def save_training_state(accelerator, args, step: int, epoch: int, batches_done: int, batches_per_epoch: int) -> None:
-    """Checkpoint the run after update `step`; a failed write stops the run, naming the last whole checkpoint."""
+def save_training_state(
+    accelerator, args, step: int, epoch: int, batches_done: int, batches_per_epoch: int, record: dict | None = None
+) -> None:
+    """Checkpoint the run after update `step`, with `record`, what its weights were built with (`built_with`); a
+    failed write stops the run, naming the last whole checkpoint."""
     state = {"step": step, "epoch": epoch, "batches_in_epoch": batches_done, "batches_per_epoch": batches_per_epoch}
+    if record:
+        state["built_with"] = record
     try:
         save_checkpoint(accelerator, args.output_dir, step, state, args.keep_checkpoints)
     except CheckpointWriteError as error:
@@ -234,6 +257,7 @@ class Run:
     train_loader: DataLoader
     batches_per_epoch: int
     max_steps: int
+    dropped: dict[str, dict[str, int]]  # pairs left out of the data: {reason: {split: count}}
     resume_checkpoint: str | None = None
     step: int = 0
     epoch: int = 0
@@ -273,7 +297,11 @@ def training_loader(args, raw, tokenized, tokenizer, model, accelerator):
         lengths = train_data.lengths()
     else:
         train_data = tokenized["train"]
-        lengths = [len(x) for x in train_data["input_ids"]], [len(x) for x in train_data["labels"]]
+        lengths = token_lengths(train_data)
+        if len(lengths[0]) >= 1_000_000:  # a few seconds per million pairs
+            accelerator.print(
+                f"Batching {len(lengths[0]):,} training pairs by length, {args.max_tokens} tokens a batch"
+            )
     sampler = TokenBatchSampler(*lengths, args.max_tokens, seed=args.seed, num_replicas=accelerator.num_processes)
     # a private generator: starting a data iterator must not draw from the global RNG that dropout uses,
     # or a resumed run would see different dropout masks from an uninterrupted one
@@ -286,13 +314,21 @@ def training_loader(args, raw, tokenized, tokenizer, model, accelerator):
     return train_data, sampler, train_loader
 
 
+def prepare_data(args, accelerator) -> tuple:
+    """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split."""
+    raw, empty = load_pairs(args)
+    tokenizer = build_tokenizer(args, raw, accelerator)
+    with accelerator.main_process_first():
+        tokenized, too_long = tokenize_datasets(raw, tokenizer, args)
+    dropped = {"empty_side": {split: count for split, count in empty.items() if count}}
+    dropped["too_long"] = {"train": too_long} if too_long else {}
+    return raw, tokenizer, tokenized, {reason: counts for reason, counts in dropped.items() if counts}
+
+
 def setup_run(args) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
     accelerator, resume_checkpoint, resume_state = start_accelerator(args)
-    raw = load_raw_datasets(args)
-    tokenizer = build_tokenizer(args, raw, accelerator)
-    with accelerator.main_process_first():
-        tokenized = tokenize_datasets(raw, tokenizer, args)
+    raw, tokenizer, tokenized, dropped = prepare_data(args, accelerator)
     model = build_model(args, tokenizer)
     train_data, sampler, train_loader = training_loader(args, raw, tokenized, tokenizer, model, accelerator)
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
@@ -336,6 +372,7 @@ def setup_run(args) -> Run:
         train_loader,
         batches_per_epoch,
         max_steps,
+        dropped,
         resume_checkpoint,
     )
     if resume_checkpoint:
@@ -352,7 +389,9 @@ def init_trackers(args, accelerator) -> None:
 
 
 def resume(run: Run, state: dict) -> None:
-    """Load the checkpoint's weights, optimizer, schedule and RNG states, and go on from its update."""
+    """Load the checkpoint's weights, optimizer, schedule and RNG states, and go on from its update. A model or
+    tokenizer that differs from the checkpoint's is refused first, in one line naming the setting."""
+    check_resume_matches(run.resume_checkpoint, state, run.model, run.tokenizer, run.args)
     run.accelerator.load_state(run.resume_checkpoint)
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
     if run.accelerator.is_main_process:
@@ -493,7 +532,8 @@ def validate(run: Run, record: dict) -> None:
 
 
 def save_run(run: Run) -> None:
-    save_training_state(run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch)
+    record = built_with(run.model, run.tokenizer, run.args)
+    save_training_state(run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch, record)
 
 
 def train(args) -> dict:
@@ -524,20 +564,32 @@ def train(args) -> dict:
     progress.close()
     if args.save_steps and saved_at != run.step:
         save_run(run)  # the last updates are checkpointed too, so that averaging and resuming see the final state
-    return finish(
-        args, run.accelerator, run.model, run.tokenizer, run.raw, run.tokenized, run.step, time.time() - started
-    )
+    return finish(run, time.time() - started)
 
 
-def finish(args, accelerator, model, tokenizer, raw, tokenized, step, train_seconds) -> dict:
+def finish(run: Run, train_seconds: float) -> dict:
     """Average checkpoints if asked, evaluate with beam search, write the model folder and upload it if asked."""
+    args, accelerator, model, tokenizer, raw, tokenized = (
+        run.args,
+        run.accelerator,
+        run.model,
+        run.tokenizer,
+        run.raw,
+        run.tokenized,
+    )
     accelerator.wait_for_everyone()
     # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,
     # the final scores and the saved model all use the float32 weights in float32
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     if args.average_checkpoints > 1:
         average_last_checkpoints(args, accelerator, unwrapped)
-    results = {"train_steps": step, "train_seconds": round(train_seconds, 1), "processes": accelerator.num_processes}
+    results = {
+        "train_steps": run.step,
+        "train_seconds": round(train_seconds, 1),
+        "processes": accelerator.num_processes,
+    }
+    if run.dropped:
+        results["dropped_pairs"] = run.dropped
     results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized))
     if accelerator.is_main_process:  # the card states the length penalty the model was evaluated and saved with
         write_final_model(

@@ -1,18 +1,29 @@
 """A joint source+target byte-pair vocabulary (§5.1 of the paper), trained with the `tokenizers` library."""
 
+import hashlib
+import json
 import os
+import shutil
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+BPE_RECIPE = (
+    "joint-bpe-metaspace-punctuation-1"  # change when train_bpe_tokenizer changes: cached BPEs are then retrained
+)
+PROGRESS_FROM = 200_000  # texts: below this, training the BPE takes seconds and shows no progress bar
 
 
-def train_bpe_tokenizer(texts, vocab_size: int, lowercase: bool = False) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(
+    texts, vocab_size: int, lowercase: bool = False, length: int | None = None
+) -> PreTrainedTokenizerFast:
     """BPE over source and target text together. Ids: <pad>=0, <s>=1, </s>=2, <unk>=3.
 
     Encoding appends </s>; the decoder's start token <s> is added by shifting the labels right. With `lowercase`
     the tokenizer's normalizer lowercases every text it encodes (training pairs and, later, inputs to translate).
+    `length`, the number of texts, shows the training's progress when it is large (a million texts take minutes).
     """
     specials = list(SPECIAL_TOKENS.values())
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
@@ -25,13 +36,35 @@ def train_bpe_tokenizer(texts, vocab_size: int, lowercase: bool = False) -> PreT
         [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation("isolated")]
     )
     tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    progress = length is not None and length >= PROGRESS_FROM
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=progress)
+    tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
     eos = SPECIAL_TOKENS["eos_token"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]
     )
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS)
+
+
+def bpe_cache_folder(train, settings: dict) -> str | None:
+    """Where a BPE trained on the `train` split with these settings is kept, beside the datasets library's cache of
+    that split, so that a second run on the same corpus skips training it; None for data that has no cache files
+    (an in-memory corpus such as the embedded task)."""
+    if not train.cache_files:
+        return None
+    key = json.dumps({"data": train._fingerprint, "code": BPE_RECIPE, **settings}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return os.path.join(os.path.dirname(train.cache_files[0]["filename"]), f"vanilla_transformer_bpe_{digest}")
+
+
+def save_whole(tokenizer, folder: str) -> None:
+    """Save into `folder` through a temporary folder renamed into place: a reader sees all of it or none."""
+    temporary = f"{folder}.tmp-{os.getpid()}"
+    tokenizer.save_pretrained(temporary)
+    try:
+        os.replace(temporary, folder)
+    except OSError:  # another process put the same tokenizer there first
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def load_tokenizer(name_or_path: str):
@@ -43,8 +76,19 @@ def load_tokenizer(name_or_path: str):
         raise ValueError(message) from error
 
 
-def training_texts(raw, source_lang: str, target_lang: str):
-    """Source and target sentences of the training split, for the joint vocabulary."""
-    for pair in raw["train"]["translation"]:
-        yield pair[source_lang]
-        yield pair[target_lang]
+def bpe_sample(train, sample_size: int | None, seed: int = 0):
+    """The training pairs the BPE learns from: all of them, or `sample_size` drawn at random (in corpus order)."""
+    if sample_size is None or train.num_rows <= sample_size:
+        return train
+    rows = np.random.default_rng(seed).choice(train.num_rows, size=sample_size, replace=False)
+    return train.select(np.sort(rows))
+
+
+def training_texts(raw, source_lang: str, target_lang: str, sample_size: int | None = None, seed: int = 0):
+    """Source and target sentences of the training split (or of `sample_size` of its pairs), for the joint
+    vocabulary, read in batches."""
+    pairs = bpe_sample(raw["train"], sample_size, seed).select_columns(["translation"])
+    for batch in pairs.iter(batch_size=10_000):
+        for pair in batch["translation"]:
+            yield pair[source_lang]
+            yield pair[target_lang]

@@ -14,6 +14,7 @@ from vanilla_transformer.training.data import (
     DataError,
     TokenBatchSampler,
     drop_words,
+    load_pairs,
     load_raw_datasets,
     tokenize_datasets,
 )
@@ -141,10 +142,14 @@ def test_a_file_in_neither_layout_names_the_flag_the_columns_and_both_layouts(tm
     assert message.endswith("no 'de' column.")
 
 
-def test_missing_cells_and_undecodable_translation_cells_are_named(tmp_path):
+def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(tmp_path, capsys):
     pd.DataFrame({"en": ["one", "two", "three"], "de": ["eins", None, "drei"]}).to_csv(tmp_path / "a.csv", index=False)
-    with pytest.raises(DataError, match=r"split 'train', row 1: no 'de' text \(--target-lang\); the row holds "):
-        load_raw_datasets(data_args(train_file=str(tmp_path / "a.csv")))
+    raw, dropped = load_pairs(data_args(train_file=str(tmp_path / "a.csv")))
+    assert raw["train"]["translation"] == [{"en": "one", "de": "eins"}, {"en": "three", "de": "drei"}]
+    assert dropped == {"train": 1}
+    assert "split 'train': dropped 1 of 3 pairs (0 without 'en' text (--source-lang), 1 without 'de' text " in (
+        capsys.readouterr().err
+    )
     cells = [json.dumps({"en": "one", "de": "eins"}), "{'en': 'two'}"]
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "b.csv", index=False)
     with pytest.raises(DataError, match=r"--train-file .*b.csv, row 1: the 'translation' cell .* is not a JSON "):
@@ -164,21 +169,38 @@ def test_missing_empty_and_undecodable_files_are_named(tmp_path):
         load_raw_datasets(data_args(train_file=str(empty)))
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(b'{"translation": {"en": "one", "de": "eins"}}\n{not json\n')
-    with pytest.raises(DataError, match=r"--train-file .*broken.jsonl"):
+    with pytest.raises(DataError, match=r"--train-file .*broken.jsonl: line 2 is not valid JSON \(.* at column 2\)"):
         load_raw_datasets(data_args(train_file=str(broken)))
+    # one Latin-1 byte: the file and the line are named, not only the codec's complaint
+    latin = tmp_path / "latin.jsonl"
+    rows = [json.dumps({"translation": {"en": english(n), "de": german(n)}}) for n in range(5)]
+    latin.write_bytes("\n".join(rows[:3]).encode() + b'\n{"translation": {"en": "caf\xe9", "de": "Caf\xe9"}}\n')
+    with pytest.raises(DataError, match=r"--train-file .*latin.jsonl: line 4 is not UTF-8 \(byte 0xe9 at column 28\)"):
+        load_raw_datasets(data_args(train_file=str(latin)))
+    csv = tmp_path / "latin.csv"
+    csv.write_bytes(b"en,de\none,eins\ncaf\xe9,Caf\xe9\n")
+    with pytest.raises(DataError, match=r"--train-file .*latin.csv: line 3 is not UTF-8"):
+        load_raw_datasets(data_args(train_file=str(csv)))
     text = tmp_path / "train.txt"
     text.write_text("hello")
     with pytest.raises(DataError, match=r"expected a .jsonl"):
         load_raw_datasets(data_args(train_file=str(text)))
 
 
-def test_row_without_a_language_is_named(tmp_path):
-    rows = pairs(range(10, 15))
+def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_is_refused(tmp_path, capsys):
+    rows = pairs(range(10, 20))
     rows[3] = {"translation": {"en": "thirteen"}}
+    rows[5]["translation"]["de"] = ""
+    rows[7]["translation"]["en"] = "  "
     path = write_jsonl(tmp_path / "train.jsonl", rows)
-    with pytest.raises(DataError, match=r"split 'train', row 3: no 'de' text \(--target-lang\)"):
-        load_raw_datasets(data_args(train_file=str(path)))
-    with pytest.raises(DataError, match=r"no 'fr' text"):
+    validation = write_jsonl(tmp_path / "validation.jsonl", pairs(range(3)) + [{"translation": {"en": "x", "de": ""}}])
+    raw, dropped = load_pairs(data_args(train_file=str(path), validation_file=str(validation)))
+    assert dropped == {"train": 3, "validation": 1}
+    assert raw["train"]["translation"] == [r["translation"] for i, r in enumerate(rows) if i not in (3, 5, 7)]
+    err = capsys.readouterr().err
+    assert "split 'train': dropped 3 of 10 pairs (1 without 'en' text (--source-lang), 2 without 'de' text " in err
+    assert "first: row 3)" in err
+    with pytest.raises(DataError, match=r"split 'train': no pair is left: of 3, .*3 without 'fr' text"):
         load_raw_datasets(
             data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))), target_lang="fr")
         )
@@ -261,7 +283,7 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
     args = data_args(max_source_length=64, max_target_length=64)
     pairs_ = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
-    plain = tokenize_datasets(raw, tokenizer, args)["train"]
+    plain = tokenize_datasets(raw, tokenizer, args)[0]["train"]
     assert (pairs_.input_ids, pairs_.labels) == (plain["input_ids"], plain["labels"])  # before the first draw
 
     accelerator = Accelerator(cpu=True)
@@ -315,3 +337,18 @@ def test_word_dropout_replaces_about_its_rate_of_the_tokens_and_never_the_kept_o
     again = drop_words(ids, 0.2, unk, (pad, bos, eos))
     torch.manual_seed(1)
     assert torch.equal(drop_words(ids, 0.2, unk, (pad, bos, eos)), again)  # the seed fixes the draws
+
+
+def test_the_bpe_learns_from_a_seeded_sample_while_every_pair_is_tokenised():
+    raw = numbers_dataset(seed=0, train_size=400, eval_size=10, max_digits=4)
+    all_texts = list(training_texts(raw, "en", "de"))
+    first = raw["train"][0]["translation"]
+    assert len(all_texts) == 800 and all_texts[:2] == [first["en"], first["de"]]
+    assert list(training_texts(raw, "en", "de", sample_size=1000)) == all_texts  # a corpus within the sample: whole
+    sample = list(training_texts(raw, "en", "de", sample_size=50, seed=3))
+    assert len(sample) == 100 and sample == list(training_texts(raw, "en", "de", sample_size=50, seed=3))
+    assert sample != list(training_texts(raw, "en", "de", sample_size=50, seed=4))
+    assert set(sample) <= set(all_texts)
+    tokenizer = train_bpe_tokenizer(iter(sample), vocab_size=150, length=len(sample))
+    tokenized, dropped = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64))
+    assert tokenized["train"].num_rows == 400 and dropped == 0

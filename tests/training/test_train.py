@@ -19,7 +19,7 @@ from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 
-from .conftest import TINY_MODEL_FLAGS, data_flags
+from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
 
 def losses(run_dir):
@@ -599,3 +599,34 @@ def test_denormals_are_flushed_to_zero_after_the_training_commands_setting():
     """)
     product = last_number_printed_on_and_off(probe)
     assert product["on"] == 0.0 and 0 < product["off"] < 1.2e-38, product
+
+
+def test_noisy_pairs_are_dropped_counted_and_recorded(tmp_path, data_files, capsys):
+    rows = pairs(range(100, 200))
+    rows[10]["translation"]["de"] = ""  # an empty target, as real corpora have
+    rows[20] = {"translation": {"en": "thirty", "de": "   "}}
+    rows[30]["translation"]["en"] = " ".join(["nine hundred ninety-nine"] * 20)  # far beyond --max-source-length 16
+    write_jsonl(data_files["train"], rows)
+    out = tmp_path / "run"
+    flags = ["--max-steps", "2", "--save-steps", "0", "--eval-steps", "0", *TINY_MODEL_FLAGS]
+    assert main(["train", *data_flags(data_files), "--output-dir", str(out), *flags]) == 0
+    err = capsys.readouterr().err
+    assert "split 'train': dropped 2 of 100 pairs (0 without 'en' text (--source-lang), 2 without 'de' text" in err
+    assert "split 'train': dropped 1 of 98 pairs longer than --max-source-length 16 or --max-target-length 16" in err
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["dropped_pairs"] == {"empty_side": {"train": 2}, "too_long": {"train": 1}}
+
+
+def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(tmp_path, data_files, capsys):
+    flags = [*data_flags(data_files), "--max-steps", "1", "--save-steps", "0", "--eval-steps", "0", *TINY_MODEL_FLAGS]
+    assert main(["train", *flags, "--output-dir", str(tmp_path / "first")]) == 0
+    first = capsys.readouterr()
+    assert "Tokenising" in first.err and "Reusing the BPE" not in first.out
+    assert main(["train", *flags, "--output-dir", str(tmp_path / "second")]) == 0
+    second = capsys.readouterr()
+    assert "Reusing the BPE trained on the same data with the same settings" in second.out
+    assert "Tokenising" not in second.err  # every split read from the datasets cache
+    for name in ("tokenizer.json", "tokenizer/tokenizer.json"):
+        assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()
+    assert main(["train", *flags, "--vocab-size", "110", "--output-dir", str(tmp_path / "third")]) == 0
+    assert "Reusing the BPE" not in capsys.readouterr().out  # other settings: trained anew
