@@ -628,7 +628,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 "encoder.embed.embed_tokens.weight": "shared.weight",
                 "decoder.embed.embed_tokens.weight": "shared.weight",
             }
-            source_embedding = target_embedding = self.shared
+            # The encoder and decoder hold their own embedding modules whose weights the library ties to
+            # `shared.weight` (post_init, and from_pretrained after loading), as in MarianModel: sharing the module
+            # itself would hide a `shared.weight` absent from a checkpoint from the missing keys. Until then they are
+            # placeholders on the meta device, which neither take memory nor draw from the random generator (unless
+            # tie_word_embeddings was switched off against share_embeddings: then nothing is tied, as in Marian).
+            device = "meta" if config.tie_word_embeddings else None
+            source_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id, device=device)
+            target_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id, device=device)
         else:
             source_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
             target_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)

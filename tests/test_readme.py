@@ -75,14 +75,28 @@ def test_the_readme_table_is_the_recorded_run():
 
 
 def test_the_first_run_translates_a_200_token_input(first_run):
-    from transformers import AutoTokenizer
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
+
+    folder = first_run / "runs" / "numbers-en-de"
     sentence = " ".join(["nine hundred ninety-nine thousand"] * 40)
-    tokenizer = AutoTokenizer.from_pretrained(first_run / "runs" / "numbers-en-de")
-    assert len(tokenizer(sentence)["input_ids"]) >= 200  # many times the longest sentence it was trained on
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    source = tokenizer(sentence, return_tensors="pt")
+    assert source["input_ids"].shape[1] >= 200  # many times the longest sentence it was trained on
     done = run(
         CLI + ["translate", "--model", "runs/numbers-en-de", "--num-beams", "1", "--max-length", "40", sentence],
         first_run,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() and "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "truncated" not in done.stderr  # the whole sentence was read
+    # The translation printed is the model's for the whole 200+-token sentence: what generate() gives for it, with
+    # the same search (greedy, at most 40 new tokens). With the sinusoids of §3.5 nothing cuts the source.
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    assert model.config.position_encoding == "sinusoidal"
+    with torch.no_grad():
+        generated = model.generate(**source, num_beams=1, max_new_tokens=40)
+    expected = tokenizer.decode(generated[0], skip_special_tokens=True).strip()
+    assert done.stdout.splitlines() == [expected]
+    assert expected.startswith("neunhundertneunundneunzigtausend"), expected  # German, from the sentence's start

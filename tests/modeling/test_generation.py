@@ -5,6 +5,7 @@ import warnings
 import pytest
 import torch
 from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, MarianConfig, MarianMTModel, StaticCache
+from transformers.generation import GenerateBeamEncoderDecoderOutput
 from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
 
 from tests.conftest import tiny_model
@@ -183,11 +184,26 @@ def test_greedy_generation_picks_the_argmax_of_the_full_forward():
 
 def test_generation_config_is_honoured():
     model = tiny_model()
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=2, max_length=5
-    )
-    out = model.generate(input_ids=torch.randint(3, 50, (2, 6)))
-    assert out.shape[1] <= 5
+    torch.manual_seed(0)
+    src = torch.randint(3, 50, (2, 6))
+    tokens = dict(decoder_start_token_id=1, eos_token_id=2, pad_token_id=0)
+    scored = dict(return_dict_in_generate=True, output_scores=True)
+    model.generation_config = GenerationConfig(**tokens, num_beams=2, max_length=5, **scored)
+    out = model.generate(input_ids=src)  # everything from the model's generation config
+    # beam search ran: only it returns this output class, with a score per sequence and the beams each token came from
+    assert isinstance(out, GenerateBeamEncoderDecoderOutput)
+    assert out.sequences_scores.shape == (2,) and out.beam_indices is not None
+    assert out.sequences.shape[1] == 5  # max_length, reached: this model does not end these sentences sooner
+
+    model.generation_config = GenerationConfig(**tokens)  # the same settings, now passed to the call
+    explicit = model.generate(input_ids=src, num_beams=2, max_length=5, **scored)
+    assert torch.equal(out.sequences, explicit.sequences)
+    torch.testing.assert_close(out.sequences_scores, explicit.sequences_scores)
+    # and they matter for this input: greedy search gives another output, no max_length a longer one
+    greedy = model.generate(input_ids=src, num_beams=1, max_length=5, **scored)
+    assert not isinstance(greedy, GenerateBeamEncoderDecoderOutput)
+    assert not torch.equal(greedy.sequences, out.sequences)
+    assert model.generate(input_ids=src, num_beams=2, max_new_tokens=10).shape[1] == 11
 
 
 def test_beam_reordering_moves_self_attention_states_and_leaves_cross_attention_states():
