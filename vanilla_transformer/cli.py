@@ -9,12 +9,16 @@ import argparse
 import sys
 
 from .errors import CommandError
-from .training.arguments import ArgumentParser, PositiveInt
+from .training.arguments import (
+    TRAIN_ARGUMENT_GROUPS,
+    ArgumentParser,
+    DataArguments,
+    GenerationArguments,
+    PositiveInt,
+)
 
 
 def add_train_command(commands) -> None:
-    from .training.arguments import TRAIN_ARGUMENT_GROUPS
-
     train = commands.add_parser(
         "train",
         dataclass_types=TRAIN_ARGUMENT_GROUPS,
@@ -26,8 +30,6 @@ def add_train_command(commands) -> None:
 
 
 def add_evaluate_command(commands) -> None:
-    from .training.arguments import DataArguments, GenerationArguments
-
     evaluate = commands.add_parser(
         "evaluate",
         dataclass_types=(DataArguments, GenerationArguments),
