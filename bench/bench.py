@@ -597,12 +597,13 @@ def parse_args(argv) -> argparse.Namespace:
 
 
 def write_report(markdown: str, path: str) -> None:
-    """Write the report to `path`, keeping bench/serving.py's section after it if the file holds one."""
+    """Write the report to `path`, keeping bench/serving.py's and bench/data.py's sections after it if the file holds
+    them."""
     with open(path, "w+" if not os.path.exists(path) else "r+") as handle:
-        serving = handle.read().partition(common.SERVING_MARKER)  # bench/serving.py's section, kept as it is
+        kept = common.kept_from(handle.read(), common.SERVING_MARKER, common.DATA_MARKER)  # kept as they are
         handle.seek(0)
         handle.truncate()
-        handle.write(markdown + ("\n" + "".join(serving[1:]) if serving[1] else ""))
+        handle.write(markdown + ("\n" + kept if kept else ""))
 
 
 def main(argv=None) -> int:

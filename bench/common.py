@@ -21,6 +21,7 @@ BATCHES = {"numbers": (256, 12, 12), "tiny": (256, 16, 16), "base": (64, 32, 32)
 QUICK_BATCHES = {"numbers": (128, 12, 12), "tiny": (128, 16, 16), "base": (16, 32, 32)}
 PAD, BOS, EOS = 0, 1, 2
 SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"  # BENCHMARKS.md from here on is serving.py's
+DATA_MARKER = "<!-- data: written by bench/data.py -->"  # data.py's section, after serving.py's
 
 
 def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1):
@@ -129,6 +130,12 @@ def current_rss_mib() -> float:
 
 def peak_rss_mib() -> float:
     return proc_status_mib("VmHWM")
+
+
+def kept_from(report: str, *markers: str) -> str:
+    """`report` from the first of `markers` it holds on, "" if none: the later scripts' sections a rewrite keeps."""
+    starts = [report.find(marker) for marker in markers if marker in report]
+    return report[min(starts) :] if starts else ""
 
 
 def cpu_name() -> str:

@@ -343,9 +343,12 @@ def measuring_command(given: list[str]) -> str:
 
 
 def write_report(section: str, path: str) -> None:
-    """Put the section at the end of the report in `path`, in place of the one an earlier run wrote there."""
+    """Put the section at the end of the report in `path`, in place of the one an earlier run wrote there, before
+    bench/data.py's section if the file holds one."""
     report = open(path).read() if os.path.exists(path) else ""
-    report = report.split(common.SERVING_MARKER)[0].rstrip("\n") + "\n\n" + section
+    data = common.kept_from(report, common.DATA_MARKER)  # kept as it is
+    head = report[: len(report) - len(common.kept_from(report, common.SERVING_MARKER, common.DATA_MARKER))]
+    report = head.rstrip("\n") + "\n\n" + section + ("\n" + data if data else "")
     with open(path, "w") as handle:
         handle.write(report)
 

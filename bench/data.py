@@ -1,0 +1,511 @@
+"""The data pipeline at scale: seconds from the start of `vanilla-transformer train` to its first update, and its
+peak memory, on corpora of 0.5 to 4.35 million pairs built from Multi30k. Writes the data section of BENCHMARKS.md
+(after serving.py's, which bench.py and serving.py keep).
+
+    python bench/data.py --multi30k DIR                           # 0.5, 1, 2 and 4.35 million pairs
+    python bench/data.py --multi30k DIR --sizes 500000 1000000    # other sizes; the warm run is at the largest
+
+DIR holds Multi30k's `train.jsonl` and `validation.jsonl` in the translation schema. For each size N the script
+writes `train-N.jsonl` into --work (a temporary folder by default): the training pairs, English and German only,
+repeated to N lines in a seeded random order. It then starts the training command as a subprocess on a fresh, empty
+datasets cache (cold) and stops it once metrics.jsonl holds its first line, the record of the first update. At the
+warm size it runs the same command again on the same cache, which then holds the trained BPE and the tokenised
+corpus (warm). Memory is the summed resident set of the process and all its children, sampled every 0.2 s, and the
+main process's own peak (VmHWM).
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__:  # imported as bench.data
+    from . import common
+else:  # run as python bench/data.py, which puts this folder on sys.path
+    import common
+
+SIZES = [500_000, 1_000_000, 2_000_000, 4_350_000]
+TARGET_PAIRS = 4_350_000
+TARGETS = {"cold_s": 360.0, "warm_s": 30.0, "peak_mib": 2.5e9 / 2**20, "doubling": 2.2}  # 2.5 GB = 2,384 MiB
+POLL_S = 0.2
+BPE_REUSED = "Reusing the BPE trained on the same data with the same settings"
+# the first output of each phase, on stdout or stderr: its seconds from the start are recorded
+PHASES = {
+    "loading": "Generating train split",
+    "tokenising": "Tokenising",
+    "batching": "Batching",
+    "training": "Training:",
+}
+NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
+TRAIN_FLAGS = ["--source-lang", "en", "--target-lang", "de", "--max-steps", "3", "--eval-steps", "0"]
+TRAIN_FLAGS += ["--save-steps", "0", "--report-to", "none", "--overwrite-output-dir"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The corpus
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def read_pairs(path: str) -> list[str]:
+    """The pairs of a translation-schema JSONL file as JSON lines that keep English and German only."""
+    lines = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                pair = json.loads(line)["translation"]
+                lines.append(json.dumps({"translation": {"en": pair["en"], "de": pair["de"]}}, ensure_ascii=False))
+    return lines
+
+
+def write_corpus(pairs: list[str], size: int, path: str, seed: int, chunk: int = 100_000) -> None:
+    """`size` lines: the pairs repeated, in the order of a seeded random permutation of the repeated index, written
+    a chunk at a time (only the index, 8 bytes a line, is held whole)."""
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(size) % len(pairs)
+    with open(path, "w", encoding="utf-8") as handle:
+        for start in range(0, size, chunk):
+            handle.write("".join(pairs[i] + "\n" for i in order[start : start + chunk].tolist()))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One run of the training command
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def train_command(train: str, validation: str, out: str, train_args: str) -> list[str]:
+    return [
+        *[sys.executable, "-m", "vanilla_transformer.cli", "train"],
+        *["--train-file", train, "--validation-file", validation, *TRAIN_FLAGS, "--output-dir", out],
+        *shlex.split(train_args),
+    ]
+
+
+def train_env(cache: str) -> dict:
+    """The environment of a run: offline, its own datasets cache, unbuffered output (the phases are read as they are
+    printed, and nothing is lost when the run is stopped), the tokenizers' own default parallelism."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": cache, "PYTHONUNBUFFERED": "1"}
+    env.pop("TOKENIZERS_PARALLELISM", None)
+    return env
+
+
+class Output:
+    """A run's stdout and stderr files, read as they grow: when each phase's first line appeared."""
+
+    def __init__(self, paths: list[str]):
+        self.paths, self.offsets, self.carry = paths, [0] * len(paths), [""] * len(paths)
+        self.phases = dict.fromkeys(PHASES)
+
+    def read(self, seconds: float) -> None:
+        for i, path in enumerate(self.paths):
+            with open(path, "rb") as handle:
+                handle.seek(self.offsets[i])
+                new = handle.read()
+            self.offsets[i] += len(new)
+            text = self.carry[i] + new.decode("utf-8", errors="replace")
+            for phase, marker in PHASES.items():
+                if self.phases[phase] is None and marker in text:
+                    self.phases[phase] = seconds
+            self.carry[i] = text[-64:]  # a marker cut in two by a read
+
+    def text(self, i: int) -> str:
+        with open(self.paths[i], encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+
+def tree_rss_mib(process) -> float:
+    """The summed resident set of a process and all its children, in MiB (processes ending meanwhile count 0)."""
+    import psutil
+
+    total = 0
+    try:
+        family = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for member in family:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
+def peak_mib(pid: int) -> float | None:
+    """VmHWM of a process, its own resident peak, in MiB; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def stop_tree(process) -> None:
+    """Terminate a process and all its children; kill what is left after 10 s."""
+    import psutil
+
+    try:
+        family = [*process.children(recursive=True), process]
+    except psutil.Error:
+        family = [process]
+    for member in family:
+        try:
+            member.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(family, timeout=10)
+    for member in alive:
+        try:
+            member.kill()
+        except psutil.Error:
+            continue
+
+
+def first_line_written(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return b"\n" in handle.read()
+    except OSError:
+        return False
+
+
+def measure(command: list[str], env: dict, out: str, logs: str, timeout: float) -> dict:
+    """Start the training command; poll every POLL_S until its metrics.jsonl holds a line (the first update), keeping
+    the process tree's largest summed RSS and the main process's VmHWM (read once more at the end); then stop the
+    tree."""
+    import psutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    streams = [f"{logs}.out", f"{logs}.err"]
+    with open(streams[0], "wb") as stdout, open(streams[1], "wb") as stderr:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+    process, output, tree_peak, main_peak = psutil.Process(child.pid), Output(streams), 0.0, None
+    try:
+        while True:
+            tree_peak = max(tree_peak, tree_rss_mib(process))
+            main_peak = peak_mib(child.pid) or main_peak  # the last reading stands if the process has just ended
+            seconds = time.perf_counter() - start
+            output.read(seconds)
+            if first_line_written(os.path.join(out, "metrics.jsonl")):
+                break
+            if child.poll() is not None or seconds > timeout:
+                ended = f"exited with status {child.returncode}" if child.returncode is not None else "timed out"
+                raise RuntimeError(f"{shlex.join(command)} {ended} before its first update:\n{output.text(1)[-3000:]}")
+            time.sleep(POLL_S)
+        main_peak = peak_mib(child.pid) or main_peak
+        tree_peak = max(tree_peak, tree_rss_mib(process))
+    finally:
+        stop_tree(process)
+        child.wait()
+    return {
+        "first_update_s": seconds,
+        "peak_tree_mib": tree_peak,
+        "peak_main_mib": main_peak,
+        "phases": output.phases,
+        "bpe_reused": BPE_REUSED in output.text(0),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The runs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def run_size(args, size: int, pairs: list[str], validation: str, work: str) -> list[dict]:
+    """Build the corpus of `size` pairs and time the training command on it: cold, and at the warm size warm."""
+    train = os.path.join(work, f"train-{size}.jsonl")
+    write_corpus(pairs, size, train, args.seed)
+    cache = os.path.join(work, f"datasets-cache-{size}")
+    shutil.rmtree(cache, ignore_errors=True)
+    runs = []
+    for kind in ("cold", "warm") if size == args.warm_size else ("cold",):
+        out = os.path.join(work, f"run-{size}-{kind}")
+        command = train_command(train, validation, out, args.train_args)
+        logs = os.path.join(work, f"run-{size}-{kind}")
+        figures = measure(command, train_env(cache), out, logs, args.timeout)
+        runs.append({"pairs": size, "cache": kind, **figures})
+        print(json.dumps(runs[-1]), flush=True)
+    if not args.keep:  # the corpus and its cache take gigabytes at the largest sizes
+        for path in (cache, *(os.path.join(work, f"run-{size}-{kind}") for kind in ("cold", "warm"))):
+            shutil.rmtree(path, ignore_errors=True)
+        os.remove(train)
+    return runs
+
+
+def run(args, work: str) -> dict:
+    pairs = read_pairs(os.path.join(args.multi30k, "train.jsonl"))
+    validation = os.path.join(work, "validation.jsonl")
+    with open(validation, "w", encoding="utf-8") as handle:
+        handle.writelines(line + "\n" for line in read_pairs(os.path.join(args.multi30k, "validation.jsonl")))
+    runs = []
+    for size in sorted(args.sizes):
+        runs += run_size(args, size, pairs, validation, work)
+    warm = [r for r in runs if r["cache"] == "warm"]
+    return {
+        "source_pairs": len(pairs),
+        "runs": runs,
+        "bpe_reused": bool(warm) and all(r["bpe_reused"] for r in warm),
+        **analyse(runs),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Slope and targets
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def slope(cold: list[dict]) -> dict | None:
+    """Least squares of seconds = a + b * millions of pairs over the cold runs; None with fewer than 2 sizes."""
+    xs = [r["pairs"] / 1e6 for r in cold]
+    ys = [r["first_update_s"] for r in cold]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return {"seconds_per_million": b, "intercept_s": my - b * mx}
+
+
+def doublings(cold: list[dict]) -> list[dict]:
+    """Each step between consecutive cold sizes: the time ratio against at most 1.1x the pairs ratio (2.2x for
+    twice the pairs)."""
+    steps = []
+    for small, large in zip(cold, cold[1:]):
+        pairs_ratio = large["pairs"] / small["pairs"]
+        time_ratio = large["first_update_s"] / small["first_update_s"]
+        limit = TARGETS["doubling"] / 2 * pairs_ratio
+        steps.append(
+            {
+                "from": small["pairs"],
+                "to": large["pairs"],
+                "pairs_ratio": pairs_ratio,
+                "time_ratio": time_ratio,
+                "limit": limit,
+                "met": time_ratio <= limit,
+            }
+        )
+    return steps
+
+
+def verdict(value: float | None, limit: float, missing: str) -> dict:
+    if value is None:
+        return {"value": None, "limit": limit, "verdict": f"not measured ({missing})"}
+    return {"value": value, "limit": limit, "verdict": "met" if value <= limit else "missed"}
+
+
+def analyse(runs: list[dict]) -> dict:
+    cold = sorted((r for r in runs if r["cache"] == "cold"), key=lambda r: r["pairs"])
+    at_target = {r["cache"]: r for r in runs if r["pairs"] == TARGET_PAIRS}
+    missing = f"no run at {TARGET_PAIRS:,} pairs"
+    peaks = [r["peak_tree_mib"] for r in at_target.values()]
+    steps = doublings(cold)
+    worst = max((s["time_ratio"] / s["pairs_ratio"] * 2 for s in steps), default=None)  # as if each were 2x
+    return {
+        "slope": slope(cold),
+        "doublings": steps,
+        "targets": {
+            "cold_s": verdict(at_target.get("cold", {}).get("first_update_s"), TARGETS["cold_s"], missing),
+            "warm_s": verdict(at_target.get("warm", {}).get("first_update_s"), TARGETS["warm_s"], "no warm run there"),
+            "peak_mib": verdict(max(peaks) if peaks else None, TARGETS["peak_mib"], missing),
+            "doubling": verdict(worst, TARGETS["doubling"], "fewer than 2 sizes"),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def write_section(results: dict) -> str:
+    return "\n".join(header_lines(results) + table_lines(results) + slope_lines(results) + target_lines(results))
+
+
+def header_lines(results: dict) -> list[str]:
+    train_args = f" {results['train_args']}" if results["train_args"] else ""
+    return [
+        common.DATA_MARKER,
+        "",
+        "## Data pipeline: time to the first update and peak memory",
+        "",
+        "Generated by `bench/data.py`; do not edit by hand. Each corpus repeats Multi30k's "
+        f"{results['source_pairs']:,} training pairs (English and German) in a seeded random order. A run is the "
+        "training command below as a subprocess, stopped once it has written the record of its first update; "
+        "first update is the seconds from its start to that record (polled every 0.2 s). Cold: a fresh, empty "
+        "datasets cache (JSON to Arrow, BPE training, tokenisation); warm: the same command again on that cache. "
+        "Peak memory, all processes: the largest summed resident set of the run and all its children, sampled "
+        "every 0.2 s; main process: its own VmHWM. Phases: the seconds at which each phase's first output appeared "
+        "(-: none, e.g. tokenisation read from the cache; batching is announced from 1 million pairs).",
+        "",
+        f"- command: `{results['command']}`",
+        f"- training command: `vanilla-transformer train --train-file train-N.jsonl --validation-file "
+        f"validation.jsonl {' '.join(TRAIN_FLAGS)} --output-dir OUT{train_args}`",
+        f"- machine: {results['machine']}",
+        f"- {results['versions']}",
+        "",
+    ]
+
+
+def table_lines(results: dict) -> list[str]:
+    lines = [
+        "| pairs | cache | first update (s) | peak memory, all processes (MiB) | peak memory, main process (MiB) | "
+        "phases: load, tokenise, batch, train (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results["runs"]:
+        phases = ", ".join("-" if s is None else f"{s:.1f}" for s in r["phases"].values())
+        main = "-" if r["peak_main_mib"] is None else f"{r['peak_main_mib']:,.0f}"
+        lines.append(
+            f"| {r['pairs']:,} | {r['cache']} | {r['first_update_s']:.1f} | {r['peak_tree_mib']:,.0f} | {main} | "
+            f"{phases} |"
+        )
+    lines.append("")
+    if any(r["cache"] == "warm" for r in results["runs"]):
+        lines += [f"The warm run {'reused' if results['bpe_reused'] else 'did not reuse'} the cached BPE.", ""]
+    return lines
+
+
+def slope_lines(results: dict) -> list[str]:
+    fit = results["slope"]
+    if fit is None:
+        return []
+    lines = [
+        f"Slope, cold: first update = {fit['intercept_s']:.1f} s + {fit['seconds_per_million']:.1f} s per million "
+        "pairs (least squares over the cold runs).",
+        "",
+        "| pairs | to | pairs ratio | time ratio | at most (1.1 x pairs ratio) | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in results["doublings"]:
+        met = "met" if s["met"] else "missed"
+        lines.append(
+            f"| {s['from']:,} | {s['to']:,} | {s['pairs_ratio']:.3f} | {s['time_ratio']:.2f} | {s['limit']:.2f} | "
+            f"{met} |"
+        )
+    return [*lines, ""]
+
+
+def target_lines(results: dict) -> list[str]:
+    t = results["targets"]
+    shown = {k: "-" if v["value"] is None else f"{v['value']:,.1f}" for k, v in t.items()}
+    shown["doubling"] = "-" if t["doubling"]["value"] is None else f"{t['doubling']['value']:.2f}"
+    return [
+        f"Targets ({TARGET_PAIRS:,} pairs on 2 cores; reported, not asserted):",
+        "",
+        f"- first update within 6 minutes on a cold cache: {shown['cold_s']} s, {t['cold_s']['verdict']};",
+        f"- first update within 30 s on a warm cache: {shown['warm_s']} s, {t['warm_s']['verdict']};",
+        f"- peak memory (all processes, cold or warm) at most 2.5 GB ({TARGETS['peak_mib']:,.0f} MiB): "
+        f"{shown['peak_mib']} MiB, {t['peak_mib']['verdict']};",
+        "- cost linear, twice the pairs at most 2.2x the time (the worst step above, scaled to twice the pairs): "
+        f"{shown['doubling']}x, {t['doubling']['verdict']}.",
+        "",
+    ]
+
+
+def write_report(section: str, path: str) -> None:
+    """Put the section in place of the one an earlier run wrote (up to the next script's marker or the end), or at
+    the end of the file; the rest of the file is left as it is."""
+    report = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    head, marker, rest = report.partition(common.DATA_MARKER)
+    if marker:
+        following = NEXT_SECTION.search(rest)
+        report = head + section + ("\n" + rest[following.start() :] if following else "")
+    else:
+        report = (report.rstrip("\n") + "\n\n" if report.strip() else "") + section
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(report)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def measuring_command(given: list[str]) -> str:
+    """The command line that produced the figures: without the flags that only concern files and folders of this
+    machine (--out, --json, --work, --keep), and with --multi30k's folder as DIR."""
+    kept, skip = [], None
+    for arg in given:
+        if skip:
+            kept += ["DIR"] if skip == "--multi30k" else []
+            skip = None
+        elif arg in ("--out", "--json", "--work", "--multi30k"):
+            skip = arg
+            kept += [arg] if arg == "--multi30k" else []
+        elif arg.startswith("--multi30k="):
+            kept.append("--multi30k=DIR")
+        elif arg != "--keep" and not arg.startswith(("--out=", "--json=", "--work=")):
+            kept.append(arg)
+    return shlex.join(["python", "bench/data.py", *kept])
+
+
+def machine() -> str:
+    cores = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    return f"{common.cpu_name()}, {cores} cores" + (f" ({usable} usable by this process)" if usable != cores else "")
+
+
+def versions() -> str:
+    names = ("datasets", "tokenizers", "torch", "transformers")
+    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names) + (
+        f", Python {platform.python_version()}"
+    )
+
+
+def parse_args(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--multi30k", metavar="DIR", help="the folder of Multi30k's train.jsonl and validation.jsonl")
+    parser.add_argument("--sizes", nargs="+", type=int, default=SIZES, help="pairs per corpus")
+    parser.add_argument("--warm-size", type=int, help="the size also run warm (default: the largest)")
+    parser.add_argument("--work", help="where corpora, caches and logs go (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep each size's corpus, cache and run in --work")
+    parser.add_argument("--train-args", default="", help="appended to the training command (one string)")
+    parser.add_argument("--seed", type=int, default=0, help="of the corpus order")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take to its first update")
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
+    )
+    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--report-from", metavar="JSON", help="measure nothing: write the section from --json's file")
+    args = parser.parse_args(argv)
+    if not args.report_from and not args.multi30k:
+        parser.error("--multi30k DIR is required (unless --report-from)")
+    args.warm_size = args.warm_size or max(args.sizes)
+    if args.warm_size not in args.sizes:
+        parser.error(f"--warm-size {args.warm_size} must be one of --sizes (its cold run fills the cache)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.report_from:
+        with open(args.report_from) as handle:
+            results = json.load(handle)
+    else:
+        with tempfile.TemporaryDirectory() as temporary:
+            work = args.work or temporary
+            os.makedirs(work, exist_ok=True)
+            results = run(args, work)
+        results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
+        results.update(train_args=args.train_args, machine=machine(), versions=versions())
+    section = write_section(results)
+    write_report(section, args.out)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The data-pipeline benchmark end to end on a tiny corpus, so that the script cannot rot (its figures are not
+asserted: the targets live in BENCHMARKS.md). Its section replaces an older one in a copy of BENCHMARKS.md, up to
+the next script's marker, and bench.py and serving.py keep it when they rewrite their parts."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from vanilla_transformer.training.tasks.numbers import english, german
+
+from bench import bench, common, serving
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+DATA = os.path.join(ROOT, "bench", "data.py")
+TINY = "--d-model 32 --num-heads 4 --d-ff 64 --encoder-layers 1 --decoder-layers 1 --vocab-size 120 --max-tokens 512"
+
+
+def fake_multi30k(folder) -> str:
+    """300 training and 20 validation pairs of number words in Multi30k's layout (with a language to drop)."""
+    folder.mkdir()
+    numbers = [n * 7919 % 1_000_000 for n in range(320)]
+    for name, part in (("train.jsonl", numbers[:300]), ("validation.jsonl", numbers[300:])):
+        with open(folder / name, "w", encoding="utf-8") as handle:
+            for n in part:
+                pair = {"en": english(n), "de": german(n), "fr": f"nombre {n}"}
+                handle.write(json.dumps({"translation": pair}, ensure_ascii=False) + "\n")
+    return str(folder)
+
+
+def run_data(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, DATA, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_path):
+    original = open(os.path.join(ROOT, "BENCHMARKS.md"), encoding="utf-8").read()
+    later = "<!-- later: written by bench/later.py -->\n\nits section\n"
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text(original + "\n" + common.DATA_MARKER + "\n\nan older data section\n\n" + later, encoding="utf-8")
+    raw, data = tmp_path / "results.json", fake_multi30k(tmp_path / "multi30k")
+    sizes = ["--sizes", "2000", "4000", "--warm-size", "4000", "--train-args", TINY]
+    run_data("--multi30k", data, *sizes, "--work", str(tmp_path / "work"), "--out", str(report), "--json", str(raw))
+
+    results = json.loads(raw.read_text())
+    assert [(r["pairs"], r["cache"]) for r in results["runs"]] == [(2000, "cold"), (4000, "cold"), (4000, "warm")]
+    for r in results["runs"]:
+        assert r["first_update_s"] > 0 and r["peak_tree_mib"] > 0 and r["peak_main_mib"] > 0
+        assert r["peak_tree_mib"] >= r["peak_main_mib"] * 0.9  # the sampled tree sum against the exact peak
+        assert r["phases"]["training"] is not None and r["phases"]["training"] <= r["first_update_s"]
+    assert results["bpe_reused"] is True and [r["bpe_reused"] for r in results["runs"]] == [False, False, True]
+    # the slope of two tiny sizes is start-up noise, so its sign is not asserted
+    assert math.isfinite(results["slope"]["seconds_per_million"])
+    assert [(s["from"], s["to"], s["pairs_ratio"]) for s in results["doublings"]] == [(2000, 4000, 2.0)]
+    assert results["targets"]["cold_s"]["verdict"].startswith("not measured")  # no run at 4.35 million pairs
+    assert results["targets"]["doubling"]["verdict"] in ("met", "missed")
+    assert results["command"].startswith("python bench/data.py --multi30k DIR --sizes 2000 4000")
+
+    # the section replaced the older one, up to the next script's marker; the rest is byte-identical
+    text = report.read_text(encoding="utf-8")
+    assert text.startswith(original + "\n" + common.DATA_MARKER + "\n") and text.endswith("\n" + later)
+    section = text[len(original) + 1 : -len(later) - 1]
+    assert "an older data section" not in section and str(tmp_path) not in section
+    assert "| 4,000 | warm |" in section and "--multi30k DIR" in section
+
+    # written again from the raw results into the repository's report: appended, the rest byte-identical
+    fresh = tmp_path / "fresh.md"
+    fresh.write_text(original, encoding="utf-8")
+    run_data("--report-from", str(raw), "--out", str(fresh))
+    assert fresh.read_text(encoding="utf-8") == original.rstrip("\n") + "\n\n" + section
+
+    # bench.py and serving.py rewriting their parts keep it
+    bench.write_report("# a new report\n", str(fresh))
+    assert fresh.read_text(encoding="utf-8").endswith("\n" + section)
+    serving.write_report(common.SERVING_MARKER + "\n\nnew serving figures\n", str(fresh))
+    assert fresh.read_text(encoding="utf-8") == (
+        "# a new report\n\n" + common.SERVING_MARKER + "\n\nnew serving figures\n\n" + section
+    )
