@@ -1,10 +1,12 @@
 """Data, always through the `datasets` library: loading, checking, tokenising, and token-count batching."""
 
+import array
 import json
 import os
 import random
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import datasets
 import numpy as np
@@ -328,7 +330,19 @@ def tokenizing_processes(rows: int, requested: int | None) -> int | None:
     return cores if rows >= 100_000 and cores > 1 else None
 
 
-def drop_long_pairs(train: datasets.Dataset, args) -> tuple[datasets.Dataset, int]:
+@dataclass(frozen=True)
+class TrainingRows:
+    """The rows of the tokenised training split that are trained on (within the length limits), their source and
+    target lengths, and how many rows were dropped. The split itself stays whole: a `select` would put an indices
+    mapping in front of it, through which every later read copies the rows it touches."""
+
+    indices: np.ndarray
+    source_lengths: np.ndarray
+    target_lengths: np.ndarray
+    dropped: int
+
+
+def drop_long_pairs(train: datasets.Dataset, args) -> TrainingRows:
     """The training pairs within `--max-source-length` / `--max-target-length` tokens, and how many were dropped;
     a `DataError` if none is left."""
     sources, targets = token_lengths(train)
@@ -345,21 +359,20 @@ def drop_long_pairs(train: datasets.Dataset, args) -> tuple[datasets.Dataset, in
             f"{args.max_source_length} or --max-target-length {args.max_target_length} tokens",
             file=sys.stderr,
         )
-        train = train.select(np.flatnonzero(keep))
-    return train, dropped
+    indices = np.flatnonzero(keep)
+    return TrainingRows(indices, sources[indices], targets[indices], dropped)
 
 
-def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> tuple[datasets.DatasetDict, int]:
-    """Tokenise every split and drop pairs longer than `--max-source-length` / `--max-target-length` tokens from the
-    training split; returns the splits and how many training pairs were dropped. With learned positions, which end
-    there, longer validation and test pairs are truncated."""
+def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> tuple[datasets.DatasetDict, TrainingRows]:
+    """Tokenise every split; returns the splits and the training rows within `--max-source-length` /
+    `--max-target-length` tokens (the longer ones are not trained on). With learned positions, which end there,
+    longer validation and test pairs are truncated."""
     limit = trained_positions(args) if args.position_encoding == "learned" else None
     tokenized = {}
     for name, split in raw.items():
         processes = tokenizing_processes(len(split), args.preprocessing_num_workers)
         tokenized[name] = tokenize_pairs(split, tokenizer, args, None if name == "train" else limit, processes)
-    tokenized["train"], dropped = drop_long_pairs(tokenized["train"], args)
-    return datasets.DatasetDict(tokenized), dropped
+    return datasets.DatasetDict(tokenized), drop_long_pairs(tokenized["train"], args)
 
 
 class BpeDropoutPairs(torch.utils.data.Dataset):
@@ -433,7 +446,10 @@ class TokenBatchSampler:
         seed: int = 0,
         shuffle: bool = True,
         num_replicas: int = 1,
+        indices=None,
     ):
+        """`indices`: the dataset rows the lengths belong to (default: rows 0, 1, ...), which the batches hold."""
+        self.indices = None if indices is None else np.asarray(indices, dtype=np.int64)
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
@@ -462,12 +478,14 @@ class TokenBatchSampler:
 
     def _build(self) -> tuple[np.ndarray, np.ndarray, list[int]]:
         rng = random.Random(self.seed + self.epoch)
-        order = list(range(len(self.lengths)))
+        order = array.array("q", range(len(self.lengths)))  # machine integers, not a Python object each
         if self.shuffle:
             rng.shuffle(order)
-        order = np.asarray(order, dtype=np.int64)
+        order = np.frombuffer(order, dtype=np.int64)
         order = order[np.argsort(self.lengths[order], kind="stable")]  # stable: the shuffle stays among equals
         bounds = batch_bounds(self.lengths[order], self.max_tokens)
+        if self.indices is not None:
+            order = self.indices[order]  # the dataset rows, in batching order
         sequence = list(range(len(bounds) - 1))
         if self.shuffle:
             rng.shuffle(sequence)

@@ -39,9 +39,9 @@ from .criterion import TranslationCriterion
 from .data import (
     BpeDropoutPairs,
     TokenBatchSampler,
+    TrainingRows,
     load_pairs,
     make_collator,
-    token_lengths,
     tokenize_datasets,
     trained_positions,
 )
@@ -288,21 +288,21 @@ def start_accelerator(args):
     return accelerator, resume_checkpoint, resume_state
 
 
-def training_loader(args, raw, tokenized, tokenizer, model, accelerator):
+def training_loader(args, raw, tokenized, rows: TrainingRows, tokenizer, model, accelerator):
     """The training pairs (re-segmented every epoch with BPE dropout), their token-budget sampler and loader."""
+    indices = None
     if args.bpe_dropout:
         # segmented anew every epoch; the first draw also sizes the epochs that --num-epochs counts
         train_data = BpeDropoutPairs(raw["train"], tokenizer, args, args.bpe_dropout)
         train_data.resegment(0, accelerator)
         lengths = train_data.lengths()
     else:
-        train_data = tokenized["train"]
-        lengths = token_lengths(train_data)
-        if len(lengths[0]) >= 1_000_000:  # a few seconds per million pairs
-            accelerator.print(
-                f"Batching {len(lengths[0]):,} training pairs by length, {args.max_tokens} tokens a batch"
-            )
-    sampler = TokenBatchSampler(*lengths, args.max_tokens, seed=args.seed, num_replicas=accelerator.num_processes)
+        train_data, lengths, indices = tokenized["train"], (rows.source_lengths, rows.target_lengths), rows.indices
+        if len(indices) >= 1_000_000:  # a few seconds per million pairs
+            accelerator.print(f"Batching {len(indices):,} training pairs by length, {args.max_tokens} tokens a batch")
+    sampler = TokenBatchSampler(
+        *lengths, args.max_tokens, seed=args.seed, num_replicas=accelerator.num_processes, indices=indices
+    )
     # a private generator: starting a data iterator must not draw from the global RNG that dropout uses,
     # or a resumed run would see different dropout masks from an uninterrupted one
     train_loader = DataLoader(
@@ -319,18 +319,18 @@ def prepare_data(args, accelerator) -> tuple:
     raw, empty = load_pairs(args)
     tokenizer = build_tokenizer(args, raw, accelerator)
     with accelerator.main_process_first():
-        tokenized, too_long = tokenize_datasets(raw, tokenizer, args)
+        tokenized, rows = tokenize_datasets(raw, tokenizer, args)
     dropped = {"empty_side": {split: count for split, count in empty.items() if count}}
-    dropped["too_long"] = {"train": too_long} if too_long else {}
-    return raw, tokenizer, tokenized, {reason: counts for reason, counts in dropped.items() if counts}
+    dropped["too_long"] = {"train": rows.dropped} if rows.dropped else {}
+    return raw, tokenizer, tokenized, rows, {reason: counts for reason, counts in dropped.items() if counts}
 
 
 def setup_run(args) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
     accelerator, resume_checkpoint, resume_state = start_accelerator(args)
-    raw, tokenizer, tokenized, dropped = prepare_data(args, accelerator)
+    raw, tokenizer, tokenized, rows, dropped = prepare_data(args, accelerator)
     model = build_model(args, tokenizer)
-    train_data, sampler, train_loader = training_loader(args, raw, tokenized, tokenizer, model, accelerator)
+    train_data, sampler, train_loader = training_loader(args, raw, tokenized, rows, tokenizer, model, accelerator)
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(
         model.parameters(),

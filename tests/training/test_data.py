@@ -226,6 +226,11 @@ def test_token_batches_respect_max_tokens_and_cover_every_pair():
     assert batches != list(sampler)
     two = TokenBatchSampler(lengths, lengths, max_tokens=48, num_replicas=2)
     assert len(two) % 2 == 0
+    # over a subset of the rows (those within the length limits), batches hold those rows' own indices
+    rows = [i for i, n in enumerate(lengths) if n != 15]
+    subset = TokenBatchSampler([lengths[i] for i in rows], [lengths[i] + 1 for i in rows], 48, seed=3, indices=rows)
+    renumbered = TokenBatchSampler([lengths[i] for i in rows], [lengths[i] + 1 for i in rows], 48, seed=3)
+    assert list(subset) == [[rows[i] for i in batch] for batch in renumbered]
 
 
 def test_tokenizer_trains_saves_and_loads(tmp_path):
@@ -350,5 +355,5 @@ def test_the_bpe_learns_from_a_seeded_sample_while_every_pair_is_tokenised():
     assert sample != list(training_texts(raw, "en", "de", sample_size=50, seed=4))
     assert set(sample) <= set(all_texts)
     tokenizer = train_bpe_tokenizer(iter(sample), vocab_size=150, length=len(sample))
-    tokenized, dropped = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64))
-    assert tokenized["train"].num_rows == 400 and dropped == 0
+    tokenized, rows = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64))
+    assert tokenized["train"].num_rows == len(rows.indices) == 400 and rows.dropped == 0
