@@ -56,7 +56,8 @@ def load_pairs(args, require_train: bool = True) -> tuple[datasets.DatasetDict, 
     else:
         raw = numbers_dataset(seed=args.seed)
     check_translation_column(raw, args.source_lang, args.target_lang, require_train)
-    return drop_pairs_without_text(raw, args.source_lang, args.target_lang)
+    # evaluation scores every pair of its split, as sacreBLEU on the file would: there, a pair without text is refused
+    return drop_pairs_without_text(raw, args.source_lang, args.target_lang, refuse=not require_train)
 
 
 def load_files(files: dict[str, str | None], source_lang: str, target_lang: str) -> datasets.DatasetDict:
@@ -94,19 +95,32 @@ def first_bad_line(path: str, builder: str) -> str | None:
     with open(path, "rb") as handle:
         for number, raw_line in enumerate(handle, start=1):
             try:
-                line = raw_line.decode("utf-8")
+                raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
                 return (
                     f"line {number} is not UTF-8 (byte 0x{raw_line[error.start]:02x} at column {error.start + 1}); "
                     "expected a UTF-8 file: convert it, e.g. with iconv -f latin1 -t utf-8"
                 )
-            if builder == "json" and line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
-                if not isinstance(row, dict):
-                    return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
+    return first_bad_json_line(path) if builder == "json" else None
+
+
+def first_bad_json_line(path: str) -> str | None:
+    """The first line of a JSON-lines file that is not a JSON object; None for a file that is one JSON document (an
+    array of rows), which `datasets` reads too."""
+    seen_a_row = False
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("[") and not seen_a_row:
+                return None
+            seen_a_row = True
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
+            if not isinstance(row, dict):
+                return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
     return None
 
 
@@ -225,9 +239,10 @@ def pairs_with_text(dataset: datasets.Dataset, languages: tuple[str, str]) -> di
     return {lang: np.concatenate(parts) if parts else np.zeros(0, dtype=bool) for lang, parts in present.items()}
 
 
-def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_lang: str):
+def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_lang: str, refuse: bool = False):
     """Drop the pairs whose source or target is missing or empty, as the established tools do, and say how many on
-    stderr; returns the data and {split: pairs dropped}. A split left with no pair is a `DataError`."""
+    stderr; returns the data and {split: pairs dropped}. A split left with no pair is a `DataError`, and so is any
+    such pair with `refuse`."""
     dropped, kept = {}, {}
     flags = {source_lang: "--source-lang", target_lang: "--target-lang"}
     for split, dataset in raw.items():
@@ -242,8 +257,13 @@ def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_
             )
         if dropped[split]:
             first = int(np.flatnonzero(~keep)[0])
-            print(f"split {split!r}: dropped {dropped[split]:,} of {len(keep):,} pairs ({missing}; first: row {first})",
-                  file=sys.stderr)  # fmt: skip
+            if refuse:
+                raise DataError(
+                    f"split {split!r}, row {first} (counting from 0): no text on a side ({missing}); every pair is "
+                    "scored: give it text or remove it."
+                )
+            print(f"split {split!r}: dropped {dropped[split]:,} of {len(keep):,} pairs ({missing}; first: row {first}, "
+                  "counting from 0)", file=sys.stderr)  # fmt: skip
             dataset = dataset.select(np.flatnonzero(keep))
         kept[split] = dataset
     return datasets.DatasetDict(kept), dropped

@@ -112,33 +112,46 @@ def prepare_output_dir(args) -> None:
 
 
 def build_tokenizer(args, raw, accelerator):
+    """--tokenizer-name's tokenizer, or the joint BPE: the run folder's when resuming, else one trained here, or
+    reused from beside the datasets cache when the same data and settings trained it before."""
     if args.tokenizer_name:
         return load_tokenizer(args.tokenizer_name)
-    if args.resume_from and os.path.isfile(os.path.join(args.output_dir, "tokenizer", "tokenizer.json")):
-        return load_tokenizer(os.path.join(args.output_dir, "tokenizer"))
     folder = os.path.join(args.output_dir, "tokenizer")
-    cached = bpe_cache_folder(raw["train"], bpe_settings(args))
-    if accelerator.is_main_process:
-        if cached is None or not os.path.isfile(os.path.join(cached, "tokenizer.json")):
+    cached = bpe_cache_folder(raw["train"], bpe_settings(args, len(raw["train"])))
+    resuming = args.resume_from and os.path.isfile(os.path.join(folder, "tokenizer.json"))
+    if accelerator.is_main_process and not resuming:
+        tokenizer = cached_tokenizer(cached)
+        if tokenizer is None:
             texts = training_texts(raw, args.source_lang, args.target_lang, args.bpe_sample_size, args.seed)
             length = 2 * min(len(raw["train"]), args.bpe_sample_size)
             tokenizer = train_bpe_tokenizer(texts, args.vocab_size, lowercase=args.lowercase, length=length)
-            tokenizer.save_pretrained(folder)
             if cached is not None:
                 save_whole(tokenizer, cached)
         else:
             accelerator.print(f"Reusing the BPE trained on the same data with the same settings: {cached}")
-            load_tokenizer(cached).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
     accelerator.wait_for_everyone()
-    # loaded from the cache when there is one: the same tokenizer, at the same place, lets datasets reuse the
-    # tokenised corpus of an earlier run
-    return load_tokenizer(cached or folder)
+    # from the cache where this process sees it (a resume too: the checkpoint's record guards the vocabulary): the
+    # same tokenizer at the same place lets datasets reuse the tokenised corpus of an earlier run
+    here = cached is not None and os.path.isfile(os.path.join(cached, "tokenizer.json"))
+    return load_tokenizer(cached if here else folder, "the run's tokenizer")
 
 
-def bpe_settings(args) -> dict:
-    """What a trained BPE depends on, besides the training pairs."""
-    names = ("source_lang", "target_lang", "vocab_size", "lowercase", "bpe_sample_size", "seed")
-    return {name: getattr(args, name) for name in names}
+def cached_tokenizer(cached: str | None):
+    """The BPE kept in `cached`, or None when there is none or it cannot be read (it is then trained again)."""
+    if cached is None or not os.path.isfile(os.path.join(cached, "tokenizer.json")):
+        return None
+    try:
+        return load_tokenizer(cached)
+    except ValueError:
+        return None
+
+
+def bpe_settings(args, pairs: int) -> dict:
+    """What a trained BPE depends on, besides the training pairs (the seed only when it draws a sample of them)."""
+    names = ("source_lang", "target_lang", "vocab_size", "lowercase", "bpe_sample_size")
+    settings = {name: getattr(args, name) for name in names}
+    return {**settings, "seed": args.seed} if pairs > args.bpe_sample_size else settings
 
 
 def build_model(args, tokenizer) -> VanillaTransformerForConditionalGeneration:

@@ -57,22 +57,27 @@ def bpe_cache_folder(train, settings: dict) -> str | None:
     return os.path.join(os.path.dirname(train.cache_files[0]["filename"]), f"vanilla_transformer_bpe_{digest}")
 
 
-def save_whole(tokenizer, folder: str) -> None:
-    """Save into `folder` through a temporary folder renamed into place: a reader sees all of it or none."""
+def save_whole(tokenizer, folder: str) -> bool:
+    """Save into `folder` (replacing what is there) through a temporary folder renamed into place, so that a reader
+    sees all of it or none; returns whether it could (a cache that cannot be written is only a cache)."""
     temporary = f"{folder}.tmp-{os.getpid()}"
-    tokenizer.save_pretrained(temporary)
     try:
+        tokenizer.save_pretrained(temporary)
+        shutil.rmtree(folder, ignore_errors=True)
         os.replace(temporary, folder)
-    except OSError:  # another process put the same tokenizer there first
+    except OSError:
         shutil.rmtree(temporary, ignore_errors=True)
+        return False
+    return True
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, what: str = "--tokenizer-name"):
+    """The tokenizer of a folder or Hub name; a `ValueError` naming `what` (the flag, or which tokenizer) if not."""
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except Exception as error:
         where = "folder" if os.path.isdir(name_or_path) else "name"
-        message = f"--tokenizer-name {name_or_path!r}: could not load a tokenizer from this {where}: {error}"
+        message = f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {error}"
         raise ValueError(message) from error
 
 

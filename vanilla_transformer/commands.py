@@ -31,6 +31,8 @@ def translator_for(args):
     runs_on_pytorch(args)  # checks the flags
     try:
         return load_translator(args.model, backend=args.backend, threads=args.threads, inter_threads=args.inter_threads)
+    except ModelFolderError as error:  # already names the folder and what is wrong with it
+        raise ModelFolderError(f"--model {error} (--backend {args.backend})") from error
     except (OSError, ValueError) as error:
         raise ModelFolderError(
             f"--model {args.model}: could not load it for --backend {args.backend}: {error}"

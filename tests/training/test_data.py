@@ -199,7 +199,7 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_i
     assert raw["train"]["translation"] == [r["translation"] for i, r in enumerate(rows) if i not in (3, 5, 7)]
     err = capsys.readouterr().err
     assert "split 'train': dropped 3 of 10 pairs (1 without 'en' text (--source-lang), 2 without 'de' text " in err
-    assert "first: row 3)" in err
+    assert "first: row 3, counting from 0)" in err
     with pytest.raises(DataError, match=r"split 'train': no pair is left: of 3, .*3 without 'fr' text"):
         load_raw_datasets(
             data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))), target_lang="fr")
@@ -357,3 +357,22 @@ def test_the_bpe_learns_from_a_seeded_sample_while_every_pair_is_tokenised():
     tokenizer = train_bpe_tokenizer(iter(sample), vocab_size=150, length=len(sample))
     tokenized, rows = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64))
     assert tokenized["train"].num_rows == len(rows.indices) == 400 and rows.dropped == 0
+
+
+def test_a_json_array_file_with_a_byte_that_is_not_utf8_names_that_line(tmp_path):
+    rows = [{"translation": {"en": english(n), "de": german(n)}} for n in range(4)]
+    text = json.dumps(rows, indent=2).replace("three", "thr\udce9e")  # a lone Latin-1 byte, several lines down
+    path = tmp_path / "train.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    line = next(i for i, row in enumerate(text.splitlines(), start=1) if "\udce9" in row)
+    assert line > 1
+    with pytest.raises(DataError, match=rf"train.json: line {line} is not UTF-8 \(byte 0xe9"):
+        load_raw_datasets(data_args(train_file=str(path)))
+
+
+def test_evaluation_refuses_a_pair_without_text_instead_of_scoring_fewer_pairs(tmp_path):
+    rows = pairs(range(5))
+    rows[2]["translation"]["de"] = ""
+    path = write_jsonl(tmp_path / "test.jsonl", rows)
+    with pytest.raises(DataError, match=r"split 'test', row 2 \(counting from 0\): no text on a side"):
+        load_pairs(data_args(test_file=str(path)), require_train=False)

@@ -630,3 +630,13 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()
     assert main(["train", *flags, "--vocab-size", "110", "--output-dir", str(tmp_path / "third")]) == 0
     assert "Reusing the BPE" not in capsys.readouterr().out  # other settings: trained anew
+    # another seed draws no other sample from a corpus within --bpe-sample-size: the same BPE
+    assert main(["train", *flags, "--seed", "7", "--output-dir", str(tmp_path / "fourth")]) == 0
+    reused = capsys.readouterr().out
+    assert "Reusing the BPE" in reused
+    # a kept BPE that cannot be read is trained again, not trusted
+    cached = reused.split("Reusing the BPE trained on the same data with the same settings: ")[1].split("\n")[0]
+    (tmp_path / cached / "tokenizer.json").write_text("{not json")
+    assert main(["train", *flags, "--output-dir", str(tmp_path / "fifth")]) == 0
+    assert "Reusing the BPE" not in capsys.readouterr().out
+    assert (tmp_path / "fifth" / "tokenizer.json").read_bytes() == (tmp_path / "first" / "tokenizer.json").read_bytes()
