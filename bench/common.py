@@ -113,15 +113,23 @@ class Generate:
             return self.model.generate(input_ids=self.sources, attention_mask=attention_mask, **self.kwargs)
 
 
+def status_mib(field: str, pid: int | str = "self") -> float | None:
+    """A memory field of /proc/PID/status (Linux) in MiB (VmHWM: the process's resident peak; VmRSS: its resident
+    set now; RssAnon: the part of it that no file backs); None where /proc cannot tell."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) / 1024  # kB
+    return None
+
+
 def proc_status_mib(field: str) -> float:
-    """A memory field of /proc/self/status (Linux) in MiB; elsewhere getrusage's ru_maxrss, the process's peak so far.
+    """A memory field of this process's /proc status in MiB; elsewhere getrusage's ru_maxrss, its peak so far.
     VmHWM, the peak, belongs to the process image and starts afresh at exec; ru_maxrss does not (it keeps the
     high-water mark of the forking parent), so it is only a fallback."""
-    with contextlib.suppress(OSError):
-        for line in open("/proc/self/status"):
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    value = status_mib(field)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if value is None else value
 
 
 def current_rss_mib() -> float:

@@ -138,19 +138,6 @@ def tree_rss_mib(process) -> float:
     return total / 2**20
 
 
-def peak_mib(pid: int, field: str = "VmHWM") -> float | None:
-    """A memory figure of /proc/PID/status in MiB (VmHWM: the process's own resident peak; RssAnon: its resident
-    memory that no file backs, now); None where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
 def stop_tree(process) -> None:
     """Terminate a process and all its children; kill what is left after 10 s."""
     import psutil
@@ -195,8 +182,10 @@ def measure(command: list[str], env: dict, out: str, logs: str, timeout: float) 
     try:
         while True:
             tree_peak = max(tree_peak, tree_rss_mib(process))
-            main_peak = peak_mib(child.pid) or main_peak  # the last reading stands if the process has just ended
-            anon_peak = max(anon_peak, peak_mib(child.pid, "RssAnon") or 0.0)
+            main_peak = (
+                common.status_mib("VmHWM", child.pid) or main_peak
+            )  # the last reading stands if the process has just ended
+            anon_peak = max(anon_peak, common.status_mib("RssAnon", child.pid) or 0.0)
             seconds = time.perf_counter() - start
             output.read(seconds)
             if first_line_written(os.path.join(out, "metrics.jsonl")):
@@ -205,7 +194,7 @@ def measure(command: list[str], env: dict, out: str, logs: str, timeout: float) 
                 ended = f"exited with status {child.returncode}" if child.returncode is not None else "timed out"
                 raise RuntimeError(f"{shlex.join(command)} {ended} before its first update:\n{output.text(1)[-3000:]}")
             time.sleep(POLL_S)
-        main_peak = peak_mib(child.pid) or main_peak
+        main_peak = common.status_mib("VmHWM", child.pid) or main_peak
         tree_peak = max(tree_peak, tree_rss_mib(process))
     finally:
         stop_tree(process)
