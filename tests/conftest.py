@@ -34,6 +34,27 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
     return VanillaTransformerConfig(**values)
 
 
+def tiny_marian_config(**overrides):
+    """transformers' MarianConfig at a unit-test size (d_model 16, 2 heads, 1+1 layers), the library's reference."""
+    from transformers import MarianConfig
+
+    values = dict(
+        vocab_size=50,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=16,
+        pad_token_id=0,
+        decoder_start_token_id=0,
+    )
+    values.update(overrides)
+    return MarianConfig(**values)
+
+
 def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGeneration:
     torch.manual_seed(seed)
     return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()

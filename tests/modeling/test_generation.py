@@ -4,11 +4,11 @@ import warnings
 
 import pytest
 import torch
-from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, MarianConfig, MarianMTModel, StaticCache
+from transformers import CompileConfig, EncoderDecoderCache, GenerationConfig, MarianMTModel, StaticCache
 from transformers.generation import GenerateBeamEncoderDecoderOutput
 from vanilla_transformer.modeling.modeling_vanilla_transformer import CACHE_FIELD
 
-from tests.conftest import tiny_model
+from tests.conftest import tiny_marian_config, tiny_model
 
 RENAMED = CACHE_FIELD == "cache"  # transformers 5.24 renamed the cache argument `past_key_values` to `cache`
 
@@ -40,21 +40,7 @@ def test_past_key_values_is_deprecated_exactly_as_for_the_librarys_own_models():
     if not RENAMED:
         pytest.skip("the installed transformers still names the cache `past_key_values`: nothing is deprecated")
     torch.manual_seed(0)
-    marian = MarianMTModel(
-        MarianConfig(
-            vocab_size=20,
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=32,
-            decoder_ffn_dim=32,
-            max_position_embeddings=16,
-            pad_token_id=0,
-            decoder_start_token_id=0,
-        )
-    ).eval()
+    marian = MarianMTModel(tiny_marian_config(vocab_size=20)).eval()
     model = tiny_model()
     src, tgt = torch.randint(3, 20, (2, 5)), torch.randint(3, 20, (2, 4))
     with torch.no_grad():

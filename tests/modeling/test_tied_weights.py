@@ -8,27 +8,11 @@ import re
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import MarianConfig, MarianModel, MarianMTModel
+from transformers import MarianModel, MarianMTModel
 from transformers.pytorch_utils import id_tensor_storage
 
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_marian_config
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-
-
-def marian_config() -> MarianConfig:
-    return MarianConfig(
-        vocab_size=50,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=16,
-        pad_token_id=0,
-        decoder_start_token_id=0,
-    )
 
 
 def reload_with_no_weights_on_file(model_class, config, folder):
@@ -66,8 +50,11 @@ def reload_with_no_weights_on_file(model_class, config, folder):
 @pytest.mark.parametrize(
     "model_class, config",
     [
-        (MarianModel, marian_config),  # the library's reference: what its common test expects of a shared embedding
-        (MarianMTModel, marian_config),
+        (
+            MarianModel,
+            tiny_marian_config,
+        ),  # the library's reference: what its common test expects of a shared embedding
+        (MarianMTModel, tiny_marian_config),
         (VanillaTransformerModel, lambda: tiny_config(share_embeddings=True)),
         (VanillaTransformerModel, lambda: tiny_config(share_embeddings=False)),
         (VanillaTransformerForConditionalGeneration, lambda: tiny_config(share_embeddings=True)),
