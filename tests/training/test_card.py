@@ -1,53 +1,28 @@
 """The model card a training run writes: the template beside training/card.py filled in from the model's
 configuration, the arguments the run was trained with (the optimiser among them) and its scores."""
 
-import argparse
-
 import pytest
 from huggingface_hub import ModelCard
 from vanilla_transformer.training import card
+from vanilla_transformer.training.arguments import TrainArguments
 
 from ..conftest import tiny_model
 
-# The training arguments the card reads, with the defaults of `vanilla-transformer train` where it has them.
+# A run's arguments as `resolve` leaves them: TrainArguments' own defaults, and the sizes a preset fills in.
 ARGS = dict(
-    dataset_name=None,
-    dataset_config=None,
-    train_file=None,
-    source_lang="en",
-    target_lang="de",
     max_source_length=64,
     max_target_length=64,
-    hub_model_id=None,
     output_dir="runs/numbers-en-de",
-    tokenizer_name=None,
     vocab_size=8000,
     bpe_dropout=0.0,
-    lowercase=False,
     max_tokens=4096,
-    gradient_accumulation_steps=1,
     dropout=0.1,
     attention_dropout=0.0,
     activation_dropout=0.0,
-    word_dropout=0.0,
-    label_smoothing=0.1,
-    rdrop_alpha=0.0,
-    adam_beta1=0.9,
-    adam_beta2=0.98,
-    adam_epsilon=1e-9,
-    weight_decay=0.0,
-    lr=None,
     warmup_steps=4000,
     cooldown_steps=0,
     max_steps=2000,
-    num_epochs=None,
-    clip_norm=1.0,
-    seed=42,
-    mixed_precision="no",
-    average_checkpoints=1,
-    num_beams=5,
     length_penalty=0.6,
-    tune_length_penalty=None,
 )
 SCORES = {
     "bleu": 31.09,
@@ -60,8 +35,8 @@ SCORES = {
 RESULTS = {"train_steps": 2000, "train_seconds": 123.4, "processes": 1, "validation": SCORES, "test": SCORES}
 
 
-def run_args(**overrides) -> argparse.Namespace:
-    return argparse.Namespace(**{**ARGS, **overrides})
+def run_args(**overrides) -> TrainArguments:
+    return TrainArguments(**{**ARGS, **overrides})
 
 
 def test_the_procedure_of_a_run_with_the_default_arguments():
