@@ -269,10 +269,12 @@ def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_
     return datasets.DatasetDict(kept), dropped
 
 
-def within_length_limits(source_ids: list[int], target_ids: list[int], args) -> bool:
-    """Whether a tokenised pair fits `--max-source-length` and `--max-target-length`; longer pairs are not trained
-    on."""
-    return len(source_ids) <= args.max_source_length and len(target_ids) <= args.max_target_length
+def within_length_limits(source_lengths, target_lengths, args):
+    """Whether tokenised pairs of these lengths fit `--max-source-length` and `--max-target-length` (numpy arrays:
+    one answer per pair); longer pairs are not trained on."""
+    return (np.asarray(source_lengths) <= args.max_source_length) & (
+        np.asarray(target_lengths) <= args.max_target_length
+    )
 
 
 def tokenize_pairs(
@@ -366,7 +368,7 @@ def drop_long_pairs(train: datasets.Dataset, args) -> TrainingRows:
     """The training pairs within `--max-source-length` / `--max-target-length` tokens, and how many were dropped;
     a `DataError` if none is left."""
     sources, targets = token_lengths(train)
-    keep = (sources <= args.max_source_length) & (targets <= args.max_target_length)
+    keep = within_length_limits(sources, targets, args)
     dropped = int(len(keep) - keep.sum())
     if not keep.any():
         raise DataError(
@@ -417,7 +419,8 @@ class BpeDropoutPairs(torch.utils.data.Dataset):
         pairs = raw_train["translation"]
         sources, targets = [p[args.source_lang] for p in pairs], [p[args.target_lang] for p in pairs]
         plain = (self._encode(backend, sources), self._encode(backend, targets))
-        keep = [i for i in range(len(pairs)) if within_length_limits(plain[0][i], plain[1][i], args)]
+        fits = within_length_limits([len(ids) for ids in plain[0]], [len(ids) for ids in plain[1]], args)
+        keep = np.flatnonzero(fits).tolist()
         self.texts = ([sources[i] for i in keep], [targets[i] for i in keep])
         self.plain = ([plain[0][i] for i in keep], [plain[1][i] for i in keep])
         self.input_ids, self.labels = self.plain
