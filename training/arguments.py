@@ -225,6 +225,15 @@ class DataArguments(Checked):
     preprocessing_num_workers: PositiveInt | None = option(
         help="processes that tokenise the corpus (default: every core for 100,000 pairs or more, else one)"
     )
+    streaming: bool = option(
+        False,
+        help="read the training split as it trains (a datasets IterableDataset), a pool of pairs at a time, for "
+        "corpora larger than memory; pairs are shuffled within a pool, so shuffle a sorted corpus on disk first; "
+        "needs --max-steps",
+    )
+    stream_pool_pairs: PositiveInt = option(
+        100_000, help="with --streaming: pairs tokenised, shuffled and batched by length together"
+    )
 
 
 @dataclass(frozen=True)
@@ -446,6 +455,8 @@ def check_sources(args: TrainArguments) -> None:
         raise ArgumentsError(
             "--lowercase applies to a tokenizer trained here; it cannot be combined with --tokenizer-name"
         )
+    if args.streaming and args.uses_embedded_task:
+        raise ArgumentsError("--streaming reads --train-file or --dataset-name; the embedded task is in memory")
     if args.source_lang == args.target_lang:
         raise ArgumentsError(f"--source-lang and --target-lang are both {args.source_lang!r}")
 
@@ -471,6 +482,15 @@ def check_sizes(args: TrainArguments, preset: str, from_preset: set[str]) -> Non
     """The sizes and schedule, once the preset has filled them in."""
     if args.max_steps is None and args.num_epochs is None:
         raise ArgumentsError("give --max-steps or --num-epochs")
+    if args.streaming and args.bpe_dropout:
+        origin = f" (set by --preset {preset})" if "bpe_dropout" in from_preset else ""
+        raise ArgumentsError(
+            f"--bpe-dropout{origin} re-segments the whole corpus every epoch; it cannot be used with --streaming"
+        )
+    if args.streaming and args.max_steps is None:
+        raise ArgumentsError(
+            "--streaming reads a corpus of unknown length: give --max-steps (--num-epochs cannot size the run)"
+        )
     if args.d_model % args.num_heads:
         raise ArgumentsError(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
     if args.max_steps is not None and args.cooldown_steps > args.max_steps:

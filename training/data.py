@@ -37,27 +37,40 @@ def load_pairs(args, require_train: bool = True) -> tuple[datasets.DatasetDict, 
     """A Hub dataset (`--dataset-name`), local files (`--train-file` ...) or the embedded number task, without the
     pairs that lack text on a side; returns the splits and {split: pairs dropped}. Evaluation (`require_train=False`)
     needs only the file of the split it scores."""
+    streaming = require_train and getattr(args, "streaming", False)  # the training split: see streaming.py
     if args.dataset_name:
-        try:
-            raw = datasets.load_dataset(args.dataset_name, args.dataset_config)
-        except Exception as error:  # offline, unknown name, missing config: all stop here with the flag named
-            offline = (
-                " (HF_HUB_OFFLINE is set, so only datasets already in the local cache can be used)"
-                if (os.environ.get("HF_HUB_OFFLINE") == "1")
-                else ""
-            )
-            raise DataError(f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}") from error
+        raw = load_hub_dataset(args, streaming)
     elif args.train_file or (not require_train and (args.validation_file or args.test_file)):
+        train = None if streaming else args.train_file
         raw = load_files(
-            {"train": args.train_file, "validation": args.validation_file, "test": args.test_file},
+            {"train": train, "validation": args.validation_file, "test": args.test_file},
             args.source_lang,
             args.target_lang,
         )
     else:
         raw = numbers_dataset(seed=args.seed)
-    check_translation_column(raw, args.source_lang, args.target_lang, require_train)
+    check_translation_column(raw, args.source_lang, args.target_lang, require_train and not streaming)
     # evaluation scores every pair of its split, as sacreBLEU on the file would: there, a pair without text is refused
     return drop_pairs_without_text(raw, args.source_lang, args.target_lang, refuse=not require_train)
+
+
+def load_hub_dataset(args, streaming: bool = False) -> datasets.DatasetDict:
+    """--dataset-name's splits; with `streaming`, its splits other than 'train' only, read through the streaming
+    reader (which downloads nothing else) and held in memory."""
+    try:
+        if not streaming:
+            return datasets.load_dataset(args.dataset_name, args.dataset_config)
+        splits = datasets.load_dataset(args.dataset_name, args.dataset_config, streaming=True)
+        return datasets.DatasetDict(
+            {name: datasets.Dataset.from_list(list(split)) for name, split in splits.items() if name != "train"}
+        )
+    except Exception as error:  # offline, unknown name, missing config: all stop here with the flag named
+        offline = (
+            " (HF_HUB_OFFLINE is set, so only datasets already in the local cache can be used)"
+            if (os.environ.get("HF_HUB_OFFLINE") == "1")
+            else ""
+        )
+        raise DataError(f"--dataset-name {args.dataset_name!r}: could not load it{offline}: {error}") from error
 
 
 def load_files(files: dict[str, str | None], source_lang: str, target_lang: str) -> datasets.DatasetDict:
@@ -67,24 +80,30 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
         if path is None:
             continue
         flag = f"--{split}-file"
-        if not os.path.isfile(path):
-            raise DataError(f"{flag} {path}: no such file.")
-        extension = os.path.splitext(path)[1].lower()
-        if extension not in FILE_BUILDERS:
-            raise DataError(f"{flag} {path}: expected a .jsonl, .json, .csv or .parquet file.")
-        if os.path.getsize(path) == 0:
-            raise DataError(f"{flag} {path}: the file is empty.")
+        builder = check_file(flag, path)
         try:
-            splits[split] = datasets.load_dataset(FILE_BUILDERS[extension], data_files=path, split="train")
+            splits[split] = datasets.load_dataset(builder, data_files=path, split="train")
             splits[split].data.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
         except Exception as error:
-            line = first_bad_line(path, FILE_BUILDERS[extension])
-            reason = line or f"could not be read as {FILE_BUILDERS[extension]}: {error}"
+            reason = first_bad_line(path, builder) or f"could not be read as {builder}: {error}"
             raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows.")
         splits[split] = to_translation_schema(splits[split], f"{flag} {path}", source_lang, target_lang)
     return datasets.DatasetDict(splits)
+
+
+def check_file(flag: str, path: str) -> str:
+    """The `datasets` builder that reads the file given to `flag`; a `DataError` if there is no such file, it is
+    empty, or its extension is not one of FILE_BUILDERS."""
+    if not os.path.isfile(path):
+        raise DataError(f"{flag} {path}: no such file.")
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FILE_BUILDERS:
+        raise DataError(f"{flag} {path}: expected a .jsonl, .json, .csv or .parquet file.")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"{flag} {path}: the file is empty.")
+    return FILE_BUILDERS[extension]
 
 
 def first_bad_line(path: str, builder: str) -> str | None:
@@ -385,16 +404,18 @@ def drop_long_pairs(train: datasets.Dataset, args) -> TrainingRows:
     return TrainingRows(indices, sources[indices], targets[indices], dropped)
 
 
-def tokenize_datasets(raw, tokenizer: PreTrainedTokenizerBase, args) -> tuple[datasets.DatasetDict, TrainingRows]:
+def tokenize_datasets(
+    raw, tokenizer: PreTrainedTokenizerBase, args
+) -> tuple[datasets.DatasetDict, TrainingRows | None]:
     """Tokenise every split; returns the splits and the training rows within `--max-source-length` /
-    `--max-target-length` tokens (the longer ones are not trained on). With learned positions, which end there,
-    longer validation and test pairs are truncated."""
+    `--max-target-length` tokens (the longer ones are not trained on; None without a training split, when streamed).
+    With learned positions, which end there, longer validation and test pairs are truncated."""
     limit = trained_positions(args) if args.position_encoding == "learned" else None
     tokenized = {}
     for name, split in raw.items():
         processes = tokenizing_processes(len(split), args.preprocessing_num_workers)
         tokenized[name] = tokenize_pairs(split, tokenizer, args, None if name == "train" else limit, processes)
-    return datasets.DatasetDict(tokenized), drop_long_pairs(tokenized["train"], args)
+    return datasets.DatasetDict(tokenized), drop_long_pairs(tokenized["train"], args) if "train" in tokenized else None
 
 
 class BpeDropoutPairs(torch.utils.data.Dataset):

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 
 import datasets
 import torch
@@ -47,7 +48,15 @@ from .data import (
 )
 from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .schedule import lr_lambda
-from .tokenizer import bpe_cache_folder, load_tokenizer, save_whole, train_bpe_tokenizer, training_texts
+from .streaming import StreamingBatches, stream_bpe_texts, stream_identity, train_stream_source
+from .tokenizer import (
+    bpe_cache_folder,
+    bpe_cache_path,
+    load_tokenizer,
+    save_whole,
+    train_bpe_tokenizer,
+    training_texts,
+)
 
 METRICS_FILE = "metrics.jsonl"
 RUN_MARKERS = ("config.json", "model.safetensors", METRICS_FILE, "checkpoints")
@@ -111,19 +120,44 @@ def prepare_output_dir(args) -> None:
         raise ValueError(f"--output-dir {args.output_dir}: cannot write there ({error.strerror or error}).") from error
 
 
-def build_tokenizer(args, raw, accelerator):
+@dataclasses.dataclass(frozen=True)
+class BpeCorpus:
+    """What the joint BPE is trained on: `texts()` gives the (sampled) texts and their count; `cache` is the folder
+    where a BPE trained on them with the run's settings is kept (None: not kept)."""
+
+    texts: Callable[[], tuple[Iterable[str], int]]
+    cache: str | None
+
+
+def bpe_corpus(args, raw, stream: tuple | None = None) -> BpeCorpus:
+    """The BPE's corpus: a sample of the training split, or with `stream` (`train_stream_source`'s opener and name)
+    a sample drawn from the stream, its BPE kept in the datasets cache under the file's or Hub dataset's identity."""
+    if stream is not None:
+        settings = bpe_settings(args, args.bpe_sample_size + 1)  # an unknown count: a sample, the seed counts
+        cache = bpe_cache_path(datasets.config.HF_DATASETS_CACHE, stream_identity(args), settings)
+        return BpeCorpus(lambda: stream_bpe_texts(*stream, args), cache)
+    pairs = len(raw["train"])
+    return BpeCorpus(
+        lambda: (
+            training_texts(raw, args.source_lang, args.target_lang, args.bpe_sample_size, args.seed),
+            2 * min(pairs, args.bpe_sample_size),
+        ),
+        bpe_cache_folder(raw["train"], bpe_settings(args, pairs)),
+    )
+
+
+def build_tokenizer(args, corpus: BpeCorpus, accelerator):
     """--tokenizer-name's tokenizer, or the joint BPE: the run folder's when resuming, else one trained here, or
     reused from beside the datasets cache when the same data and settings trained it before."""
     if args.tokenizer_name:
         return load_tokenizer(args.tokenizer_name)
     folder = os.path.join(args.output_dir, "tokenizer")
-    cached = bpe_cache_folder(raw["train"], bpe_settings(args, len(raw["train"])))
+    cached = corpus.cache
     resuming = args.resume_from and os.path.isfile(os.path.join(folder, "tokenizer.json"))
     if accelerator.is_main_process and not resuming:
         tokenizer = cached_tokenizer(cached)
         if tokenizer is None:
-            texts = training_texts(raw, args.source_lang, args.target_lang, args.bpe_sample_size, args.seed)
-            length = 2 * min(len(raw["train"]), args.bpe_sample_size)
+            texts, length = corpus.texts()
             tokenizer = train_bpe_tokenizer(texts, args.vocab_size, lowercase=args.lowercase, length=length)
             if cached is not None:
                 save_whole(tokenizer, cached)
@@ -232,13 +266,23 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
 
 
 def save_training_state(
-    accelerator, args, step: int, epoch: int, batches_done: int, batches_per_epoch: int, record: dict | None = None
+    accelerator,
+    args,
+    step: int,
+    epoch: int,
+    batches_done: int,
+    batches_per_epoch: int,
+    record: dict | None = None,
+    stream: dict | None = None,
 ) -> None:
-    """Checkpoint the run after update `step`, with `record`, what its weights were built with (`built_with`); a
-    failed write stops the run, naming the last whole checkpoint."""
+    """Checkpoint the run after update `step`, with `record`, what its weights were built with (`built_with`), and
+    for a streamed run `stream`, its position in the stream; a failed write stops the run, naming the last whole
+    checkpoint."""
     state = {"step": step, "epoch": epoch, "batches_in_epoch": batches_done, "batches_per_epoch": batches_per_epoch}
     if record:
         state["built_with"] = record
+    if stream:
+        state["stream"] = stream
     try:
         save_checkpoint(accelerator, args.output_dir, step, state, args.keep_checkpoints)
     except CheckpointWriteError as error:
@@ -265,9 +309,9 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     criterion: TranslationCriterion
-    train_data: datasets.Dataset | BpeDropoutPairs
-    sampler: TokenBatchSampler
-    train_loader: DataLoader
+    train_data: datasets.Dataset | BpeDropoutPairs | None  # None when streamed
+    sampler: TokenBatchSampler | StreamingBatches
+    train_loader: DataLoader | StreamingBatches
     batches_per_epoch: int
     max_steps: int
     dropped: dict[str, dict[str, int]]  # pairs left out of the data: {reason: {split: count}}
@@ -301,8 +345,13 @@ def start_accelerator(args):
     return accelerator, resume_checkpoint, resume_state
 
 
-def training_loader(args, raw, tokenized, rows: TrainingRows, tokenizer, model, accelerator):
-    """The training pairs (re-segmented every epoch with BPE dropout), their token-budget sampler and loader."""
+def training_loader(args, raw, tokenized, rows: TrainingRows | None, tokenizer, model, accelerator):
+    """The training pairs (re-segmented every epoch with BPE dropout), their token-budget sampler and loader; when
+    streamed, no pairs held, and the stream's batches as both sampler and loader."""
+    if args.streaming:
+        collate = make_collator(tokenizer, model)
+        batches = StreamingBatches(*train_stream_source(args), tokenizer, collate, args, accelerator)
+        return None, batches, batches
     indices = None
     if args.bpe_dropout:
         # segmented anew every epoch; the first draw also sizes the epochs that --num-epochs counts
@@ -328,13 +377,15 @@ def training_loader(args, raw, tokenized, rows: TrainingRows, tokenizer, model, 
 
 
 def prepare_data(args, accelerator) -> tuple:
-    """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split."""
+    """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split. A streamed
+    training split is not loaded here: the splits are the others, and the training rows None."""
     raw, empty = load_pairs(args)
-    tokenizer = build_tokenizer(args, raw, accelerator)
+    corpus = bpe_corpus(args, raw, train_stream_source(args) if args.streaming else None)
+    tokenizer = build_tokenizer(args, corpus, accelerator)
     with accelerator.main_process_first():
         tokenized, rows = tokenize_datasets(raw, tokenizer, args)
     dropped = {"empty_side": {split: count for split, count in empty.items() if count}}
-    dropped["too_long"] = {"train": rows.dropped} if rows.dropped else {}
+    dropped["too_long"] = {"train": rows.dropped} if rows and rows.dropped else {}
     return raw, tokenizer, tokenized, rows, {reason: counts for reason, counts in dropped.items() if counts}
 
 
@@ -354,8 +405,11 @@ def setup_run(args) -> Run:
         fused=accelerator.device.type in ("cpu", "cuda"),
     )
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
-    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    batches_per_epoch = len(train_loader)
+    if args.streaming:  # every process reads the stream and takes its share of the batches (streaming.py)
+        model, optimizer = accelerator.prepare(model, optimizer)
+    else:
+        model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    batches_per_epoch = 0 if args.streaming else len(train_loader)  # a stream's is unknown: --max-steps is given
     if resume_state and args.bpe_dropout:
         # each draw batches a little differently: a resumed run keeps the epoch size, so the length and the schedule,
         # of its first draw
@@ -405,8 +459,16 @@ def resume(run: Run, state: dict) -> None:
     """Load the checkpoint's weights, optimizer, schedule and RNG states, and go on from its update. A model or
     tokenizer that differs from the checkpoint's is refused first, in one line naming the setting."""
     check_resume_matches(run.resume_checkpoint, state, run.model, run.tokenizer, run.args)
+    if run.args.streaming != ("stream" in state):
+        written = "with" if "stream" in state else "without"
+        raise ValueError(
+            f"--resume-from {run.resume_checkpoint}: the checkpoint was written by a run {written} --streaming, "
+            f"which orders the data differently; resume it {written} --streaming"
+        )
     run.accelerator.load_state(run.resume_checkpoint)
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
+    if run.args.streaming:
+        run.sampler.resume(state["stream"])
     if run.accelerator.is_main_process:
         forget_metrics_after(run.args.output_dir, run.step)
     run.accelerator.print(f"Resumed from {run.resume_checkpoint} at step {run.step}.")
@@ -417,9 +479,12 @@ def epoch_updates(run: Run):
     --gradient-accumulation-steps batches, fewer in the epoch's last group. An update's batches are all fetched
     before it starts, so that its target tokens are known."""
     args = run.args
-    loader = (
-        run.accelerator.skip_first_batches(run.train_loader, run.batches_done) if run.batches_done else run.train_loader
-    )
+    if args.streaming:  # a resumed stream starts where its checkpoint says (`resume`)
+        loader = run.train_loader
+    elif run.batches_done:
+        loader = run.accelerator.skip_first_batches(run.train_loader, run.batches_done)
+    else:
+        loader = run.train_loader
     # the sampler's shuffle follows the epoch. accelerate's loaders hand the sampler their own count of passes,
     # which restarts at 0 in a resumed run, and a skipping loader does not pass it on: set both
     loader.set_epoch(run.epoch)
@@ -546,7 +611,10 @@ def validate(run: Run, record: dict) -> None:
 
 def save_run(run: Run) -> None:
     record = built_with(run.model, run.tokenizer, run.args)
-    save_training_state(run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch, record)
+    stream = run.sampler.position(run.batches_done) if run.args.streaming else None
+    save_training_state(
+        run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch, record, stream
+    )
 
 
 def train(args) -> dict:
@@ -601,8 +669,9 @@ def finish(run: Run, train_seconds: float) -> dict:
         "train_seconds": round(train_seconds, 1),
         "processes": accelerator.num_processes,
     }
-    if run.dropped:
-        results["dropped_pairs"] = run.dropped
+    dropped = {**run.dropped, **run.sampler.dropped_pairs()} if run.args.streaming else run.dropped
+    if dropped:
+        results["dropped_pairs"] = dropped
     results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized))
     if accelerator.is_main_process:  # the card states the length penalty the model was evaluated and saved with
         write_final_model(

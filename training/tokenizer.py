@@ -52,9 +52,14 @@ def bpe_cache_folder(train, settings: dict) -> str | None:
     (an in-memory corpus such as the embedded task)."""
     if not train.cache_files:
         return None
-    key = json.dumps({"data": train._fingerprint, "code": BPE_RECIPE, **settings}, sort_keys=True)
+    return bpe_cache_path(os.path.dirname(train.cache_files[0]["filename"]), train._fingerprint, settings)
+
+
+def bpe_cache_path(base: str, data: str | dict, settings: dict) -> str:
+    """The folder in `base` for a BPE trained on the corpus that `data` identifies, with these settings."""
+    key = json.dumps({"data": data, "code": BPE_RECIPE, **settings}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return os.path.join(os.path.dirname(train.cache_files[0]["filename"]), f"vanilla_transformer_bpe_{digest}")
+    return os.path.join(base, f"vanilla_transformer_bpe_{digest}")
 
 
 def save_whole(tokenizer, folder: str) -> bool:

@@ -130,6 +130,37 @@ def test_killed_runs_resume_to_the_same_losses_and_weights(tmp_path, data_files)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_a_killed_streamed_run_resumes_with_the_data_it_would_have_seen(tmp_path, data_files, capsys):
+    """--streaming: the checkpoint keeps the stream's position, so the resumed run reads the batches the killed one
+    would have read next, across pools and into the next pass over the file."""
+    steps = 2 * STEPS  # about one and a half passes over the 300 pairs
+
+    def flags(out):
+        stream = ["--streaming", "--stream-pool-pairs", "40", "--save-steps", "3"]
+        return [*train_flags(data_files, out), *stream, "--max-steps", str(steps)]
+
+    reference = tmp_path / "reference"
+    assert main(flags(reference)) == 0
+    assert max(json.loads(line)["epoch"] for line in (reference / "metrics.jsonl").read_text().splitlines()) == 1
+    out = tmp_path / "killed"
+    for kill_after in sorted(random.Random(1).sample(range(4, steps - 2), 2)):
+        process = start(flags(out) + (["--resume-from", str(out)] if out.exists() else []), tmp_path, "run")
+        deadline = time.time() + 300
+        while logged_steps(out) < kill_after and process.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL, (tmp_path / "run.stderr").read_text()[-2000:]
+    assert main([*flags(out), "--resume-from", str(out)]) == 0
+    assert losses(reference) == losses(out)
+    wa, wb = load_file(reference / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # the checkpoint says how it orders the data: resuming it without --streaming is refused, naming the flag
+    plain = [f for f in train_flags(data_files, out) if f != "--overwrite-output-dir"]
+    assert main([*plain, "--max-steps", str(steps + 3), "--resume-from", str(out)]) != 0
+    assert "written by a run with --streaming" in capsys.readouterr().err
+
+
 def digest(folder) -> dict[str, str]:
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in sorted(os.listdir(folder))}
 

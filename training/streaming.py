@@ -1,0 +1,324 @@
+"""Streaming (`--streaming`): the training split read as a `datasets.IterableDataset`, for corpora larger than memory.
+
+The corpus is read in its order, a pool of pairs at a time (`--stream-pool-pairs`): each pool is tokenised, its
+pairs with an empty side or beyond the length limits are dropped and counted, and it is cut into token batches the
+way `TokenBatchSampler` cuts a whole corpus (pairs shuffled, sorted by length, cut by `--max-tokens`, the batch order
+shuffled), as OpenNMT-py's bucket and fairseq's buffered batches do. Memory holds one pool, whatever the corpus size.
+
+Shuffling reaches across a pool, not across the corpus: a corpus sorted by anything (source, date, domain) should be
+shuffled once on disk. Every draw comes from a generator seeded by (--seed, epoch, pool), and a checkpoint records
+where the current pool began in the stream (the dataset's own `state_dict`) and how many of its batches were done, so
+a resumed run reads the same pool again and continues with the batch it would have taken next.
+"""
+
+import copy
+import itertools
+import json
+import os
+import random
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+
+from .data import FILE_BUILDERS, DataError, batch_bounds, check_file, first_bad_line, within_length_limits
+
+CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The stream
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def train_stream_source(args) -> tuple[Callable[[], datasets.IterableDataset], str]:
+    """A function opening the training split as an `IterableDataset` (a new one for each pass), and the name of the
+    source for messages: `--train-file PATH` or `--dataset-name NAME`."""
+    if args.dataset_name:
+        where = f"--dataset-name {args.dataset_name}"
+
+        def open_hub() -> datasets.IterableDataset:
+            try:
+                return datasets.load_dataset(args.dataset_name, args.dataset_config, split="train", streaming=True)
+            except Exception as error:
+                raise DataError(f"{where}: could not stream its 'train' split: {error}") from error
+
+        return open_hub, where
+    path = args.train_file
+    builder = check_file("--train-file", path)
+    where = f"--train-file {path}"
+    return lambda: datasets.load_dataset(builder, data_files=path, split="train", streaming=True), where
+
+
+def chunk_pairs(chunk: dict, where: str, first_row: int, source_lang: str, target_lang: str) -> tuple[list, list]:
+    """The source and target texts of a chunk of rows in either layout of a local file (a 'translation' column of
+    pairs, in CSV a JSON object per cell; or one column per language); None where a side is missing."""
+    if "translation" in chunk:
+        pairs = [json_cell(cell, where, first_row + i) for i, cell in enumerate(chunk["translation"])]
+        return [p.get(source_lang) for p in pairs], [p.get(target_lang) for p in pairs]
+    if source_lang in chunk and target_lang in chunk:
+        return list(chunk[source_lang]), list(chunk[target_lang])
+    raise DataError(
+        f"{where}: found columns {sorted(chunk)}, expected a 'translation' column of {{'{source_lang}': ..., "
+        f"'{target_lang}': ...}} pairs or one column per language ('{source_lang}', '{target_lang}')."
+    )
+
+
+def json_cell(cell, where: str, row: int) -> dict:
+    """A pair as a dict: the cell itself, or the JSON object a CSV cell holds; an empty dict for an empty cell."""
+    if isinstance(cell, dict) or cell is None:
+        return cell or {}
+    try:
+        pair = json.loads(cell) if isinstance(cell, str) and cell else {}
+    except json.JSONDecodeError:
+        pair = None
+    if not isinstance(pair, dict):
+        raise DataError(f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of texts.")
+    return pair
+
+
+def has_text(texts: list) -> np.ndarray:
+    return np.fromiter((isinstance(t, str) and bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
+
+
+def read_chunks(stream: datasets.IterableDataset, where: str, args, chunk_size: int) -> Iterator[tuple]:
+    """(sources, targets) of each chunk of the stream, rows without text on a side included. An error of the reader
+    (bad JSON, bytes that are not UTF-8) names the file and, where it can be found, the line."""
+    chunks, row = stream.iter(batch_size=chunk_size), 0
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            return
+        except Exception as error:
+            path = args.train_file
+            builder = FILE_BUILDERS.get(os.path.splitext(path or "")[1].lower())
+            line = first_bad_line(path, builder) if path and builder else None
+            raise DataError(f"{where}: {line or f'could not be read after row {row}: {error}'}") from error
+        sources, targets = chunk_pairs(chunk, where, row, args.source_lang, args.target_lang)
+        row += len(sources)
+        yield sources, targets
+
+
+def reservoir_sample(open_stream, where: str, args, size: int) -> list[tuple[str, str]]:
+    """`size` pairs with text on both sides drawn uniformly from the whole stream (reservoir sampling, one pass, as
+    sentencepiece samples its `input_sentence_size`), seeded by --seed; all of them if there are fewer."""
+    rng, kept, seen = random.Random(args.seed), [], 0
+    for sources, targets in read_chunks(open_stream(), where, args, CHUNK):
+        for pair, ok in zip(zip(sources, targets), has_text(sources) & has_text(targets)):
+            if not ok:
+                continue
+            seen += 1
+            if len(kept) < size:
+                kept.append(pair)
+            else:
+                slot = rng.randrange(seen)
+                if slot < size:
+                    kept[slot] = pair
+    return kept
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A pool: tokenised pairs as flat arrays, cut into token batches
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pool:
+    """The tokenised pairs of a pool: every pair's ids end to end in one array per side, with its offsets."""
+
+    source_ids: np.ndarray
+    source_offsets: np.ndarray
+    target_ids: np.ndarray
+    target_offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.source_offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.maximum(np.diff(self.source_offsets), np.diff(self.target_offsets))
+
+    def features(self, rows) -> list[dict]:
+        """The pairs `rows` as a collator takes them."""
+        return [
+            {
+                "input_ids": self.source_ids[self.source_offsets[i] : self.source_offsets[i + 1]].tolist(),
+                "labels": self.target_ids[self.target_offsets[i] : self.target_offsets[i + 1]].tolist(),
+            }
+            for i in rows
+        ]
+
+
+def flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1])), offsets
+
+
+def tokenize_pool(sources: list[str], targets: list[str], tokenizer, args) -> tuple[Pool, int]:
+    """The pool of these pairs within --max-source-length / --max-target-length tokens, and how many were longer.
+    The tokenizer encodes a chunk at a time, which a fast tokenizer spreads over the cores."""
+    parts, too_long = [], 0
+    for start in range(0, len(sources), 10 * CHUNK):
+        encoded = tokenizer(sources[start : start + 10 * CHUNK], text_target=targets[start : start + 10 * CHUNK])
+        source_ids, target_ids = encoded["input_ids"], encoded["labels"]
+        keep = within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), args)
+        too_long += int(len(keep) - keep.sum())
+        parts.append(([source_ids[i] for i in np.flatnonzero(keep)], [target_ids[i] for i in np.flatnonzero(keep)]))
+    source_ids, source_offsets = flat([ids for part in parts for ids in part[0]])
+    target_ids, target_offsets = flat([ids for part in parts for ids in part[1]])
+    return Pool(source_ids, source_offsets, target_ids, target_offsets), too_long
+
+
+def pool_batches(pool: Pool, max_tokens: int, rng: np.random.Generator, replicas: int) -> list[np.ndarray]:
+    """The pool's token batches: pairs shuffled, stably sorted by length, cut by `max_tokens` (`batch_bounds`); the
+    batch order shuffled, and its first batches repeated to a multiple of `replicas` (every process takes as many)."""
+    lengths = pool.lengths()
+    longest = int(lengths.max())
+    if longest > max_tokens:
+        raise DataError(f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens).")
+    order = rng.permutation(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    bounds = batch_bounds(lengths[order], max_tokens)
+    batches = [order[bounds[i] : bounds[i + 1]] for i in rng.permutation(len(bounds) - 1)]
+    remainder = len(batches) % replicas
+    return batches + batches[: replicas - remainder] if remainder else batches
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The batches of a pass, and where a checkpoint resumes them
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def start_of_epoch(epoch: int) -> dict:
+    """A position in the stream (what a checkpoint records): the pass, the pool, the dataset's state where the pool
+    begins (None: at the start), the global index of the pool's first batch in the pass, batches of it done."""
+    return {"epoch": epoch, "pool": 0, "stream_state": None, "first_batch": 0, "skip": 0}
+
+
+class StreamingBatches:
+    """This process's collated token batches of the streamed training split, pass after pass. Every process reads
+    the same stream and builds the same batches; process `rank` of `num_replicas` takes every `num_replicas`-th."""
+
+    def __init__(self, open_stream, where: str, tokenizer, collate, args, accelerator=None):
+        self.open_stream, self.where, self.tokenizer, self.collate, self.args = (
+            open_stream,
+            where,
+            tokenizer,
+            collate,
+            args,
+        )
+        self.num_replicas = accelerator.num_processes if accelerator else 1
+        self.rank = accelerator.process_index if accelerator else 0
+        self.device = accelerator.device if accelerator else None
+        self.chunk = min(CHUNK, args.stream_pool_pairs)
+        self.chunks_per_pool = -(-args.stream_pool_pairs // self.chunk)
+        self.epoch = 0
+        self.resume_at: dict | None = None
+        self.pools: deque[dict] = deque(maxlen=4)  # the positions of this pass's latest pools
+        self.dropped = {"empty_side": 0, "too_long": 0}  # in the first pass this run reads
+        self.counting: int | None = None  # that pass's epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def resume(self, position: dict) -> None:
+        """Start the next pass at a checkpoint's `position` (see `position`)."""
+        self.resume_at = dict(position)
+
+    def position(self, batches_done: int) -> dict:
+        """Where the pass stands once this process has taken `batches_done` batches, for a checkpoint."""
+        done = batches_done * self.num_replicas  # batches of all processes
+        for pool in reversed(self.pools):
+            if pool["first_batch"] <= done:
+                return {**pool, "skip": done - pool["first_batch"]}
+        return start_of_epoch(self.epoch)
+
+    def __iter__(self) -> Iterator[dict]:
+        resuming = self.resume_at is not None and self.resume_at["epoch"] == self.epoch
+        start = self.resume_at if resuming else start_of_epoch(self.epoch)
+        self.resume_at = None
+        self.pools.clear()
+        self.counting = self.epoch if self.counting is None else self.counting
+        stream = self.open_stream()
+        if start["stream_state"] is not None:
+            stream.load_state_dict(copy.deepcopy(start["stream_state"]))
+        chunks = read_chunks(stream, self.where, self.args, self.chunk)
+        pool_index, first_batch, state, yielded = start["pool"], start["first_batch"], start["stream_state"], 0
+        while (pairs := self.read_pool(chunks)) is not None:
+            next_state = copy.deepcopy(stream.state_dict())
+            position = {"epoch": self.epoch, "pool": pool_index, "stream_state": state, "first_batch": first_batch}
+            self.pools.append(position)
+            batches = self.batches_of(pairs, pool_index)
+            skip = start["skip"] if pool_index == start["pool"] else 0
+            for index in range(skip, len(batches)):
+                if index % self.num_replicas == self.rank:
+                    yielded += 1
+                    batch = self.collate(pairs.features(batches[index]))
+                    yield {key: value.to(self.device) for key, value in batch.items()} if self.device else batch
+            pool_index, first_batch, state = pool_index + 1, first_batch + len(batches), next_state
+        if not yielded and start == start_of_epoch(self.epoch):
+            raise DataError(f"{self.where}: no training pair is left after dropping {self.describe_dropped()}.")
+
+    def read_pool(self, chunks) -> Pool | None:
+        """The next pool's pairs with text on both sides, tokenised; None at the end of the stream."""
+        sources, targets = [], []
+        for _ in range(self.chunks_per_pool):
+            chunk = next(chunks, None)
+            if chunk is None:
+                break
+            keep = has_text(chunk[0]) & has_text(chunk[1])
+            self.count_dropped("empty_side", int(len(keep) - keep.sum()))
+            sources += [text for text, ok in zip(chunk[0], keep) if ok]
+            targets += [text for text, ok in zip(chunk[1], keep) if ok]
+        if not sources:
+            return None
+        pool, too_long = tokenize_pool(sources, targets, self.tokenizer, self.args)
+        self.count_dropped("too_long", too_long)
+        return pool if len(pool) else self.read_pool(chunks)
+
+    def batches_of(self, pool: Pool, pool_index: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.args.seed, self.epoch, pool_index])
+        return pool_batches(pool, self.args.max_tokens, rng, self.num_replicas)
+
+    def count_dropped(self, reason: str, count: int) -> None:
+        if self.epoch != self.counting:
+            return
+        if count and not self.dropped[reason]:
+            what = "with no text on a side" if reason == "empty_side" else "beyond the length limits"
+            print(f"split 'train' (streamed): dropping pairs {what}; counted in the run's record", file=sys.stderr)
+        self.dropped[reason] += count
+
+    def describe_dropped(self) -> str:
+        return (
+            f"{self.dropped['empty_side']:,} with no text on a side and {self.dropped['too_long']:,} longer than "
+            f"--max-source-length {self.args.max_source_length} or --max-target-length {self.args.max_target_length}"
+        )
+
+    def dropped_pairs(self) -> dict[str, dict[str, int]]:
+        """Pairs dropped, by reason, in the first pass this run read (from the start, or from where it resumed), as
+        the run's record keeps them."""
+        return {reason: {"train": count} for reason, count in self.dropped.items() if count}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The joint BPE of a streamed corpus
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def stream_identity(args) -> dict:
+    """What identifies a streamed corpus for the cache of its BPE: the file (path, size, modification time) or the
+    Hub dataset and its configuration."""
+    if args.dataset_name:
+        return {"dataset": args.dataset_name, "config": args.dataset_config}
+    status = os.stat(args.train_file)
+    return {"file": os.path.abspath(args.train_file), "bytes": status.st_size, "modified_ns": status.st_mtime_ns}
+
+
+def stream_bpe_texts(open_stream, where: str, args) -> tuple[list[str], int]:
+    """The texts the BPE learns from, a `reservoir_sample` of --bpe-sample-size pairs, source and target in turn."""
+    pairs = reservoir_sample(open_stream, where, args, args.bpe_sample_size)
+    return [text for pair in pairs for text in pair], 2 * len(pairs)
