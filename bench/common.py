@@ -124,6 +124,18 @@ def status_mib(field: str, pid: int | str = "self") -> float | None:
     return None
 
 
+def rollup_mib(field: str, pid: int | str = "self") -> float | None:
+    """A field of /proc/PID/smaps_rollup (Linux) in MiB (Pss: the process's share of its resident pages, each page
+    divided among the processes that map it, so that the Pss of processes sharing pages sums to the memory they use;
+    Pss_Anon: the part that no file backs); None where /proc cannot tell."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            for line in handle:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) / 1024  # kB
+    return None
+
+
 def proc_status_mib(field: str) -> float:
     """A memory field of this process's /proc status in MiB; elsewhere getrusage's ru_maxrss, its peak so far.
     VmHWM, the peak, belongs to the process image and starts afresh at exec; ru_maxrss does not (it keeps the

@@ -86,8 +86,12 @@ def keep_freed_memory_mapped() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc: leave the allocator alone
         return False
-    m_trim_threshold, m_mmap_max = -1, -4  # from <malloc.h>
-    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
+    m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8  # from <malloc.h>
+    # one arena for every thread: what the streamed data's reader thread frees, a training step can reuse (each
+    # thread's own arena would keep its own peak, never given back)
+    return all(
+        mallopt(option, value) for option, value in ((m_mmap_max, 0), (m_trim_threshold, 2**31 - 1), (m_arena_max, 1))
+    )
 
 
 def flush_denormals() -> bool:

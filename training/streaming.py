@@ -19,6 +19,7 @@ import random
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import datasets
@@ -162,8 +163,8 @@ def tokenize_pool(sources: list[str], targets: list[str], tokenizer, args) -> tu
     """The pool of these pairs within --max-source-length / --max-target-length tokens, and how many were longer.
     The tokenizer encodes a chunk at a time, which a fast tokenizer spreads over the cores."""
     parts, too_long = [], 0
-    for start in range(0, len(sources), 10 * CHUNK):
-        encoded = tokenizer(sources[start : start + 10 * CHUNK], text_target=targets[start : start + 10 * CHUNK])
+    for start in range(0, len(sources), 2 * CHUNK):
+        encoded = tokenizer(sources[start : start + 2 * CHUNK], text_target=targets[start : start + 2 * CHUNK])
         source_ids, target_ids = encoded["input_ids"], encoded["labels"]
         keep = within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), args)
         too_long += int(len(keep) - keep.sum())
@@ -246,10 +247,8 @@ class StreamingBatches:
         stream = self.open_stream()
         if start["stream_state"] is not None:
             stream.load_state_dict(copy.deepcopy(start["stream_state"]))
-        chunks = read_chunks(stream, self.where, self.args, self.chunk)
         pool_index, first_batch, state, yielded = start["pool"], start["first_batch"], start["stream_state"], 0
-        while (pairs := self.read_pool(chunks)) is not None:
-            next_state = copy.deepcopy(stream.state_dict())
+        for pairs, next_state in self.pools_ahead(stream):
             position = {"epoch": self.epoch, "pool": pool_index, "stream_state": state, "first_batch": first_batch}
             self.pools.append(position)
             batches = self.batches_of(pairs, pool_index)
@@ -262,6 +261,24 @@ class StreamingBatches:
             pool_index, first_batch, state = pool_index + 1, first_batch + len(batches), next_state
         if not yielded and start == start_of_epoch(self.epoch):
             raise DataError(f"{self.where}: no training pair is left after dropping {self.describe_dropped()}.")
+
+    def pools_ahead(self, stream: datasets.IterableDataset) -> Iterator[tuple[Pool, dict]]:
+        """The stream's pools in order, each with the stream's state after it. The next pool is read and tokenised
+        in a background thread while the current one is trained on (the tokenizers and Arrow release the GIL)."""
+        chunks = read_chunks(stream, self.where, self.args, self.chunk)
+
+        def read() -> tuple[Pool | None, dict]:
+            pool = self.read_pool(chunks)
+            return pool, copy.deepcopy(stream.state_dict())
+
+        with ThreadPoolExecutor(max_workers=1) as reader:
+            ahead = reader.submit(read)
+            while True:
+                pool, state = ahead.result()
+                if pool is None:
+                    return
+                ahead = reader.submit(read)
+                yield pool, state
 
     def read_pool(self, chunks) -> Pool | None:
         """The next pool's pairs with text on both sides, tokenised; None at the end of the stream."""

@@ -49,17 +49,25 @@ def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_p
     report = tmp_path / "BENCHMARKS.md"
     report.write_text(original + "\n" + common.DATA_MARKER + "\n\nan older data section\n\n" + later, encoding="utf-8")
     raw, data = tmp_path / "results.json", fake_multi30k(tmp_path / "multi30k")
-    sizes = ["--sizes", "2000", "4000", "--warm-size", "4000", "--train-args", TINY]
+    sizes = ["--sizes", "2000", "4000", "--warm-size", "4000", "--streaming-sizes", "4000", "--train-args", TINY]
     run_data("--multi30k", data, *sizes, "--work", str(tmp_path / "work"), "--out", str(report), "--json", str(raw))
 
     results = json.loads(raw.read_text())
-    assert [(r["pairs"], r["cache"]) for r in results["runs"]] == [(2000, "cold"), (4000, "cold"), (4000, "warm")]
+    assert [(r["pairs"], r["mode"], r["cache"]) for r in results["runs"]] == [
+        (2000, "map", "cold"),
+        (4000, "map", "cold"),
+        (4000, "map", "warm"),
+        (4000, "streaming", "cold"),
+        (4000, "streaming", "warm"),
+    ]
     for r in results["runs"]:
         assert r["first_update_s"] > 0 and r["peak_tree_mib"] > 0 and r["peak_main_mib"] > 0
         assert r["peak_tree_mib"] >= r["peak_main_mib"] * 0.9  # the sampled tree sum against the exact peak
+        assert 0 < r["peak_tree_pss_mib"] <= r["peak_tree_mib"] * 1.01  # shared pages divided, not repeated
         assert 0 < r["peak_main_anon_mib"] <= r["peak_main_mib"]  # of the main process's peak, what no file backs
         assert r["phases"]["training"] is not None and r["phases"]["training"] <= r["first_update_s"]
-    assert results["bpe_reused"] is True and [r["bpe_reused"] for r in results["runs"]] == [False, False, True]
+    assert results["bpe_reused"] is True
+    assert [r["bpe_reused"] for r in results["runs"]] == [False, False, True, False, True]
     # the slope of two tiny sizes is start-up noise, so its sign is not asserted
     assert math.isfinite(results["slope"]["seconds_per_million"])
     assert [(s["from"], s["to"], s["pairs_ratio"]) for s in results["doublings"]] == [(2000, 4000, 2.0)]
@@ -72,7 +80,11 @@ def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_p
     assert text.startswith(original + "\n" + common.DATA_MARKER + "\n") and text.endswith("\n" + later)
     section = text[len(original) + 1 : -len(later) - 1]
     assert "an older data section" not in section and str(tmp_path) not in section
-    assert "| 4,000 | warm |" in section and "--multi30k DIR" in section
+    assert (
+        "| 4,000 | map | warm |" in section
+        and "| 4,000 | streaming | cold |" in section
+        and "--multi30k DIR" in section
+    )
 
     # written again from the raw results into the repository's report: appended, the rest byte-identical
     fresh = tmp_path / "fresh.md"
