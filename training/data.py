@@ -3,6 +3,7 @@
 import array
 import json
 import os
+import pickle
 import random
 import sys
 from collections.abc import Iterator
@@ -286,6 +287,17 @@ def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_
             dataset = dataset.select(np.flatnonzero(keep))
         kept[split] = dataset
     return datasets.DatasetDict(kept), dropped
+
+
+def remapped(splits: datasets.DatasetDict) -> datasets.DatasetDict:
+    """The same splits on fresh memory maps of their Arrow files. Reading a whole column (the checks above, the BPE's
+    sample) leaves its pages resident in this process's map of the file, where they count as the process's memory
+    until the kernel reclaims them; a new map starts with none. The round trip is the datasets library's own
+    pickling, by which a dataset reaches worker processes: it re-opens the cache files and copies no rows (splits
+    held in memory are left as they are)."""
+    return datasets.DatasetDict(
+        {name: pickle.loads(pickle.dumps(split)) if split.cache_files else split for name, split in splits.items()}
+    )
 
 
 def within_length_limits(source_lengths, target_lengths, args):

@@ -43,6 +43,7 @@ from .data import (
     TrainingRows,
     load_pairs,
     make_collator,
+    remapped,
     tokenize_datasets,
     trained_positions,
 )
@@ -386,6 +387,7 @@ def prepare_data(args, accelerator) -> tuple:
     raw, empty = load_pairs(args)
     corpus = bpe_corpus(args, raw, train_stream_source(args) if args.streaming else None)
     tokenizer = build_tokenizer(args, corpus, accelerator)
+    raw = remapped(raw)  # the pages that the checks and the BPE's sample read no longer count in this process
     with accelerator.main_process_first():
         tokenized, rows = tokenize_datasets(raw, tokenizer, args)
     dropped = {"empty_side": {split: count for split, count in empty.items() if count}}

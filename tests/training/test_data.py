@@ -14,8 +14,10 @@ from vanilla_transformer.training.data import (
     DataError,
     TokenBatchSampler,
     drop_words,
+    load_files,
     load_pairs,
     load_raw_datasets,
+    remapped,
     tokenize_datasets,
 )
 from vanilla_transformer.training.tasks.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
@@ -376,3 +378,18 @@ def test_evaluation_refuses_a_pair_without_text_instead_of_scoring_fewer_pairs(t
     path = write_jsonl(tmp_path / "test.jsonl", rows)
     with pytest.raises(DataError, match=r"split 'test', row 2 \(counting from 0\): no text on a side"):
         load_pairs(data_args(test_file=str(path)), require_train=False)
+
+
+def test_remapped_splits_hold_the_same_rows_on_the_same_files(tmp_path):
+    files = {
+        "train": str(write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 160)))),
+        "validation": None,
+        "test": None,
+    }
+    raw = load_files(files, "en", "de")
+    raw = datasets.DatasetDict({"train": raw["train"].select(range(0, 60, 2))})  # with an indices mapping
+    again = remapped(raw)
+    assert again["train"].cache_files == raw["train"].cache_files
+    expected = [row["translation"] for row in pairs(range(100, 160, 2))]
+    assert list(again["train"]["translation"]) == list(raw["train"]["translation"]) == expected
+    assert again["train"].data is not raw["train"].data  # a table of its own, mapped anew
