@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -13,9 +14,12 @@ from vanilla_transformer.cli import main
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
 
-def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files):
+@pytest.mark.parametrize("streaming", [False, True], ids=["map-style", "streamed"])
+def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files, streaming):
+    """Streamed, every process reads the same pools and takes alternate batches: the same updates again."""
     flags = [
         *data_flags(data_files),
+        *(["--streaming"] if streaming else []),
         "--max-steps",
         "4",
         "--eval-steps",
