@@ -47,6 +47,7 @@ BPE_REUSED = "Reusing the BPE trained on the same data with the same settings"
 # the first output of each phase, on stdout or stderr: its seconds from the start are recorded
 PHASES = {
     "loading": "Generating train split",
+    "sampling": "Sampling the BPE's pairs",  # streamed: the BPE's sample read from the whole file
     "tokenising": "Tokenising",
     "batching": "Batching",
     "training": "Training:",
@@ -389,7 +390,8 @@ def header_lines(results: dict) -> list[str]:
 def table_lines(results: dict) -> list[str]:
     lines = [
         "| pairs | mode | cache | first update (s) | peak memory, all processes, PSS (MiB) | all processes, RSS "
-        "(MiB) | main process (MiB) | main process, not file-backed (MiB) | phases: load, tokenise, batch, train (s) |",
+        "(MiB) | main process (MiB) | main process, not file-backed (MiB) | phases: load, sample, tokenise, batch, "
+        "train (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["runs"]:

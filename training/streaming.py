@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import datasets
 import numpy as np
+from tqdm.auto import tqdm
 
 from .data import FILE_BUILDERS, DataError, batch_bounds, check_file, first_bad_line, within_length_limits
 
@@ -108,7 +109,9 @@ def reservoir_sample(open_stream, where: str, args, size: int) -> list[tuple[str
     """`size` pairs with text on both sides drawn uniformly from the whole stream (reservoir sampling, one pass, as
     sentencepiece samples its `input_sentence_size`), seeded by --seed; all of them if there are fewer."""
     rng, kept, seen = random.Random(args.seed), [], 0
+    progress = tqdm(desc="Sampling the BPE's pairs from the stream", unit=" pairs", unit_scale=True)
     for sources, targets in read_chunks(open_stream(), where, args, CHUNK):
+        progress.update(len(sources))
         for pair, ok in zip(zip(sources, targets), has_text(sources) & has_text(targets)):
             if not ok:
                 continue
@@ -119,6 +122,7 @@ def reservoir_sample(open_stream, where: str, args, size: int) -> list[tuple[str
                 slot = rng.randrange(seen)
                 if slot < size:
                     kept[slot] = pair
+    progress.close()
     return kept
 
 
