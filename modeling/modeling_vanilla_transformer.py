@@ -13,7 +13,10 @@ The file reads top to bottom like Figure 1 of the paper:
 Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_ff, P_drop (`dropout`).
 
 What is not Figure 1 lives next to this file: the hand-written dropout and cross-entropy kernels in
-kernels_vanilla_transformer.py, loading, saving and uploading (`HubMixin`) in hub_vanilla_transformer.py.
+kernels_vanilla_transformer.py, loading, saving and uploading (`HubMixin`) in hub_vanilla_transformer.py. As in
+MarianMT, attention runs through the library's interface for the chosen implementation (SDPA, flex or flash
+attention; eager attention is written out below), the masks come from `transformers.masking_utils`, and the library
+records hidden states and attention weights when asked (`_can_record_outputs`).
 """
 
 import copy
