@@ -312,8 +312,15 @@ def additive_mask(may_attend: torch.Tensor | None, dtype: torch.dtype) -> torch.
 def reads_masks(x: torch.Tensor) -> bool:
     """Whether mask building may look into a padding mask to drop it where it hides nothing (the fused kernels run
     faster unmasked): on the CPU that is free; on an accelerator it would make the host wait for the device, at every
-    training and decoding step, so the mask is kept there."""
-    return x.device.type == "cpu"
+    training and decoding step, so the mask is kept there. Nor while compiling: a value cannot decide the graph."""
+    return x.device.type == "cpu" and not is_torchdynamo_compiling()
+
+
+def hides_nothing(attention_mask: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """No padding mask, or a 2-D one that hides no key, where reading it is free (`reads_masks`). SDPA and eager
+    attention then need no mask, which is what masking_utils gives them too: checked first, it spares building a mask
+    at every decoding step."""
+    return attention_mask is None or (attention_mask.dim() == 2 and reads_masks(x) and bool(attention_mask.all()))
 
 
 def source_mask(
@@ -327,6 +334,8 @@ def source_mask(
     attention over the encoder output (queries `x`, keys `encoder_hidden_states`). The library's mask for the
     implementation: (batch, 1, tgt_len, src_len) for eager and SDPA, a block mask for flex attention, the 2-D mask
     for flash attention; None where nothing needs hiding."""
+    if implementation in ("sdpa", "eager") and hides_nothing(attention_mask, x):
+        return None
     eager = implementation == "eager"
     mask = create_bidirectional_mask(
         BOOLEAN_MASKS if eager else config,
@@ -349,6 +358,9 @@ def target_mask(
     With a cache the queries continue its positions, and with a fixed-size (static) one its slots beyond the current
     position are hidden the same way. None where the kernel applies causality itself (SDPA's `is_causal`, flash
     attention) or where one new query may see every key."""
+    one_step = x.shape[1] == 1 and cache is not None and not cache.is_compileable  # after the cached positions
+    if implementation in ("sdpa", "eager") and one_step and hides_nothing(attention_mask, x):
+        return None
     eager = implementation == "eager"
     mask = create_causal_mask(
         BOOLEAN_MASKS if eager else config,

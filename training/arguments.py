@@ -343,8 +343,7 @@ class OptimisationArguments(Checked):
         False,
         help="run the training step (the forward pass and its loss; the backward pass follows) under torch.compile: "
         "on a GPU it saves the launch overhead of many small kernels; on a CPU, at this project's model sizes, it is "
-        "slower than eager (BENCHMARKS.md). The first steps, and each new batch shape for a while, spend time "
-        "compiling",
+        "slower than eager. The first steps, and each new batch shape for a while, spend time compiling",
     )
 
 
