@@ -13,7 +13,10 @@ The file reads top to bottom like Figure 1 of the paper:
 Symbols follow the paper: d_model, h (`num_heads`), d_k = d_v = d_model / h, d_ff, P_drop (`dropout`).
 
 What is not Figure 1 lives next to this file: the hand-written dropout and cross-entropy kernels in
-kernels_vanilla_transformer.py, loading, saving and uploading (`HubMixin`) in hub_vanilla_transformer.py.
+kernels_vanilla_transformer.py, loading, saving and uploading (`HubMixin`) in hub_vanilla_transformer.py. As in
+MarianMT, attention runs through the library's interface for the chosen implementation (SDPA, flex or flash
+attention; eager attention is written out below), the masks come from `transformers.masking_utils`, and the library
+records hidden states and attention weights when asked (`_can_record_outputs`).
 """
 
 import copy
@@ -28,6 +31,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, MaxLengthCriteria, StoppingCriteriaList
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -39,6 +43,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig, position_limit
 from .hub_vanilla_transformer import HubMixin
@@ -175,14 +180,23 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V (§3.2.1, equation 1), written out."""
+    """Scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V (§3.2.1, equation 1), written out. The mask is
+    additive (`additive_mask`): -inf where a query may not look."""
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, h, tgt_len, src_len)
     if attention_mask is not None:
-        scores = scores + attention_mask  # -inf where a query may not look
+        scores = scores + attention_mask
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value)  # (batch, h, tgt_len, d_k)
     return output.transpose(1, 2).contiguous(), weights  # (batch, tgt_len, h, d_k)
+
+
+def attention_implementation(config: VanillaTransformerConfig, kwargs: dict) -> str:
+    """The attention a forward pass runs: the configured implementation (`attn_implementation`: eager, sdpa,
+    flex_attention, flash_attention_2/3 or a kernel from the Hub), or eager when the call asks for the attention
+    weights, which the fused kernels do not return. The stacks build their masks for it, the attention modules run it.
+    """
+    return "eager" if kwargs.get("output_attentions") else config._attn_implementation
 
 
 class MultiHeadAttention(nn.Module):
@@ -191,7 +205,9 @@ class MultiHeadAttention(nn.Module):
     One module serves the three uses of §3.2.3: encoder self-attention, the decoder's masked self-attention
     (`is_causal`), and encoder-decoder attention (`is_cross_attention`: queries from the decoder, keys and values from
     the encoder output). W^Q, W^K and W^V of all heads are stacked in one (3 d_model, d_model) projection, so
-    self-attention projects its input once; cross-attention projects queries and keys/values separately.
+    self-attention projects its input once; cross-attention projects queries and keys/values separately. Attention
+    itself is the library's interface for the implementation chosen (`attention_implementation`); returns the output
+    and the attention weights (None from the fused kernels), which the stacks record when asked for.
     """
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int = 0, is_causal=False, is_cross_attention=False):
@@ -217,32 +233,20 @@ class MultiHeadAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
+        cache: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, tgt_len, d_model = hidden_states.shape
         if not self.is_cross_attention:
             query, key, value = self.split_heads(self.in_proj(hidden_states), 3)  # each (batch, h, tgt_len, d_k)
-            if past_key_values is not None:  # append this step's keys/values to the previous steps'
-                key, value = past_key_values.self_attention_cache.update(key, value, self.layer_idx)
+            if cache is not None:  # append this step's keys/values to the previous steps'
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
         else:
-            w_q, w_kv = self.in_proj.weight.split([d_model, 2 * d_model])
-            b_q, b_kv = (
-                self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
-            )
-            (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), 1)  # (batch, h, tgt_len, d_k)
-            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
-                # the encoder output does not change while decoding: its keys/values are computed once per source
-                key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
-            else:
-                key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), 2)  # (batch, h, src_len, d_k)
-                if cache is not None:
-                    key, value = cache.update(key, value, self.layer_idx)
-                    past_key_values.is_updated[self.layer_idx] = True
+            query, key, value = self.cross_attention_inputs(hidden_states, key_value_states, cache)
 
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_implementation(self.config, kwargs), eager_attention_forward
+        )
         output, weights = attention(
             self,
             query,
@@ -251,9 +255,28 @@ class MultiHeadAttention(nn.Module):
             attention_mask,
             scaling=self.scaling,
             dropout=self.attention_dropout if self.training else 0.0,
+            **kwargs,
         )
         output = output.reshape(batch, tgt_len, d_model)  # Concat(head_1, ..., head_h)
         return self.out_proj(output), weights
+
+    def cross_attention_inputs(
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor, cache: EncoderDecoderCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k). The encoder
+        output does not change while decoding: its keys/values are computed once per source and kept in the cache."""
+        d_model = hidden_states.shape[-1]
+        w_q, w_kv = self.in_proj.weight.split([d_model, 2 * d_model])
+        b_q, b_kv = self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
+        (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), 1)  # (batch, h, tgt_len, d_k)
+        layers = cache.cross_attention_cache if cache is not None else None
+        if layers is not None and cache.is_updated.get(self.layer_idx):
+            return query, layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
+        key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), 2)  # (batch, h, src_len, d_k)
+        if layers is not None:
+            key, value = layers.update(key, value, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
+        return query, key, value
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -261,60 +284,92 @@ class MultiHeadAttention(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def additive_mask(may_attend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+class MasksFor:
+    """What `transformers.masking_utils` reads of a config: the attention implementation a mask is made for. The
+    eager attention above takes the boolean masks made for SDPA, turned into the paper's additive ones."""
+
+    def __init__(self, implementation: str):
+        self._attn_implementation = implementation
+
+
+BOOLEAN_MASKS = MasksFor("sdpa")
+
+
+def additive_mask(may_attend: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Boolean "may attend" -> the additive mask of §3.2.3: 0 where a query may see a key, -inf where it may not,
-    so that masked positions get probability 0 after the softmax.
+    so that masked positions get probability 0 after the softmax. A mask that is None or additive already (one the
+    caller made) is returned as it is.
 
     A query that may see no key at all (every key is padding) would turn into NaN; it is let see every key instead.
     Such a query belongs to padding itself or to an all-padding source, and its output is never used.
     """
+    if may_attend is None or may_attend.dtype != torch.bool:
+        return may_attend
     may_attend = may_attend | ~may_attend.any(dim=-1, keepdim=True)
     return torch.zeros(may_attend.shape, dtype=dtype, device=may_attend.device).masked_fill(~may_attend, -math.inf)
 
 
-def hides_nothing(attention_mask: torch.Tensor | None) -> bool:
-    """No padding anywhere: attention then runs without a mask, which the fused kernels do faster."""
-    return attention_mask is None or (not is_torchdynamo_compiling() and bool(attention_mask.all()))
+def reads_masks(x: torch.Tensor) -> bool:
+    """Whether mask building may look into a padding mask to drop it where it hides nothing (the fused kernels run
+    faster unmasked): on the CPU that is free; on an accelerator it would make the host wait for the device, at every
+    training and decoding step, so the mask is kept there. Nor while compiling: a value cannot decide the graph."""
+    return x.device.type == "cpu" and not is_torchdynamo_compiling()
 
 
-def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """Keys that are padding are hidden from every query: (batch, src_len) -> (batch, 1, 1, src_len)."""
-    if hides_nothing(attention_mask):
+def hides_nothing(attention_mask: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """No padding mask, or a 2-D one that hides no key, where reading it is free (`reads_masks`). SDPA and eager
+    attention then need no mask, which is what masking_utils gives them too: checked first, it spares building a mask
+    at every decoding step."""
+    return attention_mask is None or (attention_mask.dim() == 2 and reads_masks(x) and bool(attention_mask.all()))
+
+
+def source_mask(
+    config: VanillaTransformerConfig,
+    implementation: str,
+    x: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    encoder_hidden_states: torch.Tensor | None = None,
+):
+    """Source padding hidden from every query: for encoder self-attention (queries and keys `x`), or for the decoder's
+    attention over the encoder output (queries `x`, keys `encoder_hidden_states`). The library's mask for the
+    implementation: (batch, 1, tgt_len, src_len) for eager and SDPA, a block mask for flex attention, the 2-D mask
+    for flash attention; None where nothing needs hiding."""
+    if implementation in ("sdpa", "eager") and hides_nothing(attention_mask, x):
         return None
-    return additive_mask(attention_mask.bool()[:, None, None, :], dtype)
+    eager = implementation == "eager"
+    mask = create_bidirectional_mask(
+        BOOLEAN_MASKS if eager else config,
+        x,
+        attention_mask,
+        encoder_hidden_states=encoder_hidden_states,
+        allow_is_bidirectional_skip=attention_mask is None or reads_masks(x),
+    )
+    return additive_mask(mask, x.dtype) if eager else mask
 
 
-def causal_mask(
-    decoder_attention_mask: torch.Tensor | None,
-    tgt_len: int,
-    past_len: int | torch.Tensor,
-    kv_len: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    implicit_causal: bool,
-) -> torch.Tensor | None:
-    """Decoder self-attention mask (§3.2.3): the query at position past_len + i may see the keys at positions
-    <= past_len + i, and no padding.
-
-    `kv_len` is the number of key slots attention sees: past_len + tgt_len with a cache that grows step by step, the
-    whole size of a fixed-size (static) cache, whose slots beyond the current position the same rule hides.
-    Returns (batch or 1, 1, tgt_len, kv_len), or None when nothing needs hiding: with a growing cache one new query
-    attends to all previous positions, and with `implicit_causal` (SDPA without a cache) the kernel applies causality.
-    """
-    if hides_nothing(decoder_attention_mask):
-        decoder_attention_mask = None
-    grows = isinstance(past_len, int) and kv_len == past_len + tgt_len
-    if decoder_attention_mask is None and grows and (tgt_len == 1 or (implicit_causal and past_len == 0)):
+def target_mask(
+    config: VanillaTransformerConfig,
+    implementation: str,
+    x: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+):
+    """Decoder self-attention (§3.2.3): the query at position i may see the keys at positions <= i, and no padding.
+    With a cache the queries continue its positions, and with a fixed-size (static) one its slots beyond the current
+    position are hidden the same way. None where the kernel applies causality itself (SDPA's `is_causal`, flash
+    attention) or where one new query may see every key."""
+    one_step = x.shape[1] == 1 and cache is not None and not cache.is_compileable  # after the cached positions
+    if implementation in ("sdpa", "eager") and one_step and hides_nothing(attention_mask, x):
         return None
-    key_positions = torch.arange(kv_len, device=device)
-    query_positions = torch.arange(tgt_len, device=device) + past_len
-    may_attend = (key_positions[None, :] <= query_positions[:, None])[None, None]  # (1, 1, tgt_len, kv_len)
-    if decoder_attention_mask is not None:
-        not_padding = decoder_attention_mask.bool()
-        if not_padding.shape[-1] < kv_len:  # a fixed-size cache: its slots beyond the mask are future positions
-            not_padding = F.pad(not_padding, (0, kv_len - not_padding.shape[-1]), value=True)
-        may_attend = may_attend & not_padding[:, None, None, -kv_len:]
-    return additive_mask(may_attend, dtype)
+    eager = implementation == "eager"
+    mask = create_causal_mask(
+        BOOLEAN_MASKS if eager else config,
+        x,
+        attention_mask,
+        cache,  # the library's fourth argument, named `past_key_values` before transformers 5.24 and `cache` since
+        allow_is_causal_skip=not eager and (attention_mask is None or reads_masks(x)),
+    )
+    return additive_mask(mask, x.dtype) if eager else mask
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -346,9 +401,6 @@ class AddNorm(nn.Module):
 
     post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
     pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
-
-    `sublayer` maps its input to its output, or to a tuple (output, attention weights), and AddNorm returns x, or the
-    tuple (x, attention weights), likewise.
     """
 
     def __init__(self, config: VanillaTransformerConfig):
@@ -357,12 +409,10 @@ class AddNorm(nn.Module):
         self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm_position == "pre"
 
-    def forward(self, x: torch.Tensor, sublayer: Callable):
-        output = sublayer(self.layer_norm(x) if self.pre_norm else x)
-        y, *rest = output if isinstance(output, tuple) else (output,)
-        x = x + self.dropout(y)
-        x = x if self.pre_norm else self.layer_norm(x)
-        return (x, *rest) if isinstance(output, tuple) else x
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.layer_norm(x)))
+        return self.layer_norm(x + self.dropout(sublayer(x)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -380,12 +430,9 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.ffn = PositionwiseFeedForward(config)
         self.ffn_norm = AddNorm(config)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None, output_attentions: bool = False):
-        x, self_attn_weights = self.self_attn_norm(
-            x, lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions)
-        )
-        x = self.ffn_norm(x, self.ffn)
-        return x, self_attn_weights  # (batch, src_len, d_model), (batch, h, src_len, src_len) or None
+    def forward(self, x: torch.Tensor, mask, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
+        x = self.self_attn_norm(x, lambda x: self.self_attn(x, attention_mask=mask, **kwargs)[0])
+        return self.ffn_norm(x, self.ffn)  # (batch, src_len, d_model)
 
 
 class DecoderLayer(GradientCheckpointingLayer):
@@ -403,179 +450,17 @@ class DecoderLayer(GradientCheckpointingLayer):
     def forward(
         self,
         x: torch.Tensor,
-        self_attn_mask: torch.Tensor | None,
+        self_attn_mask,
         encoder_hidden_states: torch.Tensor,
-        cross_attn_mask: torch.Tensor | None,
-        past_key_values: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
-    ):
-        x, self_attn_weights = self.self_attn_norm(
-            x,
-            lambda x: self.self_attn(
-                x, attention_mask=self_attn_mask, past_key_values=past_key_values, output_attentions=output_attentions
-            ),
-        )
-        x, cross_attn_weights = self.cross_attn_norm(
-            x,
-            lambda x: self.cross_attn(
-                x,
-                key_value_states=encoder_hidden_states,
-                attention_mask=cross_attn_mask,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-            ),
-        )
-        x = self.ffn_norm(x, self.ffn)
-        return x, self_attn_weights, cross_attn_weights  # (batch, tgt_len, d_model) and the weights or None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# §3.1 The encoder and decoder stacks
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
-    """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
-    attention) into a `ValueError` that names the argument and what was expected."""
-    if ids is not None and not is_torchdynamo_compiling() and ids.numel() > 0:
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= config.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
-    if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
-        raise ValueError(
-            f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
-        )
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """The decoder input is the output shifted right by one position (§3.1): [start, y_1, ..., y_{n-1}]."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
-
-
-class Stack(nn.Module):
-    """What the encoder and decoder stacks share (§3.1): the embedding of their input, N identical layers and, with
-    pre-norm, a final LayerNorm (post-norm layers end in one already)."""
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer: type, num_layers: int):
-        super().__init__()
-        self.config = config
-        self.embed = TransformerEmbedding(config, embed_tokens)
-        self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
-        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embed.embed_tokens = value
-
-    def output_flag(self, kwargs: dict, name: str) -> bool:
-        """`output_attentions` or `output_hidden_states`: the call's, else the config's."""
-        value = kwargs.get(name)
-        return bool(getattr(self.config, name) if value is None else value)
-
-    def run_layers(self, x: torch.Tensor, layer_inputs: tuple, output_attentions: bool, output_hidden_states: bool):
-        """x (batch, len, d_model) through the N layers, each also given `layer_inputs` (masks, encoder output,
-        cache), then the final LayerNorm of pre-norm. Returns x, the hidden states (the input of each layer, then the
-        output) and, for each kind of attention of a layer, its weights in each layer, each None unless asked for."""
-        hidden_states, weights = (), []
-        for layer in self.layers:
-            if output_hidden_states:
-                hidden_states += (x,)
-            x, *layer_weights = layer(x, *layer_inputs, output_attentions)
-            weights.append(layer_weights)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if output_hidden_states:
-            hidden_states += (x,)
-        attentions = [tuple(kind) if output_attentions else None for kind in zip(*weights)]
-        return x, hidden_states or None, attentions
-
-
-class Encoder(Stack):
-    """A stack of N identical encoder layers over the embedded source (§3.1, left half of Figure 1)."""
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, embed_tokens, EncoderLayer, config.encoder_layers)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        return_dict: bool = True,
+        cross_attn_mask=None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutput:
-        check_inputs(input_ids, attention_mask, self.config, "input_ids")
-        output_attentions = self.output_flag(kwargs, "output_attentions")
-        output_hidden_states = self.output_flag(kwargs, "output_hidden_states")
-
-        x = self.embed(input_ids, inputs_embeds)  # (batch, src_len, d_model)
-        mask = padding_mask(attention_mask, x.dtype)  # (batch, 1, 1, src_len), built once for all layers
-        x, hidden_states, (attentions,) = self.run_layers(x, (mask,), output_attentions, output_hidden_states)
-        output = BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states, attentions=attentions)
-        return output if return_dict else output.to_tuple()
-
-
-class Decoder(Stack):
-    """A stack of N identical decoder layers over the embedded, shifted-right outputs (§3.1, right half of Figure 1)."""
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
-
-    @cache_argument
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool = True,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = cache  # the decoder layers' name for it
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
-        check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
-        output_attentions = self.output_flag(kwargs, "output_attentions")
-        output_hidden_states = self.output_flag(kwargs, "output_hidden_states")
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
-        # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
-        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
-
-        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
-        tgt_len = x.shape[1]
-        kv_len = past_len + tgt_len
-        if past_key_values is not None and past_key_values.self_attention_cache.is_compileable:
-            kv_len = past_key_values.self_attention_cache.layers[0].max_cache_len  # all its slots, filled or not
-        # masks, built once for all layers: causal + target padding, and source padding for cross-attention
-        implicit_causal = self.config._attn_implementation == "sdpa" and not output_attentions
-        self_attn_mask = causal_mask(attention_mask, tgt_len, past_len, kv_len, x.dtype, x.device, implicit_causal)
-        cross_attn_mask = padding_mask(encoder_attention_mask, x.dtype)
-
-        layer_inputs = (self_attn_mask, encoder_hidden_states, cross_attn_mask, past_key_values)
-        x, hidden_states, (self_attentions, cross_attentions) = self.run_layers(
-            x, layer_inputs, output_attentions, output_hidden_states
+    ) -> torch.Tensor:
+        x = self.self_attn_norm(x, lambda x: self.self_attn(x, None, self_attn_mask, cache, **kwargs)[0])
+        x = self.cross_attn_norm(
+            x, lambda x: self.cross_attn(x, encoder_hidden_states, cross_attn_mask, cache, **kwargs)[0]
         )
-        output = BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=x,
-            **{CACHE_FIELD: past_key_values if use_cache else None},
-            hidden_states=hidden_states,
-            attentions=self_attentions,
-            cross_attentions=cross_attentions,
-        )
-        return output if return_dict else output.to_tuple()
+        return self.ffn_norm(x, self.ffn)  # (batch, tgt_len, d_model)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -584,16 +469,20 @@ class Decoder(Stack):
 
 
 class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
-    """The base of the model classes: the configuration, what the library may do with them, and the initialisation;
-    loading, saving and uploading come from `HubMixin` (hub_vanilla_transformer.py)."""
+    """The base of the model classes, the encoder and decoder stacks included (as in MarianMTModel, so that each
+    records its attention weights and hidden states the library's way): the configuration, what the library may do
+    with them, and the initialisation; loading, saving and uploading come from `HubMixin` (hub_vanilla_transformer.py).
+    """
 
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
+    # every attention implementation the library offers, as for MarianMTModel (`attention_implementation`)
     _supports_sdpa = True
-    _supports_attention_backend = False
+    _supports_flash_attn = True
+    _supports_flex_attn = True
     _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
 
@@ -615,6 +504,144 @@ class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.pe, sinusoidal_table(*module.pe.shape))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 The encoder and decoder stacks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
+    """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
+    attention) into a `ValueError` that names the argument and what was expected. Token ids are read only on the
+    CPU: on an accelerator reading them would make the host wait for the device at every step; there the ids come
+    from a tokenizer checked against the model (`check_tokenizer_matches`) or from data checked on the CPU."""
+    if ids is not None and ids.device.type == "cpu" and not is_torchdynamo_compiling() and ids.numel() > 0:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
+    if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
+        raise ValueError(
+            f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """The decoder input is the output shifted right by one position (§3.1): [start, y_1, ..., y_{n-1}]."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
+
+
+class Stack(VanillaTransformerPreTrainedModel):
+    """What the encoder and decoder stacks share (§3.1): the embedding of their input, N identical layers and, with
+    pre-norm, a final LayerNorm (post-norm layers end in one already). Asked for (`output_attentions`,
+    `output_hidden_states`), the library records each layer's attention weights and its input and output, as
+    `_can_record_outputs` says."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer: type, num_layers: int):
+        super().__init__(config)
+        self.embed = TransformerEmbedding(config, embed_tokens)
+        self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
+        self.post_init()
+
+    def init_weights(self):
+        """Nothing here: the model that holds the stack initialises it with all its other weights, in the order of
+        its modules (`initialize_weights` reaches into the stacks), so that a seed gives the same weights whether or
+        not the stacks are models of their own."""
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embed.embed_tokens = value
+
+    def run_layers(self, x: torch.Tensor, *layer_inputs, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
+        """x (batch, len, d_model) through the N layers, each also given `layer_inputs` (masks, encoder output, cache),
+        then the final LayerNorm of pre-norm."""
+        for layer in self.layers:
+            x = layer(x, *layer_inputs, **kwargs)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Encoder(Stack):
+    """A stack of N identical encoder layers over the embedded source (§3.1, left half of Figure 1)."""
+
+    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens, EncoderLayer, config.encoder_layers)
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        check_inputs(input_ids, attention_mask, self.config, "input_ids")
+        x = self.embed(input_ids, inputs_embeds)  # (batch, src_len, d_model)
+        implementation = attention_implementation(self.config, kwargs)
+        mask = source_mask(self.config, implementation, x, attention_mask)  # built once for all layers
+        return BaseModelOutput(last_hidden_state=self.run_layers(x, mask, **kwargs))
+
+
+class Decoder(Stack):
+    """A stack of N identical decoder layers over the embedded, shifted-right outputs (§3.1, right half of Figure 1)."""
+
+    _can_record_outputs = {
+        "hidden_states": DecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
+
+    @capture_outputs
+    @cache_argument
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
+        check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
+            cache = EncoderDecoderCache(cache, DynamicCache())
+        # positions already decoded: an int for a growing cache, a 0-d tensor for a fixed-size (static) one
+        past_len = cache.get_seq_length() if cache is not None else 0
+
+        x = self.embed(input_ids, inputs_embeds, past_len)  # (batch, tgt_len, d_model)
+        # masks, built once for all layers: causal + target padding, and source padding for cross-attention
+        implementation = attention_implementation(self.config, kwargs)
+        self_cache = cache.self_attention_cache if cache is not None else None
+        self_attn_mask = target_mask(self.config, implementation, x, attention_mask, self_cache)
+        cross_attn_mask = source_mask(self.config, implementation, x, encoder_attention_mask, encoder_hidden_states)
+
+        x = self.run_layers(x, self_attn_mask, encoder_hidden_states, cross_attn_mask, cache=cache, **kwargs)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=x, **{CACHE_FIELD: cache if use_cache else None}
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The encoder-decoder
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -747,8 +774,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
         """With a fixed-size (static) cache, generate() asks the model for a ready-made 4-D decoder mask. This decoder
-        builds its masks itself, in one place (`causal_mask`), from the 2-D padding mask and the cache, so the 2-D mask
-        is passed on unchanged."""
+        builds its masks itself, in one place (`target_mask`), from the 2-D padding mask and the cache, so the 2-D
+        mask is passed on unchanged."""
         return attention_mask
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
@@ -844,7 +871,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             the training criterion, see `vanilla_transformer.training`).
         """
         if labels is not None:
-            check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
+            if labels.device.type == "cpu":  # as check_inputs reads token ids: on the CPU only
+                check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

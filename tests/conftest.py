@@ -14,6 +14,16 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run on a CUDA device; without one they are skipped, saying so."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="gpu: needs a CUDA device, and torch.cuda.is_available() is False here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 def tiny_config(**overrides) -> VanillaTransformerConfig:
     """A model small enough for unit tests: d_model 32, 4 heads, 2+2 layers, 50 tokens, no dropout."""
     values = dict(

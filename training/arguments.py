@@ -348,6 +348,12 @@ class OptimisationArguments(Checked):
         choices=("no", "fp16", "bf16"),
     )
     cpu: bool = option(False, help="train on the CPU even if a GPU is present")
+    compile: bool = option(
+        False,
+        help="run the training step (the forward pass and its loss; the backward pass follows) under torch.compile: "
+        "on a GPU it saves the launch overhead of many small kernels; on a CPU, at this project's model sizes, it is "
+        "slower than eager. The first steps, and each new batch shape for a while, spend time compiling",
+    )
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ import torch
 from ..modeling.kernels_vanilla_transformer import token_cross_entropy
 from .data import drop_words
 
+COMPILE_BACKEND = "inductor"  # torch.compile's code generator for --compile
+
 
 def label_smoothed_nll_loss(
     logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
@@ -54,15 +56,25 @@ class TranslationCriterion:
         word_dropout: float = 0.0,
         unk_token_id: int | None = None,
         special_ids: tuple[int, ...] = (),
+        compile: bool = False,
     ):
         self.label_smoothing, self.rdrop_alpha, self.word_dropout = label_smoothing, rdrop_alpha, word_dropout
         self.unk_token_id, self.special_ids = unk_token_id, special_ids
+        if compile:  # --compile: only the training step's forward and loss; the model itself (saved, evaluated) is not
+            self.forward_loss = torch.compile(self.forward_loss, backend=COMPILE_BACKEND)
 
     @classmethod
     def from_args(cls, args, tokenizer) -> "TranslationCriterion":
         # word dropout keeps padding and the sentence boundaries
         special_ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
-        return cls(args.label_smoothing, args.rdrop_alpha, args.word_dropout, tokenizer.unk_token_id, special_ids)
+        return cls(
+            args.label_smoothing,
+            args.rdrop_alpha,
+            args.word_dropout,
+            tokenizer.unk_token_id,
+            special_ids,
+            compile=args.compile,
+        )
 
     def sample_size(self, batch: dict) -> torch.Tensor:
         """The target tokens that normalise a batch's loss, known before the forward pass: its non-pad labels, twice
@@ -81,8 +93,7 @@ class TranslationCriterion:
         if self.rdrop_alpha:  # R-Drop: the batch twice, through two dropout masks
             inputs = {key: torch.cat([value, value]) for key, value in inputs.items()}
         labels = inputs.pop("labels")
-        logits = model(**inputs, use_cache=False).logits
-        loss_sum, nll_sum, tokens = label_smoothed_nll_loss(logits, labels, self.label_smoothing)
+        logits, loss_sum, nll_sum, tokens = self.forward_loss(model, inputs, labels)
         loss = loss_sum
         if self.rdrop_alpha:
             # fairseq's weighting: both passes' cross-entropy plus alpha times the symmetric KL, normalised by the
@@ -91,3 +102,9 @@ class TranslationCriterion:
             loss_sum, nll_sum, tokens = loss_sum / 2, nll_sum / 2, tokens // 2
         logging = {"loss": loss_sum.detach(), "nll_loss": nll_sum.detach(), "target_tokens": tokens}
         return loss, self.sample_size(batch), logging
+
+    def forward_loss(self, model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The forward pass and its label-smoothed loss: (logits, loss sum, NLL sum, target tokens). With
+        --compile this runs under torch.compile, which also compiles its backward pass."""
+        logits = model(**inputs, use_cache=False).logits
+        return (logits, *label_smoothed_nll_loss(logits, labels, self.label_smoothing))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import datasets
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -345,7 +345,11 @@ def start_accelerator(args):
         log_with=trackers or None,
         project_dir=args.output_dir,
         cpu=args.cpu,
+        # batches are copied to the GPU without waiting (from page-locked memory: see setup_run)
+        dataloader_config=DataLoaderConfiguration(non_blocking=True),
     )
+    if accelerator.device.type == "cuda":  # float32 matmuls on the tensor cores (TF32), as GPU training expects
+        torch.set_float32_matmul_precision("high")
     set_seed(args.seed)
     return accelerator, resume_checkpoint, resume_state
 
@@ -401,6 +405,7 @@ def setup_run(args) -> Run:
     raw, tokenizer, tokenized, rows, dropped = prepare_data(args, accelerator)
     model = build_model(args, tokenizer)
     train_data, sampler, train_loader = training_loader(args, raw, tokenized, rows, tokenizer, model, accelerator)
+    train_loader.pin_memory = accelerator.device.type == "cuda"  # page-locked batches, for non-blocking copies
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(
         model.parameters(),

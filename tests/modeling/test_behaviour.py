@@ -150,7 +150,7 @@ def test_bad_inputs_raise_value_errors():
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 def test_a_mask_without_padding_equals_no_mask(implementation):
-    from vanilla_transformer.modeling.modeling_vanilla_transformer import causal_mask, padding_mask
+    from vanilla_transformer.modeling.modeling_vanilla_transformer import source_mask, target_mask
 
     model = tiny_model(attn_implementation=implementation)
     src, tgt = torch.randint(3, 50, (2, 5)), torch.randint(3, 50, (2, 4))
@@ -163,10 +163,11 @@ def test_a_mask_without_padding_equals_no_mask(implementation):
         ).logits
         unmasked = model(input_ids=src, decoder_input_ids=tgt).logits
     torch.testing.assert_close(masked, unmasked)
-    # no padding: no mask tensor is built, so the fused kernels run unmasked
-    assert padding_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None
-    assert causal_mask(torch.ones(2, 4, dtype=torch.long), 4, 0, 4, torch.float32, "cpu", implicit_causal=True) is None
-    assert padding_mask(torch.tensor([[1, 1, 0]]), torch.float32) is not None
+    # no padding, on the CPU: no mask tensor is built, so the fused kernels run unmasked (SDPA applies causality)
+    config, x = tiny_model(attn_implementation="sdpa").config, torch.zeros(2, 5, 32)
+    assert source_mask(config, "sdpa", x, torch.ones(2, 5, dtype=torch.long)) is None
+    assert target_mask(config, "sdpa", x[:, :4], torch.ones(2, 4, dtype=torch.long), None) is None
+    assert source_mask(config, "sdpa", x[:1, :3], torch.tensor([[1, 1, 0]])) is not None
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

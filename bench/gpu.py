@@ -1,0 +1,312 @@
+"""Training and generation speed on a GPU: vanilla-transformer against transformers' MarianMTModel of the same
+dimensions, in the same process, at the paper's base and big sizes (Table 3), in bf16, eager and compiled. Writes
+its section at the end of BENCHMARKS.md.
+
+    python bench/gpu.py                                   # on a CUDA machine: base and big, several minutes
+    python bench/gpu.py --smoke --compile-backend aot_eager   # a tiny size on any device: checks the script only
+
+Training: target tokens per second of a training step (forward with each model's own cross-entropy, backward,
+clipping, a fused Adam update, as bench.py's step) on a token batch of --max-tokens source and as many target tokens,
+the forward under bf16 autocast with float32 weights (as `vanilla-transformer train --mixed-precision bf16`), eager
+and with the model under torch.compile; model FLOPs utilisation: the FLOPs of a forward and backward counted by
+torch's FlopCounterMode (as bench.py counts them) over the step time, as a fraction of the card's dense bf16 peak;
+the peak memory torch allocated for the step. Generation: greedy and beam-5 `generate()` sentences per second (bf16
+weights, a dynamic cache, a fixed number of new tokens). The two models alternate, as in bench.py.
+"""
+
+import argparse
+import functools
+import gc
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+import torch
+import transformers
+
+import vanilla_transformer
+
+if __package__:  # imported as bench.gpu
+    from . import bench, common
+else:  # run as python bench/gpu.py, which puts this folder on sys.path
+    import common
+
+    import bench
+
+# the paper's Table 3 rows, and a size small enough to check the script on a CPU
+SIZES = {
+    "base": dict(common.SIZES["base"], dropout=0.1),
+    "big": dict(d_model=1024, heads=16, d_ff=4096, layers=6, vocab=37000, dropout=0.3),
+    "smoke": dict(d_model=64, heads=4, d_ff=128, layers=2, vocab=1000, dropout=0.1),
+}
+# dense bf16 tensor-core peak (no sparsity) in TFLOP/s, by the name torch.cuda.get_device_name gives; --peak-tflops
+# for any other card
+BF16_PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100 SXM": 989.0,
+    "H100 80GB HBM3": 989.0,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10G": 70.0,
+    "A10": 125.0,
+}
+GPU_MARKER = "<!-- gpu: written by bench/gpu.py -->"
+NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
+
+
+def card_peak(device: str, given: float | None) -> tuple[float, str]:
+    """The dense bf16 peak in FLOP/s that utilisation is a fraction of, and where it comes from."""
+    if given:
+        return given * 1e12, f"{given:g} TFLOP/s (--peak-tflops)"
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name()
+        for key, tflops in BF16_PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12, f"{tflops:g} TFLOP/s, the {key}'s dense bf16 peak"
+        raise SystemExit(f"unknown card {name!r}: give its dense bf16 peak with --peak-tflops")
+    measured = bench.matmul_peak(device, 512, torch.bfloat16)
+    return measured, f"{measured / 1e12:.3f} TFLOP/s, this machine's measured bf16 matmul peak"
+
+
+class Step:
+    """One training step of one model: bench.py's step (forward with the model's own loss, backward, clipping, fused
+    Adam), with the forward under bf16 autocast and, if `backend` is given, the model under torch.compile."""
+
+    def __init__(self, kind: str, size: dict, device: str, batch: dict, backend: str | None):
+        self.model = common.build(kind, size, "sdpa", device, dropout=size["dropout"]).train()
+        self.forward = torch.compile(self.model, backend=backend) if backend else self.model
+        self.batch, self.device_type = batch, torch.device(device).type
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+        self()  # compiles, where compiled; bench.compare warms up once more
+
+    def __call__(self):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            loss = self.forward(**self.batch, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def step_flops(kind: str, size: dict, device: str, batch: dict) -> int:
+    """FLOPs of one forward and backward, counted as bench.py counts them."""
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        return bench.training_flops(common.build(kind, size, "sdpa", device, dropout=size["dropout"]), batch)
+
+
+def built_with_peak(make_step, device: str) -> tuple["Step", float | None]:
+    """A step built and run twice (compiling it, where compiled, and allocating the optimizer's state), and the most
+    memory torch allocated on the GPU meanwhile beyond what was allocated before (None off CUDA)."""
+    release(device)
+    if not device.startswith("cuda"):
+        return make_step(), None
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step = make_step()
+    step()
+    return step, (torch.cuda.max_memory_allocated() - before) / 2**30
+
+
+def release(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def train_rows(args, size_name: str, peak: float) -> list[dict]:
+    """Eager and compiled training steps of both models at one size."""
+    size, length = SIZES[size_name], args.length
+    shape = (max(1, args.max_tokens // length), length, length)
+    batch = bench.training_batch(size, shape, args.device)
+    flops = {kind: step_flops(kind, size, args.device, batch) for kind in ("vanilla", "marian")}
+    rows = []
+    for mode, backend in (("eager", None), ("compiled", args.compile_backend)):
+        row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend)}
+        for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
+            seconds = row[f"{name}_ms"] / 1e3
+            row[f"{name}_tok_s"], row[f"{name}_mfu"] = shape[0] * shape[2] / seconds, flops[kind] / seconds / peak
+        bench.log_row(rows, row)
+    return rows
+
+
+def timed_steps(args, size: dict, batch: dict, backend: str | None) -> dict:
+    """Both models' training steps, each built and run twice on its own for its peak memory, then timed
+    alternately: milliseconds per step, their ratio (Marian's / ours) and the peak memory."""
+    built = {}
+    for kind in ("vanilla", "marian"):
+        built[kind] = built_with_peak(functools.partial(Step, kind, size, args.device, batch, backend), args.device)
+    (ours, ours_peak), (theirs, theirs_peak) = built["vanilla"], built["marian"]
+    del built
+    timed = bench.compare(lambda: ours, lambda: theirs, args.repeats, args.steps, args.device)
+    return {
+        "ours_ms": timed["ours"] * 1e3,
+        "theirs_ms": timed["theirs"] * 1e3,
+        "ratio": timed["ratio"],
+        "ours_peak_gib": ours_peak,
+        "theirs_peak_gib": theirs_peak,
+    }
+
+
+def generate_rows(args, size_name: str) -> list[dict]:
+    """Greedy and beam-5 generate() of both models, bf16 weights."""
+    size = SIZES[size_name]
+    sources = bench.training_batch(size, (args.sentences, args.length, 1), args.device)["input_ids"]
+
+    def make(kind: str, beams: int):
+        model = common.build(kind, size, "sdpa", args.device, dropout=0.0).to(torch.bfloat16)
+        return common.Generate(model, sources, beams, args.new_tokens)
+
+    rows = []
+    for beams in (1, 5):
+        ours, theirs = functools.partial(make, "vanilla", beams), functools.partial(make, "marian", beams)
+        timed = bench.compare(ours, theirs, args.repeats, 1, args.device)
+        release(args.device)
+        row = {"size": size_name, "beams": beams, "ratio": timed["ratio"]}
+        row.update({"ours_sent_s": args.sentences / timed["ours"], "theirs_sent_s": args.sentences / timed["theirs"]})
+        bench.log_row(rows, row)
+    return rows
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version, as nvidia-smi reports it ('unknown' without nvidia-smi)."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        )
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def card(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name()}, driver {driver_version()}, CUDA {torch.version.cuda}"
+    return bench.machine(device)
+
+
+def run(args) -> dict:
+    peak, peak_source = card_peak(args.device, args.peak_tflops)
+    results = {"card": card(args.device), "peak": peak, "peak_source": peak_source, "train": [], "generate": []}
+    for size_name in args.sizes:
+        results["train"] += train_rows(args, size_name, peak)
+        results["generate"] += generate_rows(args, size_name)
+    return results
+
+
+def write_section(results: dict, args, command: str) -> str:
+    lines = [
+        GPU_MARKER,
+        "",
+        "## GPU: training and generation in bf16",
+        "",
+        "Generated by `bench/gpu.py`; do not edit by hand. This model against MarianMTModel of the same dimensions "
+        "in the same process, timed alternately; speed-up is the median over repeats of Marian's time / ours. "
+        "Training: a step on a token batch under bf16 autocast (float32 weights), eager and with the model under "
+        "torch.compile; MFU: a forward and backward's FLOPs (torch's FlopCounterMode, as bench.py counts them) / "
+        "step time / the dense bf16 peak; peak: the memory torch allocated for the step. Generation: bf16 weights, "
+        f"{args.sentences} sentences of {args.length} tokens, {args.new_tokens} new tokens.",
+        "",
+        f"- command: `{command}`",
+        f"- card: {results['card']}; peak: {results['peak_source']}",
+        f"- torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"vanilla-transformer {vanilla_transformer.__version__}, Python {platform.python_version()}",
+        "",
+        "| size | mode | batch (sent x src x tgt) | target tok/s ours | Marian | speed-up | MFU ours | Marian "
+        "| peak GiB ours | Marian |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["train"]:
+        memory = [f"{r[key]:.1f}" if r[key] is not None else "-" for key in ("ours_peak_gib", "theirs_peak_gib")]
+        lines.append(
+            f"| {r['size']} | {r['mode']} | {' x '.join(map(str, r['batch']))} | {r['ours_tok_s']:.0f} | "
+            f"{r['theirs_tok_s']:.0f} | {r['ratio']:.2f}x | {100 * r['ours_mfu']:.1f}% | {100 * r['theirs_mfu']:.1f}% "
+            f"| {memory[0]} | {memory[1]} |"
+        )
+    lines += ["", "| size | search | ours sent/s | Marian sent/s | speed-up |", "|---|---|---|---|---|"]
+    for r in results["generate"]:
+        search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
+        lines.append(
+            f"| {r['size']} | {search} | {r['ours_sent_s']:.1f} | {r['theirs_sent_s']:.1f} | {r['ratio']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(section: str, path: str) -> None:
+    """Put the section in place of the one an earlier run wrote, or at the end of the file (after the other scripts'
+    sections, which keep what follows their own); the rest of the file is left as it is."""
+    report = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    head, marker, rest = report.partition(GPU_MARKER)
+    if marker:
+        following = NEXT_SECTION.search(rest)
+        report = head + section + ("\n" + rest[following.start() :] if following else "")
+    else:
+        report = (report.rstrip("\n") + "\n\n" if report.strip() else "") + section
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(report)
+
+
+def measuring_command(given: list[str]) -> str:
+    """The command line that produced the figures, without the flags that only name output files."""
+    kept, skip = [], False
+    for arg in given:
+        if skip:
+            skip = False
+        elif arg in ("--out", "--json"):
+            skip = True
+        else:
+            kept.append(arg)
+    return " ".join(["python bench/gpu.py", *kept])
+
+
+def parse_args(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--smoke", action="store_true", help="a tiny size, small batches, one repeat: checks the script"
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), help="default: base big (smoke with --smoke)")
+    parser.add_argument("--max-tokens", type=int, help="source tokens per training batch (default 25000, the paper's)")
+    parser.add_argument("--length", type=int, help="source and target length of every sentence (default 32)")
+    parser.add_argument("--sentences", type=int, help="sentences per generate() call (default 256)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens every sentence decodes")
+    parser.add_argument("--repeats", type=int, help="alternating repeats per comparison (default 5)")
+    parser.add_argument("--steps", type=int, help="timed training steps per repeat (default 5)")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend for the compiled rows")
+    parser.add_argument("--peak-tflops", type=float, help="the card's dense bf16 peak, for a card not in the table")
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
+    )
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+    smoke = args.smoke
+    args.sizes = args.sizes or (["smoke"] if smoke else ["base", "big"])
+    args.length, args.max_tokens = args.length or (8 if smoke else 32), args.max_tokens or (32 if smoke else 25000)
+    args.sentences = args.sentences or (2 if smoke else 256)
+    args.new_tokens = 2 if smoke else args.new_tokens
+    args.repeats, args.steps = args.repeats or (1 if smoke else 5), args.steps or (1 if smoke else 5)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    transformers.logging.set_verbosity_error()
+    if args.device.startswith("cuda"):  # as `vanilla-transformer train` on CUDA
+        torch.set_float32_matmul_precision("high")
+    results = run(args)
+    section = write_section(results, args, measuring_command(sys.argv[1:] if argv is None else argv))
+    write_report(section, args.out)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""`vanilla-transformer train --compile` runs the training step under torch.compile and leaves the same kind of run
+folder and checkpoints as an eager run; on a CUDA device the command trains with what a GPU user expects (TF32
+matmuls, bf16 autocast, compiled steps)."""
+
+import json
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+from vanilla_transformer.training import criterion
+
+from vanilla_transformer.cli import main
+
+from .conftest import TINY_MODEL_FLAGS, data_flags
+
+
+def train(data_files, out, *flags) -> list[dict]:
+    """Run `train` for a few updates and return its metrics records."""
+    AcceleratorState._reset_state(True)  # accelerate keeps one device and precision per process
+    try:
+        code = main(["train", *data_flags(data_files), "--output-dir", str(out), *flags, *TINY_MODEL_FLAGS])
+    finally:
+        AcceleratorState._reset_state(True)
+    assert code == 0
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_compile_runs_the_training_step_compiled_and_keeps_the_checkpoints_names(tmp_path, data_files, monkeypatch):
+    # the graph capture and autograd tracing of --compile, without code generation (a minute per shape on a CPU)
+    monkeypatch.setattr(criterion, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    out = tmp_path / "run"
+    records = train(data_files, out, "--compile", "--cpu", "--max-steps", "4", "--save-steps", "2", "--eval-steps", "0")
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the step was compiled
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and all(r["loss"] > 0 for r in records)
+    # the model itself is not wrapped: checkpoints and the model folder hold the model's own names
+    checkpoint = load_file(out / "checkpoints" / "checkpoint-4" / "model.safetensors")
+    assert checkpoint and not [name for name in checkpoint if "_orig_mod" in name]
+    assert AutoModelForSeq2SeqLM.from_pretrained(out).config.d_model == 32
+
+
+@pytest.mark.gpu
+def test_on_cuda_train_uses_tf32_bf16_and_compiled_steps(tmp_path, data_files):
+    torch._dynamo.reset()
+    out = tmp_path / "run"
+    flags = ("--compile", "--mixed-precision", "bf16", "--max-steps", "20", "--save-steps", "0", "--eval-steps", "0")
+    records = train(data_files, out, *flags)
+    assert torch.get_float32_matmul_precision() == "high"  # TF32 matmuls
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert {w.dtype for w in load_file(out / "model.safetensors").values()} == {torch.float32}
