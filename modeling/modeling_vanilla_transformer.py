@@ -466,7 +466,7 @@ class DecoderLayer(GradientCheckpointingLayer):
 def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: VanillaTransformerConfig, name: str):
     """Turn the usual deep failures of bad inputs (an index error inside an embedding, a broadcast error inside
     attention) into a `ValueError` that names the argument and what was expected."""
-    vocab_size = config.vocab_size if name == "input_ids" else target_vocabulary_size(config)  # the decoder's ids: target
+    vocab_size = config.vocab_size if name == "input_ids" else target_vocabulary_size(config)  # decoder: the target's
     if ids is not None and not is_torchdynamo_compiling() and ids.numel() > 0:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:

@@ -24,9 +24,9 @@ def sentences(count: int, words=SOURCE_WORDS, seed: int = 0, longest: int = 12) 
     return [" ".join(generator.choice(words) for _ in range(generator.randint(1, longest))) for _ in range(count)]
 
 
-def randomise(model, seed: int, scale: float = 2.0):
-    """Random LayerNorms and biases, larger linear weights (peaked output distributions, as in a trained model, so
-    that beam search has clear winners and end-of-sentence comes up)."""
+def randomise(model, seed: int):
+    """Random LayerNorms and biases (the implementations start them at one and zero, which would leave them
+    untested)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -34,8 +34,6 @@ def randomise(model, seed: int, scale: float = 2.0):
                 parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
             elif name.endswith("bias"):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-            elif "proj" in name or "fc" in name or "lm_head" in name:
-                parameter.mul_(scale)
     return model.eval()
 
 
@@ -90,6 +88,7 @@ def marian_folder(folder, separate_vocabs: bool = False, seed: int = 0):
         activation_function="swish",
         scale_embedding=True,
         dropout=0.0,
+        init_std=0.4,  # larger than the default 0.02: translations that depend on the source
         pad_token_id=MARIAN_PAD,
         eos_token_id=0,
         forced_eos_token_id=0,
@@ -99,6 +98,7 @@ def marian_folder(folder, separate_vocabs: bool = False, seed: int = 0):
     model = randomise(MarianMTModel(config), seed)
     with torch.no_grad():
         model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.5)
+        model.final_logits_bias[0, 0] += 3.0  # </s> comes up: translations of different lengths
     model.generation_config.bad_words_ids = [[MARIAN_PAD]]  # as the OPUS-MT models' generation configs
     model.generation_config.num_beams = 4
     model.generation_config.max_length = 64
@@ -139,6 +139,7 @@ def fsmt_model(seed: int = 0, **overrides):
         decoder_ffn_dim=32,
         max_position_embeddings=32,
         dropout=0.0,
+        init_std=0.4,
         num_beams=3,
         max_length=40,
     )
