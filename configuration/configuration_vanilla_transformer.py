@@ -10,6 +10,10 @@ what it picks; nothing differs from the paper silently:
 - `vocab_size=37000`: the paper's shared source-target byte-pair vocabulary for English-German (§5.1).
 - Weight initialisation is not given in the paper; the model uses Xavier-uniform linear layers and N(0, d_model^-0.5)
   embeddings (the tensor2tensor and fairseq choice), see `init_std`.
+
+Some fields exist so that models trained by other implementations of the same architecture can be imported exactly
+(`vanilla_transformer.import_checkpoint`): `position_layout`, `output_bias`, `target_vocab_size`,
+`share_decoder_embeddings`, and the "silu" activation. Their defaults are the paper's.
 """
 
 from huggingface_hub.dataclasses import strict
@@ -17,7 +21,8 @@ from transformers import PreTrainedConfig
 
 NORM_POSITIONS = ("post", "pre")
 POSITION_ENCODINGS = ("sinusoidal", "learned")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "silu", "swish")  # swish is SiLU under Marian's name
+POSITION_LAYOUTS = ("interleaved", "halves", "fairseq")
 
 
 @strict
@@ -35,7 +40,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         dropout: P_drop, applied to each sub-layer output before the residual add and to embedding + position sums.
         attention_dropout: dropout on the attention probabilities (0.0 in the paper).
         activation_dropout: dropout after the feed-forward activation (0.0 in the paper).
-        activation: "relu" (the paper) or "gelu".
+        activation: "relu" (the paper), "gelu", or "silu" (also written "swish", as Marian's OPUS-MT models do).
         layer_norm_eps: epsilon of every LayerNorm.
         max_position_embeddings: with sinusoidal positions, how many are precomputed; longer sequences are encoded
             all the same (§3.5), so it limits nothing. With learned positions, the size of their table and the longest
@@ -43,9 +48,19 @@ class VanillaTransformerConfig(PreTrainedConfig):
         norm_position: "post" (the paper: LayerNorm(x + Dropout(Sublayer(x)))) or "pre"
             (x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm closing each stack).
         position_encoding: "sinusoidal" (§3.5, a fixed table, not saved with the weights) or "learned".
+        position_layout: the layout of the sinusoids: "interleaved" (§3.5: sin and cos alternate, PE(pos, 2i) and
+            PE(pos, 2i+1)); "halves" (Marian's: the same frequencies, all sines, then all cosines); "fairseq" (fairseq's
+            and FSMT's: sines then cosines with frequencies 10000^(-i / (d_model/2 - 1)), positions counted from
+            pad_token_id + 1). Learned positions ignore it.
         scale_embedding: multiply embeddings by sqrt(d_model) (§3.4).
         share_embeddings: one matrix for the source embedding, the target embedding and the pre-softmax projection
-            (§3.4). When False the three are separate. `tie_word_embeddings` always follows this field.
+            (§3.4). When False the source and target embeddings are separate, and so is the pre-softmax projection
+            unless `share_decoder_embeddings`. `tie_word_embeddings` always follows these two fields.
+        share_decoder_embeddings: with `share_embeddings=False`, the target embedding and the pre-softmax projection
+            still share one matrix (Marian's separate vocabularies, fairseq's --share-decoder-input-output-embed).
+        target_vocab_size: size of a separate target vocabulary (decoder embedding and output projection); None means
+            `vocab_size`. Another size needs `share_embeddings=False`.
+        output_bias: a bias in the pre-softmax projection (Marian's `final_logits_bias`; the paper has none).
         attention_bias: biases in the attention projections W^Q, W^K, W^V, W^O (the paper's formulas have none).
         init_std: standard deviation of the embedding initialisation; None means d_model ** -0.5.
         use_cache: reuse keys and values of previous decoding steps in `generate()`.
@@ -74,8 +89,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     norm_position: str = "post"
     position_encoding: str = "sinusoidal"
+    position_layout: str = "interleaved"
     scale_embedding: bool = True
     share_embeddings: bool = True
+    share_decoder_embeddings: bool = False
+    target_vocab_size: int | None = None
+    output_bias: bool = False
     attention_bias: bool = False
     init_std: float | None = None
     use_cache: bool = True
@@ -93,7 +112,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"This configuration has model_type {model_type!r}; VanillaTransformerConfig reads only "
                 f"model_type {self.model_type!r}."
             )
-        self.tie_word_embeddings = self.share_embeddings
+        self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
         self._check()
         super().__post_init__(**kwargs)
 
@@ -128,18 +147,50 @@ class VanillaTransformerConfig(PreTrainedConfig):
             ("norm_position", NORM_POSITIONS),
             ("position_encoding", POSITION_ENCODINGS),
             ("activation", ACTIVATIONS),
+            ("position_layout", POSITION_LAYOUTS),
         ):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"VanillaTransformerConfig.{name} must be one of {allowed}, got {value!r}.")
+        self._check_vocabularies()
+        self._check_token_ids()
+        if self.position_layout != "interleaved" and self.d_model % 2 != 0:
+            raise ValueError(
+                f"VanillaTransformerConfig.position_layout={self.position_layout!r} needs an even d_model (half sines, "
+                f"half cosines), got d_model={self.d_model}."
+            )
+        if self.position_layout == "fairseq" and self.d_model < 4:
+            raise ValueError(
+                f"VanillaTransformerConfig.position_layout='fairseq' needs d_model >= 4 (its frequency step divides by "
+                f"d_model/2 - 1), got d_model={self.d_model}."
+            )
+
+    def _check_vocabularies(self) -> None:
+        if self.target_vocab_size is not None and self.target_vocab_size <= 0:
+            raise ValueError(
+                f"VanillaTransformerConfig.target_vocab_size must be a positive integer or None, got "
+                f"{self.target_vocab_size}."
+            )
+        if self.share_embeddings and target_vocabulary_size(self) != self.vocab_size:
+            raise ValueError(
+                f"VanillaTransformerConfig.target_vocab_size={self.target_vocab_size} differs from vocab_size="
+                f"{self.vocab_size}: a separate target vocabulary needs share_embeddings=False."
+            )
+
+    def _check_token_ids(self) -> None:
+        """Token ids the decoder reads or writes lie in the target vocabulary; the padding id in both."""
+        sizes = {"vocab_size": self.vocab_size}
+        if target_vocabulary_size(self) != self.vocab_size:
+            sizes["target_vocab_size"] = target_vocabulary_size(self)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and not 0 <= token_id < self.vocab_size:
-                    raise ValueError(
-                        f"VanillaTransformerConfig.{name} must be a token id in [0, vocab_size={self.vocab_size}), "
-                        f"got {token_id}."
-                    )
+                for size_name, size in sizes.items():
+                    if token_id is not None and not 0 <= token_id < size:
+                        raise ValueError(
+                            f"VanillaTransformerConfig.{name} must be a token id in [0, {size_name}={size}), "
+                            f"got {token_id}."
+                        )
         if self.pad_token_id is None:
             raise ValueError("VanillaTransformerConfig.pad_token_id must be set: padding is masked out of attention.")
         if self.decoder_start_token_id is None:
@@ -167,6 +218,12 @@ def check_tokenizer_matches(config, tokenizer, where: str = "") -> None:
             )
 
 
+def target_vocabulary_size(config) -> int:
+    """The size of the vocabulary the decoder reads and writes: `target_vocab_size` where the model has a separate
+    target vocabulary, else `vocab_size`. Works for any config with `vocab_size`."""
+    return getattr(config, "target_vocab_size", None) or config.vocab_size
+
+
 def position_limit(config) -> int | None:
     """The longest sequence a model can read or write: `max_position_embeddings` for learned positions, which have no
     row beyond their table; None for the sinusoids of §3.5, which are defined for every position. Works for any
@@ -176,4 +233,4 @@ def position_limit(config) -> int | None:
     return None
 
 
-__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit"]
+__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "target_vocabulary_size"]

@@ -45,7 +45,11 @@ from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdyn
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from ..configuration.configuration_vanilla_transformer import VanillaTransformerConfig, position_limit
+from ..configuration.configuration_vanilla_transformer import (
+    VanillaTransformerConfig,
+    position_limit,
+    target_vocabulary_size,
+)
 from .hub_vanilla_transformer import HubMixin
 from .kernels_vanilla_transformer import Dropout, token_cross_entropy
 
@@ -80,9 +84,13 @@ def cache_argument(forward: Callable) -> Callable:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+def sinusoids(positions: torch.Tensor, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))  (§3.5), for the
-    given 1-D positions: a float32 tensor (len(positions), d_model)."""
+    given 1-D positions: a float32 tensor (len(positions), d_model). The other layouts are those of imported models
+    (`position_layout`): "halves" puts the same sines first and the cosines after them (Marian, computed in float64
+    as Marian does), "fairseq" too, with frequencies 10000^(-i / (d_model/2 - 1)) (fairseq, FSMT)."""
+    if layout != "interleaved":
+        return sinusoid_halves(positions, d_model, layout)
     device = positions.device
     position = positions.to(torch.float32)[:, None]  # (num_positions, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
@@ -91,6 +99,18 @@ def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
     return table
+
+
+def sinusoid_halves(positions: torch.Tensor, d_model: int, layout: str) -> torch.Tensor:
+    """[sin | cos] of positions times the frequencies of `layout`, in the arithmetic of the implementation that
+    trained such models, so that their numbers are reproduced to the last bit where possible."""
+    half = torch.arange(d_model // 2, device=positions.device)
+    if layout == "halves":  # Marian: pos / 10000^(2i/d_model), in float64
+        angles = positions.to(torch.float64)[:, None] / torch.pow(10000.0, half.to(torch.float64) * 2 / d_model)
+    else:  # fairseq: pos * exp(-i log(10000) / (d_model/2 - 1)), in float32
+        inv_freq = torch.exp(half.to(torch.float32) * -(math.log(10000.0) / (d_model // 2 - 1)))
+        angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).to(torch.float32)
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
@@ -103,17 +123,22 @@ class SinusoidalPositionalEncoding(nn.Module):
     extrapolate to sequence lengths longer than the ones encountered during training". Its rows are a buffer,
     recomputed rather than saved with the weights, of `num_positions` rows at first; a longer sequence grows it (at
     least doubling, so decoding step by step rarely recomputes anything). Compiled code, which cannot grow a buffer,
-    computes the rows it needs from the formula instead."""
+    computes the rows it needs from the formula instead. Row t holds the encoding of position t + `offset`
+    (fairseq counts positions from padding_idx + 1), in the given `layout`."""
 
-    def __init__(self, num_positions: int, d_model: int):
+    def __init__(self, num_positions: int, d_model: int, layout: str = "interleaved", offset: int = 0):
         super().__init__()
-        self.d_model = d_model
-        self.register_buffer("pe", sinusoidal_table(num_positions, d_model), persistent=False)
+        self.d_model, self.layout, self.offset = d_model, layout, offset
+        self.register_buffer("pe", self.table(num_positions), persistent=False)
+
+    def table(self, num_positions: int, start: int = 0, device=None) -> torch.Tensor:
+        """Rows start .. num_positions - 1 of the encoding, computed from the formula."""
+        return sinusoids(torch.arange(start, num_positions, device=device) + self.offset, self.d_model, self.layout)
 
     def forward(self, positions: torch.Tensor, end: int | torch.Tensor) -> torch.Tensor:
         """The encodings of `positions`, all of which are below `end`."""
         if is_torchdynamo_compiling():
-            return sinusoids(positions, self.d_model)
+            return sinusoids(positions + self.offset, self.d_model, self.layout)
         if end > self.pe.shape[0]:
             self.grow(int(end))
         return self.pe[positions]
@@ -123,7 +148,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         `num_positions`. Grown inside `torch.inference_mode()` (as pipelines run), it stays an ordinary tensor."""
         old = self.pe.shape[0]
         with torch.inference_mode(False):
-            new = sinusoids(torch.arange(old, max(num_positions, 2 * old), device=self.pe.device), self.d_model)
+            new = self.table(max(num_positions, 2 * old), start=old, device=self.pe.device)
             self.pe = torch.cat([self.pe, new.to(self.pe.dtype)])
 
 
@@ -135,7 +160,10 @@ class TransformerEmbedding(nn.Module):
         self.embed_tokens = embed_tokens
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         if config.position_encoding == "sinusoidal":
-            self.embed_positions = SinusoidalPositionalEncoding(config.max_position_embeddings, config.d_model)
+            offset = config.pad_token_id + 1 if config.position_layout == "fairseq" else 0  # fairseq's first position
+            self.embed_positions = SinusoidalPositionalEncoding(
+                config.max_position_embeddings, config.d_model, config.position_layout, offset
+            )
         else:
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
@@ -378,7 +406,8 @@ def target_mask(
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately (§3.3)."""
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately (§3.3); `config.activation` may
+    replace the ReLU max(0, .) with GELU or SiLU."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -503,7 +532,7 @@ class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositionalEncoding):
-            init.copy_(module.pe, sinusoidal_table(*module.pe.shape))
+            init.copy_(module.pe, module.table(module.pe.shape[0], device=module.pe.device))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -516,11 +545,12 @@ def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, config: Va
     attention) into a `ValueError` that names the argument and what was expected. Token ids are read only on the
     CPU: on an accelerator reading them would make the host wait for the device at every step; there the ids come
     from a tokenizer checked against the model (`check_tokenizer_matches`) or from data checked on the CPU."""
+    vocab_size = config.vocab_size if name == "input_ids" else target_vocabulary_size(config)  # decoder: the target's
     if ids is not None and ids.device.type == "cpu" and not is_torchdynamo_compiling() and ids.numel() > 0:
         low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= config.vocab_size:
+        if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
-            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}).")
     if ids is not None and mask is not None and mask.shape[0] != ids.shape[0]:
         raise ValueError(
             f"the attention mask for {name} has batch size {mask.shape[0]}, but {name} has batch size {ids.shape[0]}."
@@ -663,9 +693,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             device = "meta" if config.tie_word_embeddings else None
             source_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id, device=device)
             target_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id, device=device)
-        else:
+        else:  # with a separate target vocabulary (target_vocab_size) where the model has one
             source_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            target_embedding = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            target_embedding = nn.Embedding(target_vocabulary_size(config), config.d_model, config.pad_token_id)
         self.encoder = Encoder(config, source_embedding)
         self.decoder = Decoder(config, target_embedding)
         self.post_init()
@@ -743,9 +773,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # the bias exists for imported models only (Marian's final_logits_bias): the paper's projection has none
+        self.lm_head = nn.Linear(config.d_model, target_vocabulary_size(config), bias=config.output_bias)
         if config.share_embeddings:  # §3.4: the pre-softmax projection shares the embedding matrix
             self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+        elif config.share_decoder_embeddings:  # only the target embedding (separate vocabularies)
+            self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed.embed_tokens.weight"}
         self.post_init()
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -761,6 +794,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return self.model.decoder
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        if target_vocabulary_size(self.config) != self.config.vocab_size:
+            raise ValueError(
+                f"resize_token_embeddings: the model has a separate target vocabulary (target_vocab_size="
+                f"{self.config.target_vocab_size}, vocab_size={self.config.vocab_size}); resize the embeddings "
+                "yourself."
+            )
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         if not self.config.share_embeddings:  # the separate target embedding follows the source vocabulary
             target = self.model.decoder.get_input_embeddings()

@@ -23,6 +23,8 @@ CONFIGURATIONS = {
     "attention bias": dict(attention_bias=True),
     "gelu": dict(activation="gelu"),
     "unscaled embeddings": dict(scale_embedding=False),
+    "imported from Marian": dict(activation="silu", output_bias=True, position_layout="halves", attention_bias=True),
+    "imported from fairseq": dict(position_layout="fairseq", attention_bias=True, share_embeddings=False),
     "every option": dict(
         norm_position="pre", share_embeddings=False, position_encoding="learned", attention_bias=True, activation="gelu"
     ),

@@ -3,7 +3,8 @@
 Importing the package registers the model type "vanilla_transformer" with `AutoConfig`, `AutoModel` and
 `AutoModelForSeq2SeqLM`, and a "translation" pipeline with `transformers.pipelines.PIPELINE_REGISTRY`.
 `load_model_folder` loads a model folder with its tokenizer, checked against each other; `export_ctranslate2` writes
-a model as a CTranslate2 folder; `load_translator` translates with a model folder or such an exported one.
+a model as a CTranslate2 folder; `load_translator` translates with a model folder or such an exported one;
+`import_checkpoint` brings in a trained Marian, FSMT or fairseq Transformer, exactly.
 
 This package is the inference layer. The training stack, `vanilla_transformer.training`, is built on it and is
 imported only by the command line (`vanilla_transformer.cli`) and by whoever trains.
@@ -13,6 +14,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .ctranslate2_export import export_ctranslate2
+from .importing import CheckpointImportError, import_checkpoint
 from .model_folder import load_model_folder
 from .modeling import (
     VanillaTransformerForConditionalGeneration,
@@ -39,6 +41,8 @@ __all__ = [
     "TranslationPipeline",
     "export_ctranslate2",
     "load_model_folder",
+    "import_checkpoint",
+    "CheckpointImportError",
     "load_translator",
     "Translation",
 ]

@@ -16,6 +16,7 @@ import os
 import torch
 
 from .errors import MISSING_MATPLOTLIB, MissingDependencyError
+from .model_folder import source_tokens
 
 
 @torch.no_grad()
@@ -43,7 +44,7 @@ def attention_maps(
     with during_forward or contextlib.nullcontext():
         out = model(**encoded, decoder_input_ids=decoder_input_ids[None], output_attentions=True, use_cache=False)
     return {
-        "source_tokens": tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist()),
+        "source_tokens": source_tokens(tokenizer, encoded["input_ids"][0].tolist()),
         "decoder_input_tokens": tokenizer.convert_ids_to_tokens(decoder_input_ids.tolist()),
         "target_tokens": tokenizer.convert_ids_to_tokens(produced.tolist()),
         "translation": tokenizer.decode(produced, skip_special_tokens=True),

@@ -1,9 +1,9 @@
-"""The `vanilla-transformer` command: train, evaluate, translate, export, attention, demo, plot.
+"""The `vanilla-transformer` command: train, evaluate, translate, export, attention, demo, import, plot.
 
-The commands that use a trained model (translate, export, attention, demo) are this package's (`commands.py`); train,
-evaluate and plot are the training stack's, which only this module imports, when it builds their options and runs
-them. Library functions raise exceptions; `main` is the one place that turns them into `error: ...` and an exit
-status."""
+The commands that use a trained model (translate, export, attention, demo) and import are this package's
+(`commands.py`); train, evaluate and plot are the training stack's, which only this module imports, when it builds
+their options and runs them. Library functions raise exceptions; `main` is the one place that turns them into
+`error: ...` and an exit status."""
 
 import argparse
 import sys
@@ -126,6 +126,25 @@ def add_demo_command(commands) -> None:
     demo.add_argument("--share", action="store_true", help="also serve on a temporary public gradio.live link")
 
 
+def add_import_command(commands) -> None:
+    imports = commands.add_parser(
+        "import",
+        help="bring in a trained Marian (OPUS-MT), FSMT or fairseq Transformer as a model folder of this type",
+        description="Import the weights of another implementation of the same architecture, exactly: a folder "
+        "written by MarianMTModel or FSMTForConditionalGeneration (or its Hub id), or a fairseq checkpoint with its "
+        "dict.*.txt and bpecodes beside it. Needs: pip install 'vanilla-transformer[import]'.",
+    )
+    imports.add_argument("--from", dest="kind", required=True, choices=["marian", "fsmt", "fairseq"], help="the source")
+    imports.add_argument("source", help="the source's folder, Hub id, or fairseq checkpoint file")
+    imports.add_argument("--out", required=True, help="the model folder to write (new or empty)")
+    imports.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="read pickled weights (a fairseq checkpoint, a pytorch_model.bin), which can run code when loaded",
+    )
+    imports.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+
+
 def add_plot_command(commands) -> None:
     plot = commands.add_parser("plot", help="draw the training curves of a run folder (also while it runs)")
     plot.add_argument("run_dir", help="a training run's folder (its metrics.jsonl)")
@@ -144,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_export_command,
         add_attention_command,
         add_demo_command,
+        add_import_command,
         add_plot_command,
     ):
         add_command(commands)

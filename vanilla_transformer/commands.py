@@ -1,5 +1,6 @@
-"""The commands that use a trained model: `vanilla-transformer translate`, `export`, `attention` and `demo`. Each
-turns its parsed flags into calls of the library (translators, exports, attention maps, the demo).
+"""The commands that use a trained model: `vanilla-transformer translate`, `export`, `attention` and `demo`, and
+`import`, which brings one in. Each turns its parsed flags into calls of the library (translators, exports, attention
+maps, the demo, the import).
 
 They raise `CommandError` for a bad folder, flag or input; `cli.main` reports it."""
 
@@ -121,4 +122,17 @@ def demo_command(args) -> int:
     from .demo import launch
 
     launch(args.model, port=args.port, share=args.share, host=args.host, where=f"--model {args.model}")
+    return 0
+
+
+def import_command(args) -> int:
+    from .importing import CheckpointImportError, import_checkpoint
+
+    try:
+        model, _ = import_checkpoint(
+            args.source, args.kind, out=args.out, trust_pickle=args.trust_pickle, overwrite=args.overwrite
+        )
+    except CheckpointImportError as error:
+        raise CommandError(f"import --from {args.kind}: {error}", exit_code=2) from error
+    print(f"Imported {args.source} ({args.kind}, {model.num_parameters():,} parameters) into {args.out}")
     return 0

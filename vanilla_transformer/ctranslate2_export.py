@@ -15,10 +15,9 @@ import os
 
 import torch
 
-from .configuration import check_tokenizer_matches
+from .configuration import check_tokenizer_matches, target_vocabulary_size
 from .folders import check_writable, staged_folder
-from .model_folder import load_model_folder
-from .modeling.modeling_vanilla_transformer import sinusoidal_table
+from .model_folder import load_model_folder, vocabularies
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 MISSING_CTRANSLATE2 = 'CTranslate2 export and translation need ctranslate2: pip install "vanilla-transformer[fast]"'
@@ -111,6 +110,7 @@ def transformer_spec(model, tokenizer, rows: int):
 
     config = model.config
     activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    activations["silu"] = activations["swish"] = common_spec.Activation.SWISH
     if config.activation not in activations:
         raise ExportError(f"activation {config.activation!r}: ctranslate2 export knows {', '.join(activations)}.")
     spec = specs.TransformerSpec.from_config(
@@ -129,28 +129,36 @@ def transformer_spec(model, tokenizer, rows: int):
         set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_norm, self_attention=True)
         set_attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_norm, self_attention=False)
         set_feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_norm)
-    set_linear(spec.decoder.projection, model.lm_head)  # §3.4: the pre-softmax linear transformation
+    set_linear(spec.decoder.projection, model.lm_head)  # §3.4: the pre-softmax linear transformation (and its bias)
 
-    tokens = vocabulary(tokenizer, config.vocab_size)
-    spec.register_source_vocabulary(tokens)
+    spec.register_source_vocabulary(vocabulary(tokenizer, config.vocab_size))
+    tokens = vocabulary(tokenizer, target_vocabulary_size(config), target=True)
     spec.register_target_vocabulary(tokens)
     spec.config.unk_token = tokenizer.unk_token
-    spec.config.bos_token = tokenizer.bos_token
-    spec.config.eos_token = tokenizer.eos_token
+    # a tokenizer without <s> (Marian's): the decoder start token stands in; no source gets one (add_source_bos)
+    spec.config.bos_token = tokenizer.bos_token or tokens[config.decoder_start_token_id]
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.eos_token = tokenizer.eos_token or tokens[eos]  # FSMT's tokenizer names its </s> only sep_token
     spec.config.decoder_start_token = tokens[config.decoder_start_token_id]  # the shifted-right decoder input
     spec.config.add_source_bos = spec.config.add_source_eos = False  # the tokenizer appends </s> itself
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     return spec
 
 
-def vocabulary(tokenizer, size: int) -> list[str]:
-    """The tokenizer's tokens in id order, one per row of the output projection: rows past the tokenizer's last id
-    (an embedding table larger than the vocabulary) get placeholder tokens that no text encodes to."""
-    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+def vocabulary(tokenizer, size: int, target: bool = False) -> list[str]:
+    """The tokenizer's source (or `target`) tokens in id order, one per row of the embedding (or of the output
+    projection): ids that no token has (rows past the tokenizer's last id) get placeholder tokens that no text
+    encodes to."""
+    source_vocabulary, target_vocabulary = vocabularies(tokenizer)
+    if target_vocabulary is None:  # one vocabulary: the tokenizer's own id order, its added tokens included
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    else:
+        by_id = {i: token for token, i in (target_vocabulary if target else source_vocabulary).items()}
+        tokens = [by_id.get(i) for i in range(min(size, max(by_id) + 1))]
     taken = set(tokens)
-    fillers = (f"<unused{i}>" for i in range(size * 2))
-    tokens += [token for token in fillers if token not in taken][: size - len(tokens)]
-    return tokens
+    fillers = (token for token in (f"<unused{i}>" for i in range(size * 2)) if token not in taken)
+    tokens = [token if token is not None else next(fillers) for token in tokens]
+    return tokens + [next(fillers) for _ in range(size - len(tokens))]
 
 
 def positions_to_write(config, max_positions: int | None) -> int:
@@ -177,8 +185,8 @@ def set_stack(spec, stack, rows: int) -> None:
     positions = stack.embed.embed_positions
     if isinstance(positions, torch.nn.Embedding):  # learned
         spec.position_encodings.encodings = array(positions.weight[:rows])
-    else:  # the model's own sinusoids: ctranslate2's built-in ones differ from §3.5 (halves, positions from 1)
-        table = positions.pe if positions.pe.shape[0] >= rows else sinusoidal_table(rows, positions.d_model)
+    else:  # the model's own sinusoids, written out: ctranslate2's built-in ones are fairseq's, the rows from 0
+        table = positions.pe if positions.pe.shape[0] >= rows else positions.table(rows)  # in its layout
         spec.position_encodings.encodings = array(table[:rows])
     if stack.final_norm is not None:
         set_layer_norm(spec.layer_norm, stack.final_norm)

@@ -1,6 +1,7 @@
 """A model folder and its tokenizer: loading them (one tokenizer rule for every caller), and encoding text within the
 model's positions (one truncation rule, with its warning, for every caller)."""
 
+import os
 import sys
 
 from .configuration import check_tokenizer_matches
@@ -16,6 +17,7 @@ def load_model_folder(path: str, where: str | None = None):
     import vanilla_transformer  # noqa: F401  (registers the model type)
 
     where = where or str(path)
+    check_model_type(path, where)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
@@ -26,6 +28,61 @@ def load_model_folder(path: str, where: str | None = None):
     except ValueError as error:
         raise ModelFolderError(str(error)) from error
     return model, tokenizer
+
+
+def vocabularies(tokenizer) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The source vocabulary (token -> id) of a tokenizer, and its target vocabulary where it has a separate one
+    (None otherwise): transformers' FSMTTokenizer, and MarianTokenizer with `separate_vocabs`, whose
+    `convert_ids_to_tokens` reads the target vocabulary."""
+    if getattr(tokenizer, "separate_vocabs", False):  # MarianTokenizer (their get_tgt_vocab fail)
+        return tokenizer.get_src_vocab(), dict(tokenizer.target_encoder)
+    if hasattr(tokenizer, "get_tgt_vocab") and not hasattr(tokenizer, "separate_vocabs"):  # FSMTTokenizer
+        return tokenizer.get_src_vocab(), {token: i for i, token in tokenizer.decoder.items()}
+    return tokenizer.get_vocab(), None
+
+
+def source_tokens(tokenizer, ids: list[int]) -> list[str]:
+    """The source tokens of the ids of a source sentence (`convert_ids_to_tokens` gives target tokens where the
+    tokenizer has a separate target vocabulary)."""
+    source_vocabulary, target_vocabulary = vocabularies(tokenizer)
+    if target_vocabulary is None:
+        return tokenizer.convert_ids_to_tokens(ids)
+    by_id = {i: token for token, i in source_vocabulary.items()}
+    return [by_id.get(i, tokenizer.unk_token) for i in ids]
+
+
+# model types of other implementations that `vanilla-transformer import --from KIND` brings in
+IMPORTABLE = {"marian": "marian", "fsmt": "fsmt"}
+
+
+def check_model_type(path, where: str) -> None:
+    """A folder (or Hub repository) of another model type fails here, in one line naming the import that brings it
+    in, rather than deep inside the library; a fairseq checkpoint file likewise. Nothing is said about a folder
+    without a config.json: loading it reports what is missing."""
+    from transformers import PreTrainedConfig
+
+    path = str(path)
+    if os.path.isfile(path) and path.endswith(".pt"):
+        raise ModelFolderError(
+            f"{where}: a checkpoint file, not a model folder; if it is a fairseq Transformer, bring it in with: "
+            f"vanilla-transformer import --from fairseq {path} --out DIR --trust-pickle"
+        )
+    try:
+        config, _ = PreTrainedConfig.get_config_dict(path)
+    except (OSError, ValueError):
+        return
+    model_type = config.get("model_type")
+    if model_type in (None, "vanilla_transformer"):
+        return
+    if model_type in IMPORTABLE:
+        raise ModelFolderError(
+            f"{where}: a {model_type!r} model folder, not a vanilla_transformer one; bring it in with: "
+            f"vanilla-transformer import --from {IMPORTABLE[model_type]} {path} --out DIR"
+        )
+    raise ModelFolderError(
+        f"{where}: a {model_type!r} model folder, not a vanilla_transformer one; vanilla-transformer import brings in "
+        "marian, fsmt and fairseq models only."
+    )
 
 
 def truncation_warning(where: str, text: str, length: int, limit: int) -> str:
@@ -58,4 +115,4 @@ def encode_within(tokenizer, texts: list[str], limit: int | None, where="warning
     return ids
 
 
-__all__ = ["load_model_folder", "encode_within", "truncation_warning"]
+__all__ = ["load_model_folder", "encode_within", "truncation_warning", "vocabularies", "source_tokens"]

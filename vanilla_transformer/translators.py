@@ -30,7 +30,8 @@ class Translation:
 def search_settings(generation_config, num_beams, length_penalty, n_best: int) -> tuple[int, float]:
     """The beam size and length penalty asked for, else the model's generation config's; checked against n_best."""
     num_beams = num_beams or generation_config.num_beams or 1
-    length_penalty = generation_config.length_penalty if length_penalty is None else length_penalty
+    if length_penalty is None:  # generate()'s default where the generation config leaves it unset
+        length_penalty = 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
     check_search(num_beams, n_best)
     return num_beams, length_penalty
 
@@ -134,21 +135,30 @@ class CTranslate2Translator:
         self.inter_threads = inter_threads
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.generation_config = GenerationConfig.from_pretrained(folder)
+        self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
+        self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
         info_path = os.path.join(folder, EXPORT_INFO)
         self.max_positions = None
         if os.path.isfile(info_path):
             with open(info_path) as handle:
                 self.max_positions = json.load(handle).get("max_positions")
 
-    def tokens(self, sentences, warn: bool = False) -> list[list[str]]:
-        """Each sentence's tokens, cut to the exported positions; with `warn`, a warning on stderr names each sentence
-        that was cut."""
+    def tokens(self, sentences, warn: bool = False, target: bool = False) -> list[list[str]]:
+        """Each sentence's tokens (as a source, or as a `target`) in the exported model's vocabulary, cut to the
+        exported positions; with `warn`, a warning on stderr names each sentence that was cut."""
         quiet = None if warn else (lambda index, line: None)
-        ids = encode_within(self.tokenizer, sentences, self.max_positions, warn=quiet)
-        return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
+        ids = encode_within(self.tokenizer, sentences, self.max_positions, warn=quiet, target=target)
+        vocabulary = self.target_vocabulary if target else self.source_vocabulary
+        return [[vocabulary[i] for i in row] for row in ids]
 
     def text(self, tokens: list[str]) -> str:
-        return self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True).strip()
+        ids = [self.target_ids[token] for token in tokens]
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def suppressed(self) -> list[list[str]] | None:
+        """The generation config's `bad_words_ids` (Marian's forbid <pad>, the decoder's start) as target tokens."""
+        sequences = self.generation_config.bad_words_ids
+        return [[self.target_vocabulary[i] for i in ids] for ids in sequences] if sequences else None
 
     def translate(
         self,
@@ -174,6 +184,8 @@ class CTranslate2Translator:
             patience = 1.0 if self.generation_config.early_stopping is True else 2.0
         if self.max_positions is not None:
             max_length = min(max_length, self.max_positions)
+        if self.generation_config.forced_eos_token_id is not None:  # generate() ends the last step with </s>
+            max_length = max(1, max_length - 1)
         tokens = self.tokens(sentences, warn=True)
         results = self.translator.translate_batch(
             tokens,
@@ -184,6 +196,7 @@ class CTranslate2Translator:
             length_penalty=length_penalty,
             max_decoding_length=max_length,
             min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
+            suppress_sequences=self.suppressed(),
             return_scores=True,
         )
         return [
@@ -196,10 +209,31 @@ class CTranslate2Translator:
 
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
-        targets = [tokens[:-1] for tokens in self.tokens(references)]  # ctranslate2 adds </s> itself
+        targets = [tokens[:-1] for tokens in self.tokens(references, target=True)]  # ctranslate2 adds </s> itself
         share = self.batch_share(len(targets), batch_size)
         results = self.translator.score_batch(self.tokens(sentences), targets, max_batch_size=share)
         return [r.log_probs for r in results]
+
+
+def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:
+    """The source and target tokens of a ctranslate2 model, in id order, as the export wrote them: one shared
+    vocabulary file, or one for each side."""
+    import json
+
+    def read(name: str) -> list[str] | None:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+
+    shared = read("shared_vocabulary.json")
+    source, target = shared or read("source_vocabulary.json"), shared or read("target_vocabulary.json")
+    if source is None or target is None:
+        raise ValueError(
+            f"{folder}: no vocabulary files (shared_vocabulary.json, or source_ and target_vocabulary.json)."
+        )
+    return source, target
 
 
 def uses_ctranslate2(path: str, backend: str = "auto") -> bool:

@@ -141,3 +141,24 @@ def test_generate_stops_where_the_learned_positions_end(num_beams, cache_impleme
         model(input_ids=src, decoder_input_ids=out[:, :-1])  # within the table
     with pytest.warns(UserWarning, match="Unfeasible length constraints"):
         assert model.generate(input_ids=src, max_length=100, min_length=100).shape[1] == 17
+
+
+@pytest.mark.parametrize("layout", ["halves", "fairseq"])
+def test_the_layouts_of_imported_models_are_their_implementations_tables_and_grow_as_they_do(layout):
+    """Marian's [sin | cos] from position 0 and fairseq's (FSMT's) halves from padding_idx + 1, from transformers'
+    own position classes; a model of either layout grows its table, and computes rows from the formula (as compiled
+    code does), the same way."""
+    from transformers.models.fsmt.modeling_fsmt import SinusoidalPositionalEmbedding
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+    model = tiny_model(max_position_embeddings=16, position_layout=layout)
+    positions = model.get_encoder().embed.embed_positions
+    if layout == "halves":
+        expected = MarianSinusoidalPositionalEmbedding(80, 32).create_weight()
+    else:
+        expected = SinusoidalPositionalEmbedding.get_embedding(80 + 1, 32, padding_idx=0)[1:]  # pad_token_id 0
+    assert torch.equal(positions.pe, expected[:16])
+    with torch.no_grad():
+        positions(torch.arange(80), 80)  # grows the table
+        from_formula = positions.table(80)
+    assert torch.equal(positions.pe[:80], expected) and torch.equal(from_formula, expected)

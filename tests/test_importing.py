@@ -1,0 +1,279 @@
+"""`import_checkpoint` and `vanilla-transformer import`: trained models of Marian (shared and separate vocabularies),
+FSMT and fairseq, built with random weights by each source's own implementation (tests/importing_sources.py), come
+out computing the source's logits and generating its tokens, and then work with everything this package has."""
+
+import os
+from dataclasses import dataclass
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from tests import importing_sources as sources
+from tests.modeling.test_hub import SOURCES as REMOTE_SOURCES
+from tests.modeling.test_hub import run_without_package
+from vanilla_transformer import CheckpointImportError, VanillaTransformerForConditionalGeneration, import_checkpoint
+from vanilla_transformer.cli import main
+from vanilla_transformer.errors import ModelFolderError
+from vanilla_transformer.model_folder import load_model_folder
+
+KINDS = ["marian-shared", "marian-separate", "fsmt", "fairseq"]
+
+
+@dataclass
+class Imported:
+    reference: torch.nn.Module  # the source's own implementation (for fairseq: the FSMT model it was written from)
+    reference_tokenizer: object
+    model: VanillaTransformerForConditionalGeneration
+    tokenizer: object
+    source: str
+    folder: str
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imports")
+    built = {}
+    for kind in KINDS:
+        if kind.startswith("marian"):
+            reference, tokenizer = sources.marian_folder(root / kind, separate_vocabs=kind == "marian-separate")
+            source, options = root / kind, {}
+        elif kind == "fsmt":
+            reference, tokenizer = sources.fsmt_folder(root / kind)
+            source, options = root / kind, {}
+        else:
+            folder, reference, tokenizer = sources.fairseq_folder(root / kind)
+            source, options = folder / "checkpoint_best.pt", {"trust_pickle": True}
+        out = root / f"{kind}-imported"
+        model, ours = import_checkpoint(source, kind.split("-")[0], out=out, **options)
+        built[kind] = Imported(reference, tokenizer, model, ours, str(source), str(out))
+    return built
+
+
+def batch(tokenizer, texts):
+    return tokenizer(texts, return_tensors="pt", padding=True)
+
+
+def decoder_inputs(model, tokenizer, count: int, seed: int):
+    """Padded target sentences, shifted right as in training, and where they are not padding."""
+    labels = tokenizer(
+        text_target=sources.sentences(count, sources.TARGET_WORDS, seed), return_tensors="pt", padding=True
+    )["input_ids"]
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    real = decoder_input_ids != model.config.pad_token_id
+    real[:, 0] = True  # Marian's decoding starts from <pad> itself
+    return decoder_input_ids, real
+
+
+def reference_logits(imported: Imported, source_batch, decoder_input_ids):
+    # FSMT builds its causal mask only when use_cache is off
+    with torch.no_grad():
+        return imported.reference(**source_batch, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_imported_logits_equal_the_sources_on_padded_batches(imported, kind):
+    case = imported[kind]
+    texts = sources.sentences(8, seed=3)
+    theirs, ours = batch(case.reference_tokenizer, texts), batch(case.tokenizer, texts)
+    assert torch.equal(theirs["input_ids"], ours["input_ids"])  # the tokenizer came along, with the same ids
+    assert (ours["attention_mask"] == 0).any()
+    decoder_input_ids, real = decoder_inputs(case.model, case.tokenizer, 8, seed=4)
+    with torch.no_grad():
+        logits = case.model(**ours, decoder_input_ids=decoder_input_ids).logits
+    expected = reference_logits(case, theirs, decoder_input_ids)
+    assert logits.shape == expected.shape
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_imported_generate_gives_the_sources_tokens(imported, kind, num_beams):
+    case = imported[kind]
+    texts = sources.sentences(8, seed=5)
+    search = dict(num_beams=num_beams, max_new_tokens=24)  # the fairseq reference, an FSMT model, has other defaults
+    with torch.no_grad():
+        expected = case.reference.generate(**batch(case.reference_tokenizer, texts), **search)
+        tokens = case.model.generate(**batch(case.tokenizer, texts), **search)
+    assert tokens.tolist() == expected.tolist()
+    assert len({tuple(row) for row in tokens.tolist()}) > 1  # translations that depend on the source
+
+
+@pytest.mark.parametrize("kind", ["fsmt", "fairseq", "marian-shared"])
+def test_an_input_longer_than_the_positions_table_gives_the_sources_logits(imported, kind):
+    """FSMT extends its table on demand as the model does; Marian's table is its limit, read up to its last row."""
+    case = imported[kind]
+    length = case.reference.config.max_position_embeddings + 8 if kind != "marian-shared" else 64
+    words = sources.sentences(1, seed=6, longest=1)[0].split() * (length - 1)
+    text = " ".join(words)
+    theirs, ours = batch(case.reference_tokenizer, [text]), batch(case.tokenizer, [text])
+    assert ours["input_ids"].shape[1] == length > case.model.model.encoder.embed.embed_positions.pe.shape[0] - 1
+    decoder_input_ids, _ = decoder_inputs(case.model, case.tokenizer, 1, seed=7)
+    with torch.no_grad():
+        logits = case.model(**ours, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(logits, reference_logits(case, theirs, decoder_input_ids), atol=1e-5, rtol=1e-5)
+
+
+def test_what_each_source_carries_over(imported):
+    marian, separate = imported["marian-shared"].model.config, imported["marian-separate"].model.config
+    assert (marian.activation, marian.position_layout, marian.output_bias) == ("swish", "halves", True)
+    assert marian.decoder_start_token_id == marian.pad_token_id and marian.share_embeddings
+    assert not separate.share_embeddings and separate.share_decoder_embeddings
+    assert separate.target_vocab_size == imported["marian-separate"].reference.config.decoder_vocab_size
+    for kind in ("fsmt", "fairseq"):
+        config = imported[kind].model.config
+        assert (config.position_layout, config.pad_token_id, config.decoder_start_token_id) == ("fairseq", 1, 2)
+        assert config.vocab_size != config.target_vocab_size and not config.share_decoder_embeddings
+    generation = imported["marian-shared"].model.generation_config
+    assert (generation.bad_words_ids, generation.num_beams, generation.max_length) == ([[2]], 4, 64)
+    card = open(os.path.join(imported["fairseq"].folder, "README.md"), encoding="utf-8").read()
+    assert "checkpoint_best.pt" in card and "fairseq" in card and "imported" in card
+
+
+@pytest.mark.parametrize("kind", ["marian-separate", "fairseq"])
+def test_an_imported_folder_reloads_through_the_auto_classes_with_and_without_the_package(imported, kind, tmp_path):
+    case = imported[kind]
+    texts = sources.sentences(4, seed=8)
+    tokenizer = AutoTokenizer.from_pretrained(case.folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(case.folder).eval()
+    assert type(model) is VanillaTransformerForConditionalGeneration
+    expected = case.model.generate(**batch(case.tokenizer, texts), num_beams=2, max_new_tokens=12).tolist()
+    assert model.generate(**batch(tokenizer, texts), num_beams=2, max_new_tokens=12).tolist() == expected
+    remote = run_without_package(case.folder, tmp_path / "copy", tmp_path)
+    assert remote["model"] == "VanillaTransformerForConditionalGeneration" and not remote["package_modules"]
+    reference = batch(case.tokenizer, REMOTE_SOURCES)
+    expected = case.model.generate(**reference, num_beams=2, max_new_tokens=12).tolist()
+    assert remote["tokens"] == remote["tokens_again"] == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_imported_model_exports_to_ctranslate2_with_the_same_translations(imported, kind, tmp_path):
+    from vanilla_transformer.ctranslate2_export import export_ctranslate2
+    from vanilla_transformer.translators import load_translator
+
+    case = imported[kind]
+    exported = export_ctranslate2(case.folder, str(tmp_path / "ct2"))
+    texts = sources.sentences(8, seed=9)
+    pytorch, ctranslate2 = load_translator(case.folder), load_translator(exported)
+    expected = [t[0].text for t in pytorch.translate(texts, num_beams=1, max_length=20)]
+    assert [t[0].text for t in ctranslate2.translate(texts, num_beams=1, max_length=20)] == expected
+    # beam search stopping as ctranslate2 does (generate()'s early_stopping=True is its patience 1), without </s>
+    # forced at the length limit (Marian's and FSMT's forced_eos_token_id), for which ctranslate2 has no rule
+    for translator in (pytorch, ctranslate2):
+        translator.generation_config.update(early_stopping=True, forced_eos_token_id=None)
+    expected = [t[0].text for t in pytorch.translate(texts, num_beams=3, max_length=20)]
+    assert [t[0].text for t in ctranslate2.translate(texts, num_beams=3, max_length=20)] == expected
+    # and the same numbers: the log-probability of every token of given translations
+    references = sources.sentences(8, sources.TARGET_WORDS, seed=13)
+    found = ctranslate2.reference_log_probs(texts, references)
+    with torch.no_grad():
+        labels = case.tokenizer(text_target=references, return_tensors="pt", padding=True)["input_ids"]
+        labels[labels == case.model.config.pad_token_id] = -100
+        logits = case.model(**batch(case.tokenizer, texts), labels=labels).logits
+    for row, (scores, label) in enumerate(zip(found, labels)):
+        expected = logits[row].log_softmax(-1)[torch.arange(len(scores)), label[: len(scores)]]
+        torch.testing.assert_close(torch.tensor(scores), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["marian-separate", "fsmt"])
+def test_an_imported_model_fine_tunes_one_seq2seq_trainer_step(imported, kind, tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    case = imported[kind]
+    model = AutoModelForSeq2SeqLM.from_pretrained(case.folder)
+    tokenizer = AutoTokenizer.from_pretrained(case.folder)
+    texts, targets = sources.sentences(8, seed=10), sources.sentences(8, sources.TARGET_WORDS, seed=11)
+    data = Dataset.from_dict({"source": texts, "target": targets}).map(
+        lambda row: tokenizer(row["source"], text_target=row["target"]), remove_columns=["source", "target"]
+    )
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    output_before = model.get_output_embeddings().weight.detach().clone()  # tied to an embedding in Marian's
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=8, report_to=[], use_cpu=True
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=arguments,
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+    )
+    result = trainer.train()
+    assert result.global_step == 1 and torch.isfinite(torch.tensor(result.training_loss))
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert "model.encoder.layers.0.ffn.w_1.weight" in changed and "model.decoder.layers.1.ffn.w_2.bias" in changed
+    assert not torch.equal(model.get_output_embeddings().weight, output_before)
+
+
+def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
+    with pytest.raises(CheckpointImportError, match="--trust-pickle"):
+        import_checkpoint(imported["fairseq"].source, "fairseq")
+
+
+@pytest.mark.parametrize(
+    "args, extra, named",
+    [
+        ({"layernorm_embedding": True}, {}, "layernorm_embedding"),
+        ({"max_relative_positions": 16}, {}, "max_relative_positions"),
+        ({"activation_fn": "gelu_accurate"}, {}, "activation_fn"),
+        ({"decoder_ffn_embed_dim": 64}, {}, "decoder_ffn_embed_dim"),
+        ({}, {"encoder.layernorm_embedding.weight": torch.ones(16)}, "encoder.layernorm_embedding.weight"),
+        ({"arch": "lightconv_iwslt_de_en"}, {}, "arch"),
+    ],
+)
+def test_a_variant_the_model_cannot_express_is_named(tmp_path, args, extra, named):
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=args, extra=extra)
+    with pytest.raises(CheckpointImportError, match=named):
+        import_checkpoint(folder, "fairseq", trust_pickle=True)
+
+
+def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):
+    """fairseq's --encoder-normalize-before: pre-norm layers, a final LayerNorm closing each stack."""
+    norms = {
+        f"{stack}.layer_norm.{part}": torch.randn(16) for stack in ("encoder", "decoder") for part in ("weight", "bias")
+    }
+    arguments = {"encoder_normalize_before": True, "decoder_normalize_before": True}
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=arguments, extra=norms)
+    model, _ = import_checkpoint(folder, "fairseq", trust_pickle=True)
+    assert model.config.norm_position == "pre"
+    for stack in ("encoder", "decoder"):
+        final = getattr(model.model, stack).final_norm
+        assert torch.equal(final.weight, norms[f"{stack}.layer_norm.weight"])
+        assert torch.equal(final.bias, norms[f"{stack}.layer_norm.bias"])
+
+
+def test_a_model_folder_of_another_type_names_the_import_that_brings_it_in(imported, capsys):
+    source = imported["marian-shared"].source
+    with pytest.raises(ModelFolderError, match=f"vanilla-transformer import --from marian {source} --out DIR"):
+        load_model_folder(source)
+    assert main(["translate", "--model", imported["fsmt"].source, "w5 w6"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "import --from fsmt" in error
+    assert main(["translate", "--model", imported["fairseq"].source, "w5"]) == 1
+    assert "import --from fairseq" in capsys.readouterr().err
+
+
+def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):
+    from vanilla_transformer.demo import Demo, import_gradio, run_translation
+
+    case = imported["fairseq"]
+    out = tmp_path / "model"
+    assert main(["import", "--from", "fairseq", case.source, "--out", str(out)]) == 2
+    assert "--trust-pickle" in capsys.readouterr().err and not out.exists()
+    assert main(["import", "--from", "fairseq", case.source, "--out", str(out), "--trust-pickle"]) == 0
+    assert "Imported" in capsys.readouterr().out
+    texts = sources.sentences(3, seed=12)
+    assert main(["translate", "--model", str(out), "--num-beams", "2", "--max-length", "12", *texts]) == 0
+    translations = capsys.readouterr().out.splitlines()
+    assert main(["export", "--model", str(out), "--to", "ctranslate2", "--out", str(tmp_path / "ct2")]) == 0
+    capsys.readouterr()
+    assert main(["translate", "--model", str(tmp_path / "ct2"), "--num-beams", "2", "--max-length", "12", *texts]) == 0
+    assert capsys.readouterr().out.splitlines() == translations
+    demo = Demo(*load_model_folder(str(out)))
+    outputs = run_translation(demo, import_gradio(), texts[0], 2)
+    stages = outputs[3]
+    assert outputs[0] == stages.translation != ""
+    assert stages.source_tokens == case.tokenizer.tokenize(texts[0]) + ["</s>"]  # the source vocabulary's tokens
+    positions = demo.model.model.encoder.embed.embed_positions.table(len(stages.source_tokens))
+    torch.testing.assert_close(stages.embeddings["encoder"].positions, positions)  # fairseq's, from position 2

@@ -1,0 +1,326 @@
+"""Read a fairseq translation Transformer (`fairseq-train --arch transformer...`) for `import_checkpoint`.
+
+A fairseq model is a checkpoint file (`checkpoint_best.pt`: a pickle of the weights, the training arguments and the
+optimizer's state) and the files of its data folder: the dictionaries `dict.SRC.txt` and `dict.TGT.txt` and the BPE
+codes (`bpecodes`, or `code`). SOURCE is the checkpoint file with those files beside it, or a folder holding them all.
+A pickle can run code when it is read: it is read only with `trust_pickle=True` (`--trust-pickle`).
+
+fairseq numbers its vocabulary <s>=0, <pad>=1, </s>=2, <unk>=3, then the dictionary's lines; a source sentence ends in
+</s>, and decoding starts from </s>. The tokenizer written with the model is transformers' FSMTTokenizer (Moses
+tokenisation and subword-nmt BPE, as fairseq's WMT models use), built from the dictionaries and BPE codes the way
+transformers' FSMT converter builds it; a model trained on text prepared otherwise keeps its ids and weights exactly,
+but needs its own preprocessing before the tokenizer's BPE.
+"""
+
+import argparse
+import json
+import os
+import re
+import tempfile
+
+from .configuration import VanillaTransformerConfig
+from .errors import MissingDependencyError
+from .importing import (
+    MISSING_TOKENIZER_PACKAGES,
+    CheckpointImportError,
+    SourceWeights,
+    activation,
+    build_model,
+    embeddings_and_output,
+    layers,
+    sharing,
+)
+
+CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary: ids 0 to 3
+# fairseq's base_architecture defaults, for checkpoints whose arguments leave a field out
+DEFAULTS = dict(
+    encoder_embed_dim=512,
+    encoder_ffn_embed_dim=2048,
+    encoder_layers=6,
+    encoder_attention_heads=8,
+    encoder_normalize_before=False,
+    encoder_learned_pos=False,
+    decoder_layers=6,
+    decoder_normalize_before=False,
+    decoder_learned_pos=False,
+    dropout=0.1,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    activation_fn="relu",
+    no_scale_embedding=False,
+    max_source_positions=1024,
+    max_target_positions=1024,
+)
+# arguments of variants this model does not implement: (name, the value that means "not used")
+UNSUPPORTED = (
+    ("layernorm_embedding", False),
+    ("no_token_positional_embeddings", False),
+    ("adaptive_softmax_cutoff", None),
+    ("adaptive_input", False),
+    ("cross_self_attention", False),
+    ("no_decoder_final_norm", False),
+    ("max_relative_positions", None),
+    ("max_relative_position", None),
+    ("relative_positional_embeddings", None),
+    ("encoder_layers_to_keep", None),
+    ("decoder_layers_to_keep", None),
+    ("tie_adaptive_weights", False),
+)
+
+
+def checkpoint_path(source: str) -> str:
+    """The checkpoint file: SOURCE itself, or the one checkpoint in the folder SOURCE."""
+    if os.path.isfile(source):
+        return source
+    if not os.path.isdir(source):
+        from huggingface_hub import snapshot_download
+
+        try:
+            source = snapshot_download(source)
+        except Exception as error:  # any failure to fetch: offline, no such repository
+            raise CheckpointImportError(
+                f"{source}: neither a checkpoint file, nor a folder, nor a Hub repository that could be downloaded "
+                f"({error})."
+            ) from error
+    for name in CHECKPOINT_NAMES:
+        if os.path.isfile(os.path.join(source, name)):
+            return os.path.join(source, name)
+    found = sorted(name for name in os.listdir(source) if name.endswith(".pt"))
+    if len(found) != 1:
+        raise CheckpointImportError(
+            f"{source}: expected one fairseq checkpoint ({', '.join(CHECKPOINT_NAMES)} or a single .pt file), found "
+            f"{', '.join(found) or 'none'}; pass the checkpoint file."
+        )
+    return os.path.join(source, found[0])
+
+
+def read_checkpoint(path: str, trust_pickle: bool) -> tuple[dict, dict]:
+    """The training arguments (a dict) and the weights of a fairseq checkpoint."""
+    if not trust_pickle:
+        raise CheckpointImportError(
+            f"{path}: a fairseq checkpoint is a pickle, which can run code when it is read; it is read only when you "
+            "trust it: pass --trust-pickle (trust_pickle=True in Python)."
+        )
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as error:
+        raise CheckpointImportError(
+            f"{path}: the pickle needs the Python module {error.name!r} to be read; install it and retry."
+        ) from error
+    except Exception as error:  # a damaged or foreign file fails in many ways
+        raise CheckpointImportError(f"{path}: could not read it as a fairseq checkpoint: {error}") from error
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointImportError(f"{path}: not a fairseq checkpoint (no 'model' entry with the weights).")
+    return checkpoint_arguments(state, path), state["model"]
+
+
+def as_dict(value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, argparse.Namespace):
+        return vars(value)
+    return dict(value.items()) if hasattr(value, "items") else {}
+
+
+def checkpoint_arguments(state: dict, path: str) -> dict:
+    """fairseq's arguments: `args` (a Namespace, before fairseq 0.10) or `cfg` (its task and model sections)."""
+    args = as_dict(state.get("args"))
+    if not args:
+        cfg = as_dict(state.get("cfg"))
+        args = {**as_dict(cfg.get("task")), **as_dict(cfg.get("model"))}
+    if not args:
+        raise CheckpointImportError(f"{path}: the checkpoint holds no training arguments ('args' or 'cfg').")
+    return {**DEFAULTS, **{key: value for key, value in args.items() if value is not None or key not in DEFAULTS}}
+
+
+def check_arguments(args: dict, where: str) -> None:
+    """Stop at a variant of the architecture the model cannot express, naming fairseq's argument."""
+    arch = str(args.get("arch", "transformer"))
+    if not arch.startswith("transformer") or arch.startswith("transformer_lm"):
+        raise CheckpointImportError(
+            f"{where}: arch={arch!r}; the import reads fairseq's encoder-decoder Transformer (--arch transformer...)."
+        )
+    for name, unused in UNSUPPORTED:
+        value = args.get(name, unused)
+        if value not in (unused, None, False, "", 0):
+            raise CheckpointImportError(
+                f"{where}: {name}={value!r}; the model has no such variant of the architecture."
+            )
+    for first, second in (
+        ("encoder_embed_dim", "decoder_embed_dim"),
+        ("encoder_ffn_embed_dim", "decoder_ffn_embed_dim"),
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_normalize_before", "decoder_normalize_before"),
+        ("encoder_learned_pos", "decoder_learned_pos"),
+        ("decoder_embed_dim", "decoder_output_dim"),
+        ("decoder_embed_dim", "decoder_input_dim"),
+    ):
+        if second in args and args[second] is not None and args[first] != args[second]:
+            raise CheckpointImportError(
+                f"{where}: {first}={args[first]} but {second}={args[second]}; the model has one setting for both."
+            )
+
+
+def read_dictionary(path: str) -> list[str]:
+    """fairseq's Dictionary: the four special symbols, then the first field of each line (a count follows)."""
+    if not os.path.isfile(path):
+        raise CheckpointImportError(f"{path}: the dictionary is missing; it is written by fairseq-preprocess.")
+    symbols = list(SPECIALS)
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            fields = line.rstrip("\n").split(" ")
+            if fields[-1] == "#fairseq:overwrite":
+                fields = fields[:-1]
+            if len(fields) < 2:
+                raise CheckpointImportError(f"{path}:{number}: expected '<symbol> <count>', got {line.strip()!r}.")
+            symbol = " ".join(fields[:-1])
+            if symbol in SPECIALS:
+                continue
+            symbols.append(symbol)
+    return symbols
+
+
+def import_fairseq(source: str, trust_pickle: bool = False):
+    """The model, an FSMTTokenizer and the generation settings of a fairseq checkpoint (see the module docstring)."""
+    path = checkpoint_path(source)
+    args, tensors = read_checkpoint(path, trust_pickle)
+    check_arguments(args, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    languages = args.get("source_lang"), args.get("target_lang")
+    if not all(languages):
+        raise CheckpointImportError(f"{path}: the checkpoint's arguments name no source_lang and target_lang.")
+    vocabularies = [read_dictionary(os.path.join(folder, f"dict.{language}.txt")) for language in languages]
+    weights = SourceWeights(tensors, path)
+    matrices = fairseq_matrices(weights, args, vocabularies, path)
+    config = fairseq_config(args, matrices)
+    state = embeddings_and_output(*matrices)
+    state.update(layers(weights, "encoder", "model.encoder", args["encoder_layers"], cross=False))
+    state.update(layers(weights, "decoder", "model.decoder", args["decoder_layers"], cross=True))
+    state.update(stack_extras(weights, args, config))
+    weights.drop(*(name for name in weights.tensors if name.endswith((".version", "._float_tensor"))))
+    model = build_model(config, state, weights)
+    tokenizer = fsmt_tokenizer(folder, vocabularies, languages, config.vocab_size, config.target_vocab_size)
+    return model, tokenizer, fairseq_generation_config(config)
+
+
+def fairseq_matrices(weights: SourceWeights, args: dict, vocabularies: list[list[str]], where: str):
+    """The source and target embeddings and the output projection: `decoder.output_projection` (fairseq >= 0.10),
+    `decoder.embed_out` (older), or the target embedding itself (--share-decoder-input-output-embed)."""
+    source = weights.take("encoder.embed_tokens.weight")
+    target = weights.take("decoder.embed_tokens.weight")
+    output = target
+    for name in ("decoder.output_projection.weight", "decoder.embed_out"):
+        if name in weights:
+            output = weights.take(name)
+    for side, matrix, vocabulary in (("source", source, vocabularies[0]), ("target", target, vocabularies[1])):
+        if matrix.shape[0] < len(vocabulary):
+            raise CheckpointImportError(
+                f"{where}: the {side} embedding has {matrix.shape[0]} rows but its dictionary {len(vocabulary)} "
+                "symbols; expected the dictionaries the model was trained with."
+            )
+    return source, target, output
+
+
+def fairseq_config(args: dict, matrices) -> VanillaTransformerConfig:
+    source, target, _ = matrices
+    learned = bool(args["encoder_learned_pos"])
+    return VanillaTransformerConfig(
+        vocab_size=source.shape[0],
+        target_vocab_size=target.shape[0] if target.shape[0] != source.shape[0] else None,
+        d_model=args["encoder_embed_dim"],
+        num_heads=args["encoder_attention_heads"],
+        d_ff=args["encoder_ffn_embed_dim"],
+        encoder_layers=args["encoder_layers"],
+        decoder_layers=args["decoder_layers"],
+        dropout=args["dropout"],
+        attention_dropout=args["attention_dropout"],
+        activation_dropout=args.get("activation_dropout") or args.get("relu_dropout") or 0.0,
+        activation=activation(args["activation_fn"], "activation_fn", "fairseq checkpoint"),
+        # learned positions: the rows of both tables; the sinusoids have no limit
+        max_position_embeddings=(min if learned else max)(args["max_source_positions"], args["max_target_positions"]),
+        norm_position="pre" if args["encoder_normalize_before"] else "post",
+        position_encoding="learned" if learned else "sinusoidal",
+        position_layout="fairseq",
+        scale_embedding=not args["no_scale_embedding"],
+        attention_bias=True,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        **sharing(*matrices),
+    )
+
+
+def stack_extras(weights: SourceWeights, args: dict, config: VanillaTransformerConfig) -> dict:
+    """Pre-norm's final LayerNorm of each stack, and learned positions (fairseq's rows from padding_idx + 1)."""
+    found = {}
+    for stack in ("encoder", "decoder"):
+        if config.norm_position == "pre":
+            found.update(weights.linear(f"{stack}.layer_norm", f"model.{stack}.final_norm"))
+        if config.position_encoding == "learned":  # the first max_position_embeddings rows after padding_idx
+            table = weights.take(f"{stack}.embed_positions.weight")[config.pad_token_id + 1 :]
+            found[f"model.{stack}.embed.embed_positions.weight"] = table[: config.max_position_embeddings]
+    return found
+
+
+def fairseq_generation_config(config: VanillaTransformerConfig):
+    """fairseq's search defaults as FSMT carries them over: a beam of 5, at most 200 tokens, </s> forced at the end."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(num_beams=5, max_length=200, early_stopping=False, forced_eos_token_id=config.eos_token_id)
+
+
+def fsmt_vocabulary(symbols: list[str], size: int) -> dict[str, int]:
+    """FSMT's spelling of a fairseq dictionary (as transformers' FSMT converter writes it): subword-nmt's "@@"
+    continuation mark dropped, "</w>" appended to word ends; the special symbols as they are. Rows past the
+    dictionary (an embedding padded to a multiple of 8) get placeholder symbols."""
+    vocabulary = {}
+    for index, symbol in enumerate(symbols):
+        if symbol in SPECIALS:
+            vocabulary[symbol] = index
+        else:
+            vocabulary[symbol[:-2] if symbol.endswith("@@") else symbol + "</w>"] = index
+    for index in range(len(symbols), size):
+        vocabulary[f"madeupword{index:04d}"] = index
+    return vocabulary
+
+
+def bpe_merges(folder: str) -> str:
+    """The BPE codes without their counts, as FSMTTokenizer reads them."""
+    for name in ("bpecodes", "code"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return re.sub(r" \d+$", "", handle.read(), flags=re.MULTILINE)
+    raise CheckpointImportError(
+        f"{folder}: no BPE codes ('bpecodes' or 'code') beside the checkpoint; the tokenizer is built from them."
+    )
+
+
+def fsmt_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target_vocab_size: int | None):
+    try:
+        from transformers import FSMTTokenizer
+    except ImportError as error:
+        raise MissingDependencyError(f"{MISSING_TOKENIZER_PACKAGES} ({error})") from error
+    sizes = (vocab_size, target_vocab_size or vocab_size)
+    with tempfile.TemporaryDirectory() as scratch:
+        files = {}
+        for name, symbols, size in zip(("vocab-src.json", "vocab-tgt.json"), vocabularies, sizes):
+            files[name] = os.path.join(scratch, name)
+            with open(files[name], "w", encoding="utf-8") as handle:
+                json.dump(fsmt_vocabulary(symbols, size), handle, ensure_ascii=False)
+        files["merges.txt"] = os.path.join(scratch, "merges.txt")
+        with open(files["merges.txt"], "w", encoding="utf-8") as handle:
+            handle.write(bpe_merges(folder))
+        try:
+            return FSMTTokenizer(
+                langs=list(languages),
+                src_vocab_file=files["vocab-src.json"],
+                tgt_vocab_file=files["vocab-tgt.json"],
+                merges_file=files["merges.txt"],
+            )
+        except ImportError as error:
+            raise MissingDependencyError(f"{MISSING_TOKENIZER_PACKAGES} ({error})") from error
