@@ -18,6 +18,7 @@ from vanilla_transformer.errors import ModelFolderError
 from vanilla_transformer.model_folder import load_model_folder
 
 KINDS = ["marian-shared", "marian-separate", "fsmt", "fairseq"]
+PRE_NORM = {"encoder_normalize_before": True, "decoder_normalize_before": True}  # fairseq's pre-norm flags
 
 
 @dataclass
@@ -220,6 +221,7 @@ def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
         ({"decoder_ffn_embed_dim": 64}, {}, "decoder_ffn_embed_dim"),
         ({}, {"encoder.layernorm_embedding.weight": torch.ones(16)}, "encoder.layernorm_embedding.weight"),
         ({"arch": "lightconv_iwslt_de_en"}, {}, "arch"),
+        ({**PRE_NORM, "no_decoder_final_norm": True}, {}, "no_decoder_final_norm"),
     ],
 )
 def test_a_variant_the_model_cannot_express_is_named(tmp_path, args, extra, named):
@@ -233,8 +235,7 @@ def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):
     norms = {
         f"{stack}.layer_norm.{part}": torch.randn(16) for stack in ("encoder", "decoder") for part in ("weight", "bias")
     }
-    arguments = {"encoder_normalize_before": True, "decoder_normalize_before": True}
-    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=arguments, extra=norms)
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=PRE_NORM, extra=norms)
     model, _ = import_checkpoint(folder, "fairseq", trust_pickle=True)
     assert model.config.norm_position == "pre"
     for stack in ("encoder", "decoder"):
