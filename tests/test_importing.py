@@ -12,6 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from tests import importing_sources as sources
 from tests.modeling.test_hub import SOURCES as REMOTE_SOURCES
 from tests.modeling.test_hub import run_without_package
+from tests.modeling.test_parity import copy_into_torch_transformer
 from vanilla_transformer import CheckpointImportError, VanillaTransformerForConditionalGeneration, import_checkpoint
 from vanilla_transformer.cli import main
 from vanilla_transformer.errors import ModelFolderError
@@ -242,6 +243,20 @@ def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):
         final = getattr(model.model, stack).final_norm
         assert torch.equal(final.weight, norms[f"{stack}.layer_norm.weight"])
         assert torch.equal(final.bias, norms[f"{stack}.layer_norm.bias"])
+    # and it computes what torch.nn.Transformer computes with norm_first=True and its final LayerNorms
+    reference = copy_into_torch_transformer(model, norm_first=True)
+    reference.encoder.norm.load_state_dict(model.model.encoder.final_norm.state_dict())
+    reference.decoder.norm.load_state_dict(model.model.decoder.final_norm.state_dict())
+    src, tgt = torch.randint(4, 30, (2, 7)), torch.randint(4, 30, (2, 5))
+    with torch.no_grad():
+        ours = model.model(input_ids=src, decoder_input_ids=tgt).last_hidden_state
+        theirs = reference(
+            model.model.encoder.embed(src, None),
+            model.model.decoder.embed(tgt, None),
+            tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1]),
+            tgt_is_causal=True,
+        )
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
 def test_a_model_folder_of_another_type_names_the_import_that_brings_it_in(imported, capsys):
