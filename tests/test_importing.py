@@ -12,12 +12,14 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from tests import importing_sources as sources
 from tests.modeling.test_hub import SOURCES as REMOTE_SOURCES
 from tests.modeling.test_hub import run_without_package
+from tests.modeling.test_parity import copy_into_torch_transformer
 from vanilla_transformer import CheckpointImportError, VanillaTransformerForConditionalGeneration, import_checkpoint
 from vanilla_transformer.cli import main
 from vanilla_transformer.errors import ModelFolderError
 from vanilla_transformer.model_folder import load_model_folder
 
 KINDS = ["marian-shared", "marian-separate", "fsmt", "fairseq"]
+PRE_NORM = {"encoder_normalize_before": True, "decoder_normalize_before": True}  # fairseq's pre-norm flags
 
 
 @dataclass
@@ -220,6 +222,7 @@ def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
         ({"decoder_ffn_embed_dim": 64}, {}, "decoder_ffn_embed_dim"),
         ({}, {"encoder.layernorm_embedding.weight": torch.ones(16)}, "encoder.layernorm_embedding.weight"),
         ({"arch": "lightconv_iwslt_de_en"}, {}, "arch"),
+        ({**PRE_NORM, "no_decoder_final_norm": True}, {}, "no_decoder_final_norm"),
     ],
 )
 def test_a_variant_the_model_cannot_express_is_named(tmp_path, args, extra, named):
@@ -233,14 +236,27 @@ def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):
     norms = {
         f"{stack}.layer_norm.{part}": torch.randn(16) for stack in ("encoder", "decoder") for part in ("weight", "bias")
     }
-    arguments = {"encoder_normalize_before": True, "decoder_normalize_before": True}
-    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=arguments, extra=norms)
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=PRE_NORM, extra=norms)
     model, _ = import_checkpoint(folder, "fairseq", trust_pickle=True)
     assert model.config.norm_position == "pre"
     for stack in ("encoder", "decoder"):
         final = getattr(model.model, stack).final_norm
         assert torch.equal(final.weight, norms[f"{stack}.layer_norm.weight"])
         assert torch.equal(final.bias, norms[f"{stack}.layer_norm.bias"])
+    # and it computes what torch.nn.Transformer computes with norm_first=True and its final LayerNorms
+    reference = copy_into_torch_transformer(model, norm_first=True)
+    reference.encoder.norm.load_state_dict(model.model.encoder.final_norm.state_dict())
+    reference.decoder.norm.load_state_dict(model.model.decoder.final_norm.state_dict())
+    src, tgt = torch.randint(4, 30, (2, 7)), torch.randint(4, 30, (2, 5))
+    with torch.no_grad():
+        ours = model.model(input_ids=src, decoder_input_ids=tgt).last_hidden_state
+        theirs = reference(
+            model.model.encoder.embed(src, None),
+            model.model.decoder.embed(tgt, None),
+            tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1]),
+            tgt_is_causal=True,
+        )
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
 def test_a_model_folder_of_another_type_names_the_import_that_brings_it_in(imported, capsys):

@@ -59,7 +59,6 @@ UNSUPPORTED = (
     ("adaptive_softmax_cutoff", None),
     ("adaptive_input", False),
     ("cross_self_attention", False),
-    ("no_decoder_final_norm", False),
     ("max_relative_positions", None),
     ("max_relative_position", None),
     ("relative_positional_embeddings", None),
@@ -133,7 +132,10 @@ def checkpoint_arguments(state: dict, path: str) -> dict:
         args = {**as_dict(cfg.get("task")), **as_dict(cfg.get("model"))}
     if not args:
         raise CheckpointImportError(f"{path}: the checkpoint holds no training arguments ('args' or 'cfg').")
-    return {**DEFAULTS, **{key: value for key, value in args.items() if value is not None or key not in DEFAULTS}}
+    args = {**DEFAULTS, **{key: value for key, value in args.items() if value is not None or key not in DEFAULTS}}
+    for name in ("embed_dim", "ffn_embed_dim", "attention_heads"):  # fairseq: the decoder's default the encoder's
+        args.setdefault(f"decoder_{name}", args[f"encoder_{name}"])
+    return args
 
 
 def check_arguments(args: dict, where: str) -> None:
@@ -149,6 +151,10 @@ def check_arguments(args: dict, where: str) -> None:
             raise CheckpointImportError(
                 f"{where}: {name}={value!r}; the model has no such variant of the architecture."
             )
+    if args.get("decoder_normalize_before") and args.get("no_decoder_final_norm"):
+        raise CheckpointImportError(
+            f"{where}: no_decoder_final_norm=True; the model's pre-norm decoder ends in a final LayerNorm."
+        )
     for first, second in (
         ("encoder_embed_dim", "decoder_embed_dim"),
         ("encoder_ffn_embed_dim", "decoder_ffn_embed_dim"),

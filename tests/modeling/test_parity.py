@@ -7,7 +7,9 @@ from torch import nn
 from tests.conftest import tiny_model
 
 
-def copy_into_torch_transformer(model) -> nn.Transformer:
+def copy_into_torch_transformer(model, norm_first: bool = False) -> nn.Transformer:
+    """`model`'s layer weights in a `torch.nn.Transformer` of its sizes (ReLU). Post-norm: its final LayerNorms are
+    identities, the paper's stacks having none; pre-norm (`norm_first`): the caller loads them."""
     c = model.config
     reference = nn.Transformer(
         d_model=c.d_model,
@@ -19,11 +21,11 @@ def copy_into_torch_transformer(model) -> nn.Transformer:
         activation="relu",
         layer_norm_eps=c.layer_norm_eps,
         batch_first=True,
-        norm_first=False,
+        norm_first=norm_first,
     ).eval()
-    # the paper's post-norm stacks have no final LayerNorm, nn.Transformer always adds one
-    reference.encoder.norm = nn.Identity()
-    reference.decoder.norm = nn.Identity()
+    if not norm_first:  # the paper's post-norm stacks have no final LayerNorm, nn.Transformer always adds one
+        reference.encoder.norm = nn.Identity()
+        reference.decoder.norm = nn.Identity()
 
     def attention(ref: nn.MultiheadAttention, ours):
         ref.in_proj_weight.copy_(ours.in_proj.weight)
