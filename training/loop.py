@@ -389,8 +389,10 @@ def prepare_data(args, accelerator) -> tuple:
     """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split. A streamed
     training split is not loaded here: the splits are the others, and the training rows None."""
     raw, empty = load_pairs(args)
-    corpus = bpe_corpus(args, raw, train_stream_source(args) if args.streaming else None)
-    tokenizer = build_tokenizer(args, corpus, accelerator)
+    # the BPE's corpus is dropped with the call, and with it the last reference to the splits as first mapped
+    tokenizer = build_tokenizer(
+        args, bpe_corpus(args, raw, train_stream_source(args) if args.streaming else None), accelerator
+    )
     raw = remapped(raw)  # the pages that the checks and the BPE's sample read no longer count in this process
     with accelerator.main_process_first():
         tokenized, rows = tokenize_datasets(raw, tokenizer, args)
