@@ -7,7 +7,9 @@ import time: serving.py's CTranslate2 probe processes import this module and mus
 """
 
 import contextlib
+import os
 import platform
+import re
 import resource
 
 # model shapes: the embedded number task, Transformer-Tiny for Multi30k, and the paper's base model
@@ -165,3 +167,20 @@ def cpu_name() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
+
+
+def replace_section(section: str, path: str, marker: str) -> None:
+    """Put `section` (which starts with `marker`) in place of the one an earlier run wrote, up to the next script's
+    marker or the end, or at the end of the file; the rest of the file is left as it is."""
+    report = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    head, found, rest = report.partition(marker)
+    if found:
+        following = NEXT_SECTION.search(rest)
+        report = head + section + ("\n" + rest[following.start() :] if following else "")
+    else:
+        report = (report.rstrip("\n") + "\n\n" if report.strip() else "") + section
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(report)

@@ -19,7 +19,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -52,7 +51,6 @@ PHASES = {
     "batching": "Batching",
     "training": "Training:",
 }
-NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
 TRAIN_FLAGS = ["--source-lang", "en", "--target-lang", "de", "--max-steps", "3", "--eval-steps", "0"]
 TRAIN_FLAGS += ["--save-steps", "0", "--report-to", "none", "--overwrite-output-dir"]
 
@@ -449,20 +447,6 @@ def target_lines(results: dict) -> list[str]:
     ]
 
 
-def write_report(section: str, path: str) -> None:
-    """Put the section in place of the one an earlier run wrote (up to the next script's marker or the end), or at
-    the end of the file; the rest of the file is left as it is."""
-    report = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
-    head, marker, rest = report.partition(common.DATA_MARKER)
-    if marker:
-        following = NEXT_SECTION.search(rest)
-        report = head + section + ("\n" + rest[following.start() :] if following else "")
-    else:
-        report = (report.rstrip("\n") + "\n\n" if report.strip() else "") + section
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(report)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------------------------
@@ -543,7 +527,7 @@ def main(argv=None) -> int:
         results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
         results.update(train_args=args.train_args, machine=machine(), versions=versions())
     section = write_section(results)
-    write_report(section, args.out)
+    common.replace_section(section, args.out, common.DATA_MARKER)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -20,7 +20,6 @@ import gc
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 
@@ -57,7 +56,6 @@ BF16_PEAK_TFLOPS = {
     "A10": 125.0,
 }
 GPU_MARKER = "<!-- gpu: written by bench/gpu.py -->"
-NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
 
 
 def card_peak(device: str, given: float | None) -> tuple[float, str]:
@@ -237,20 +235,6 @@ def write_section(results: dict, args, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(section: str, path: str) -> None:
-    """Put the section in place of the one an earlier run wrote, or at the end of the file (after the other scripts'
-    sections, which keep what follows their own); the rest of the file is left as it is."""
-    report = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
-    head, marker, rest = report.partition(GPU_MARKER)
-    if marker:
-        following = NEXT_SECTION.search(rest)
-        report = head + section + ("\n" + rest[following.start() :] if following else "")
-    else:
-        report = (report.rstrip("\n") + "\n\n" if report.strip() else "") + section
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(report)
-
-
 def measuring_command(given: list[str]) -> str:
     """The command line that produced the figures, without the flags that only name output files."""
     kept, skip = [], False
@@ -300,7 +284,7 @@ def main(argv=None) -> int:
         torch.set_float32_matmul_precision("high")
     results = run(args)
     section = write_section(results, args, measuring_command(sys.argv[1:] if argv is None else argv))
-    write_report(section, args.out)
+    common.replace_section(section, args.out, GPU_MARKER)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from bench.gpu import GPU_MARKER, write_report
+from bench.common import replace_section
+from bench.gpu import GPU_MARKER
 
 GPU = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu.py")
 
@@ -31,7 +32,7 @@ def test_smoke_setting_writes_its_section_after_the_other_scripts_sections(tmp_p
         assert row["ours_tok_s"] > 0 and row["theirs_tok_s"] > 0 and 0 < row["ours_mfu"] and 0 < row["theirs_mfu"]
     # written again, the section replaces the earlier one and keeps what follows it
     out.write_text(report + "\n<!-- later: written by bench/later.py -->\n\nlater\n")
-    write_report(f"{GPU_MARKER}\n\nnew figures\n", str(out))
+    replace_section(f"{GPU_MARKER}\n\nnew figures\n", str(out), GPU_MARKER)
     assert (
         out.read_text()
         == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n<!-- later: written by bench/later.py -->\n\nlater\n"
