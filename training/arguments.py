@@ -360,10 +360,25 @@ class OptimisationArguments(Checked):
 class CheckpointArguments(Checked):
     _argument_group_name = "checkpoints and logging"
 
-    save_steps: NonNegativeInt | None = option(help=f"checkpoint every N updates; 0 disables checkpoints {PRESET_HELP}")
+    save_strategy: str = option(
+        "steps",
+        help="when to checkpoint: every --save-steps updates and after the last one (steps), or at the end of every "
+        "epoch (epoch: as fairseq's epoch checkpoints, a last epoch cut short by --max-steps is not checkpointed, so "
+        "--average-checkpoints averages whole epochs)",
+        choices=("steps", "epoch"),
+    )
+    save_steps: NonNegativeInt | None = option(
+        help=f"checkpoint every N updates with --save-strategy steps; 0 disables checkpoints {PRESET_HELP}"
+    )
     keep_checkpoints: PositiveInt = option(5, help="how many of the newest checkpoints are kept")
     resume_from: str | None = option(help="a checkpoint folder, or a run folder to continue from its newest")
     average_checkpoints: PositiveInt = option(1, help="average the last N checkpoints into the final weights")
+    tune_averaging: bool = option(
+        False,
+        help="with --average-checkpoints: score the last update's weights and the average on the validation split "
+        "(each with its best --tune-length-penalty value, when given) and keep the better for the test split and "
+        "the saved model",
+    )
     eval_steps: NonNegativeInt | None = option(help=f"greedy validation BLEU every N steps; 0 disables {PRESET_HELP}")
     log_steps: PositiveInt = option(10, help="the token rate is measured over this many updates")
     report_to: list[str] = option(
@@ -477,6 +492,10 @@ def check_outputs(args: TrainArguments) -> None:
         raise ArgumentsError("--tune-length-penalty needs beam search (--num-beams > 1); greedy search ignores it")
     if args.tune_length_penalty and args.train_file and not args.validation_file:
         raise ArgumentsError("--tune-length-penalty picks on the validation split: give --validation-file")
+    if args.tune_averaging and args.average_checkpoints == 1:
+        raise ArgumentsError("--tune-averaging compares the average with the last update: give --average-checkpoints N")
+    if args.tune_averaging and args.train_file and not args.validation_file:
+        raise ArgumentsError("--tune-averaging picks on the validation split: give --validation-file")
     if args.average_checkpoints > args.keep_checkpoints:
         raise ArgumentsError(
             f"--average-checkpoints {args.average_checkpoints} needs at least as many kept checkpoints "
@@ -505,8 +524,10 @@ def check_sizes(args: TrainArguments, preset: str, from_preset: set[str]) -> Non
             f"--cooldown-steps {args.cooldown_steps}{origin} is longer than the run (--max-steps "
             f"{args.max_steps}): give a shorter --cooldown-steps"
         )
-    if args.average_checkpoints > 1 and not args.save_steps:
-        raise ArgumentsError("--average-checkpoints needs checkpoints: set --save-steps")
+    if args.average_checkpoints > 1 and args.save_strategy == "steps" and not args.save_steps:
+        raise ArgumentsError("--average-checkpoints needs checkpoints: set --save-steps or --save-strategy epoch")
+    if args.streaming and args.save_strategy == "epoch":
+        raise ArgumentsError("--save-strategy epoch needs epochs; a --streaming run checkpoints every --save-steps")
 
 
 def tensorboard_installed() -> bool:

@@ -108,6 +108,20 @@ def loss_lines(args) -> list[str]:
     return lines
 
 
+def final_weights(args, results: dict) -> str:
+    """Which weights the model holds: the last update's, or the average of the last checkpoints (of whole epochs
+    with --save-strategy epoch), or the one of the two that --tune-averaging chose on validation."""
+    if args.average_checkpoints == 1:
+        return "the final weights are those of the last update;"
+    unit = "epoch checkpoints" if args.save_strategy == "epoch" else "checkpoints"
+    average = f"the average of the last {args.average_checkpoints} {unit}"
+    search = results.get("averaging_search")
+    if not search:
+        return f"the final weights are {average};"
+    kept = average if search["chosen"] == "average" else "those of the last update"
+    return f"the final weights are {kept}, chosen on the validation split against the other of the two;"
+
+
 def update_lines(args, results: dict) -> list[str]:
     """How the weights were updated and chosen, and how the model was evaluated."""
     length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
@@ -115,11 +129,7 @@ def update_lines(args, results: dict) -> list[str]:
         f"{optimiser(args)}, {schedule(args)};",
         f"gradient clipping at norm {args.clip_norm}; {length} ({results.get('train_steps')} updates, "
         f"{results.get('train_seconds')} s); seed {args.seed}; mixed precision: {args.mixed_precision};",
-        (
-            f"the final weights are the average of the last {args.average_checkpoints} checkpoints;"
-            if args.average_checkpoints > 1
-            else "the final weights are those of the last update;"
-        ),
+        final_weights(args, results),
         f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}"
         + (
             f", chosen on the validation split among {', '.join(map(str, args.tune_length_penalty))}"

@@ -648,7 +648,7 @@ def train(args) -> dict:
             if args.eval_steps and run.step % args.eval_steps == 0 and "validation" in run.tokenized:
                 validate(run, record)
             log_metrics(args, run.accelerator, record)
-            if args.save_steps and run.step % args.save_steps == 0:
+            if checkpoint_due(run):
                 save_run(run)
                 saved_at = run.step
             if run.step >= run.max_steps:
@@ -656,9 +656,16 @@ def train(args) -> dict:
         else:
             run.epoch, run.batches_done = run.epoch + 1, 0
     progress.close()
-    if args.save_steps and saved_at != run.step:
+    if args.save_strategy == "steps" and args.save_steps and saved_at != run.step:
         save_run(run)  # the last updates are checkpointed too, so that averaging and resuming see the final state
     return finish(run, time.time() - started)
+
+
+def checkpoint_due(run: Run) -> bool:
+    """Every --save-steps updates, or with --save-strategy epoch after an epoch's last batch."""
+    if run.args.save_strategy == "epoch":
+        return run.batches_done >= len(run.train_loader)
+    return bool(run.args.save_steps) and run.step % run.args.save_steps == 0
 
 
 def finish(run: Run, train_seconds: float) -> dict:
@@ -675,8 +682,6 @@ def finish(run: Run, train_seconds: float) -> dict:
     # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,
     # the final scores and the saved model all use the float32 weights in float32
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-    if args.average_checkpoints > 1:
-        average_last_checkpoints(args, accelerator, unwrapped)
     results = {
         "train_steps": run.step,
         "train_seconds": round(train_seconds, 1),
@@ -685,7 +690,12 @@ def finish(run: Run, train_seconds: float) -> dict:
     dropped = {**run.dropped, **run.sampler.dropped_pairs()} if run.args.streaming else run.dropped
     if dropped:
         results["dropped_pairs"] = dropped
-    results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized))
+    tuned = None  # the validation search of the weights kept, when --tune-averaging has run it
+    if args.average_checkpoints > 1 and args.tune_averaging and "validation" in tokenized:
+        results["averaging_search"], tuned = choose_averaging(args, accelerator, model, unwrapped, run)
+    elif args.average_checkpoints > 1:
+        average_last_checkpoints(args, accelerator, unwrapped)
+    results.update(final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized, tuned))
     if accelerator.is_main_process:  # the card states the length penalty the model was evaluated and saved with
         write_final_model(
             dataclasses.replace(args, length_penalty=results["length_penalty"]), unwrapped, tokenizer, results
@@ -716,11 +726,48 @@ def average_last_checkpoints(args, accelerator, unwrapped) -> None:
     accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
 
 
-def final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized) -> dict:
-    """Choose the length penalty on validation if asked, then score validation and test with beam search and print
-    the scores and a few translations."""
+def validation_search(args, accelerator, model, tokenizer, raw, tokenized) -> tuple:
+    """The validation split decoded with beam search: with --tune-length-penalty for each value, the best chosen.
+    Returns (length penalty, {alpha: BLEU} or None, (metrics, hypotheses))."""
+    if args.tune_length_penalty:
+        return tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator)
+    validation = evaluate_split(model, tokenizer, raw["validation"], tokenized["validation"], args, accelerator)
+    return args.length_penalty, None, validation
+
+
+def choose_averaging(args, accelerator, model, unwrapped, run) -> tuple[dict, tuple]:
+    """--tune-averaging: the last update's weights and the mean of the last --average-checkpoints checkpoints, each
+    scored on the validation split (BLEU, lowercased with --lowercase); the better stays loaded (a tie keeps the
+    average). Returns the comparison and the kept weights' `validation_search`."""
+    score = "bleu_lowercase" if args.lowercase else "bleu"
+    last_update = {name: value.clone() for name, value in unwrapped.state_dict().items()}
+    searches = {}
+    for name in ("last_update", "average"):
+        if name == "average":
+            average_last_checkpoints(args, accelerator, unwrapped)
+        searches[name] = validation_search(args, accelerator, model, run.tokenizer, run.raw, run.tokenized)
+        accelerator.print(f"{name.replace('_', ' ')}: validation {score} {searches[name][2][0][score]}")
+    chosen = max(("average", "last_update"), key=lambda name: searches[name][2][0][score])
+    if chosen == "last_update":
+        unwrapped.load_state_dict(last_update)
+    accelerator.print(f"Kept the {chosen.replace('_', ' ')}'s weights, chosen on the validation split.")
+    comparison = {
+        name: {f"validation_{score}": search[2][0][score], "length_penalty": search[0]}
+        for name, search in searches.items()
+    }
+    return {**comparison, "checkpoints_averaged": args.average_checkpoints, "chosen": chosen}, searches[chosen]
+
+
+def final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized, tuned: tuple | None = None) -> dict:
+    """Choose the length penalty on validation if asked (or take `tuned`, a `validation_search` already run), then
+    score validation and test with beam search and print the scores and a few translations."""
     results, validation, length_penalty = {}, None, args.length_penalty
-    if args.tune_length_penalty and "validation" in tokenized:
+    if tuned is not None:
+        length_penalty, search, validation = tuned
+        if search is not None:
+            results["length_penalty_search"] = search
+            unwrapped.generation_config.length_penalty = length_penalty
+    elif args.tune_length_penalty and "validation" in tokenized:
         length_penalty, results["length_penalty_search"], validation = tune_length_penalty(
             model, tokenizer, raw, tokenized, args, accelerator
         )

@@ -1,18 +1,23 @@
-"""The Multi30k recipe's exact configuration, trained for a few steps on a few hundred sentences."""
+"""The Multi30k recipe's exact configuration, at both budgets, trained for a few steps on a few hundred sentences."""
 
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 from transformers import AutoModelForSeq2SeqLM
 
 from .conftest import pairs, write_jsonl
 
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "training", "recipes", "multi30k.sh")
+# the recipe's flags, shortened to a few steps and a small vocabulary for the smoke test
+SHORTENED = ["--max-steps", "4", "--eval-steps", "2", "--vocab-size", "200", "--report-to", "none"]
+SHORTENED += ["--eval-batch-size", "20", "--keep-checkpoints", "2", "--average-checkpoints", "2"]
+SHORTENED += ["--tune-length-penalty", "1.0"]
 
 
-def test_multi30k_recipe_runs_its_configuration(tmp_path):
+def run_recipe(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, dict]:
     data = tmp_path / "multi30k"
     data.mkdir()
     rows = [{"translation": {"en": p["translation"]["en"], "fr": p["translation"]["de"]}} for p in pairs(range(300))]
@@ -22,44 +27,11 @@ def test_multi30k_recipe_runs_its_configuration(tmp_path):
     out = tmp_path / "run"
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "HF_HUB_OFFLINE": "1"}
-    # the recipe's flags, shortened to a few steps and a small vocabulary for the smoke test
-    done = subprocess.run(
-        [
-            "bash",
-            RECIPE,
-            str(data),
-            "fr",
-            str(out),
-            "--max-steps",
-            "4",
-            "--cooldown-steps",
-            "2",
-            "--save-steps",
-            "2",
-            "--eval-steps",
-            "2",
-            "--vocab-size",
-            "200",
-            "--report-to",
-            "none",
-            "--eval-batch-size",
-            "20",
-            "--keep-checkpoints",
-            "2",
-            "--average-checkpoints",
-            "2",
-            "--tune-length-penalty",
-            "1.0",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command = ["bash", RECIPE, str(data), "fr", str(out), *flags, *SHORTENED]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "eval_results.json").read_text())
     assert {"validation", "test", "length_penalty_search"} <= results.keys()
-    assert "Averaged the last 2 checkpoints." in done.stdout
     config = AutoModelForSeq2SeqLM.from_pretrained(out).config
     # Transformer-Tiny: 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, and 0.1 on attention weights and ReLU
     assert (
@@ -71,3 +43,33 @@ def test_multi30k_recipe_runs_its_configuration(tmp_path):
         config.dropout,
     ) == (4, 4, 128, 4, 256, 0.3)
     assert (config.attention_dropout, config.activation_dropout) == (0.1, 0.1)
+    return done, results
+
+
+def test_multi30k_recipe_runs_its_configuration(tmp_path):
+    done, results = run_recipe(tmp_path, "--cooldown-steps", "2", "--save-steps", "2")
+    assert "Averaged the last 2 checkpoints." in done.stdout
+    assert "averaging_search" not in results
+    assert "up to 2048 tokens per process" in (tmp_path / "run" / "README.md").read_text()  # 4096 an update
+
+
+@pytest.mark.parametrize("budget", ["published"])
+def test_multi30k_recipe_at_the_published_budget(tmp_path, budget):
+    """8192 tokens per update over the two processes, no cool-down, epoch checkpoints, and the average of the last
+    ones weighed against the last update on validation."""
+    done, results = run_recipe(tmp_path, "--budget", budget)
+    assert set(results["averaging_search"]) == {"last_update", "average", "checkpoints_averaged", "chosen"}
+    assert "last update: validation" in done.stdout and "average: validation" in done.stdout
+    checkpoints = sorted((tmp_path / "run" / "checkpoints").iterdir())
+    states = [json.loads((c / "trainer_state.json").read_text()) for c in checkpoints]
+    assert states and all(s["batches_in_epoch"] == s["batches_per_epoch"] for s in states)
+    rates = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rates == sorted(rates) and rates[-1] > 0  # still warming up at the last update: no cool-down to 0
+    assert "up to 4096 tokens per process" in (tmp_path / "run" / "README.md").read_text()  # 8192 an update
+
+
+def test_an_unknown_budget_is_refused(tmp_path):
+    done = subprocess.run(
+        ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run"), "--budget", "huge"], text=True, capture_output=True
+    )
+    assert done.returncode == 2 and "--budget huge: expected recipe or published" in done.stderr

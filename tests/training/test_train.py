@@ -185,6 +185,98 @@ def test_checkpoint_averaging(tmp_path, data_files):
         torch.testing.assert_close(final[key], value)
 
 
+DIGITS = {"en": "zero one two three four five six seven eight nine".split()}
+DIGITS["de"] = "null eins zwei drei vier fünf sechs sieben acht neun".split()
+
+
+def digit_sequences(seed: int, count: int) -> list[dict]:
+    """Sequences of 3-6 digit words and their German words: multi-word sentences, so that BLEU tells models apart."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(count):
+        digits = torch.randint(10, (int(torch.randint(3, 7, (1,), generator=generator)),), generator=generator)
+        rows.append({"translation": {lang: " ".join(words[d] for d in digits) for lang, words in DIGITS.items()}})
+    return rows
+
+
+def epoch_run_flags(train_file) -> list[str]:
+    # 7 batches of at most 256 tokens an epoch: 120 updates end in the middle of the 18th epoch
+    return [
+        "--train-file",
+        str(train_file),
+        "--max-steps",
+        "120",
+        "--max-tokens",
+        "256",
+        "--lr",
+        "1e-2",
+        "--warmup-steps",
+        "5",
+        "--save-strategy",
+        "epoch",
+        "--keep-checkpoints",
+        "3",
+        "--eval-steps",
+        "0",
+        *TINY_MODEL_FLAGS,
+    ]
+
+
+def test_epoch_checkpoints_end_whole_epochs_and_average_them(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", digit_sequences(0, 300))
+    out = tmp_path / "run"
+    flags = ["--validation-file", str(write_jsonl(tmp_path / "validation.jsonl", digit_sequences(1, 16)))]
+    assert main(["train", *epoch_run_flags(train), *flags, "--output-dir", str(out), "--average-checkpoints", "3"]) == 0
+    paths = list_checkpoints(str(out))
+    states = [json.loads(open(os.path.join(p, "trainer_state.json")).read()) for p in paths]
+    # each checkpoint closes an epoch; the last updates, past the last whole epoch, are not checkpointed
+    assert all(s["batches_in_epoch"] == s["batches_per_epoch"] for s in states)
+    epoch = states[0]["batches_per_epoch"]
+    assert [s["step"] for s in states] == [epoch * n for n in range(120 // epoch - 2, 120 // epoch + 1)]
+    assert 120 % epoch  # the run ends inside an epoch
+    final = AutoModelForSeq2SeqLM.from_pretrained(out).state_dict()
+    for key, value in average_checkpoints(paths).items():
+        torch.testing.assert_close(final[key], value)
+    assert "the average of the last 3 epoch checkpoints" in (out / "README.md").read_text()
+    # a run resumed from an epoch checkpoint goes on with the next epoch, with the same losses and weights
+    first = losses(out)
+    resume = ["--resume-from", paths[1], "--average-checkpoints", "3"]
+    assert main(["train", *epoch_run_flags(train), *flags, "--output-dir", str(out), *resume]) == 0
+    second = losses(out)
+    assert [second[step] for step in range(states[1]["step"] + 1, 121)] == [
+        first[step] for step in range(states[1]["step"] + 1, 121)
+    ]
+    torch.testing.assert_close(AutoModelForSeq2SeqLM.from_pretrained(out).state_dict(), final)
+
+
+def test_tune_averaging_keeps_the_weights_that_score_higher_on_validation(tmp_path, capsys):
+    """The validation references are the last update's own translations, as the run printed them: the last update
+    scores BLEU 100 on them, so it must be kept over the average of the last 3 epochs (which translates differently),
+    and the choice shows in the results and the card."""
+    train = write_jsonl(tmp_path / "train.jsonl", digit_sequences(0, 300))
+    validation = digit_sequences(1, 16)
+    first = tmp_path / "first"
+    flags = [*epoch_run_flags(train), "--show-samples", "16"]
+    original = ["--validation-file", str(write_jsonl(tmp_path / "original.jsonl", validation))]
+    capsys.readouterr()
+    assert main(["train", *flags, *original, "--output-dir", str(first)]) == 0
+    own = [line.removeprefix("    -> ") for line in capsys.readouterr().out.splitlines() if line.startswith("    -> ")]
+    for row, hypothesis in zip(validation, own, strict=True):
+        row["translation"]["de"] = hypothesis
+    out = tmp_path / "run"
+    validation_file = write_jsonl(tmp_path / "validation.jsonl", validation)
+    tuned = ["--validation-file", str(validation_file), "--average-checkpoints", "3", "--tune-averaging"]
+    assert main(["train", *flags, *tuned, "--output-dir", str(out)]) == 0
+    search = json.loads((out / "eval_results.json").read_text())["averaging_search"]
+    assert search["last_update"]["validation_bleu"] == 100.0 > search["average"]["validation_bleu"]
+    assert search["chosen"] == "last_update"
+    kept = AutoModelForSeq2SeqLM.from_pretrained(out).state_dict()
+    for key, value in AutoModelForSeq2SeqLM.from_pretrained(first).state_dict().items():
+        torch.testing.assert_close(kept[key], value)  # the same seed and data, so the same last update
+    card = (out / "README.md").read_text()
+    assert "the final weights are those of the last update, chosen on the validation split" in card
+
+
 def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, capsys):
     out = tmp_path / "run"
     assert (
@@ -371,6 +463,16 @@ def test_word_dropout_changes_what_the_model_sees_in_training_only(tmp_path, dat
             f"--cooldown-steps {PRESETS['tiny'].cooldown_steps} (set by --preset tiny) is longer",
         ),
         (["--average-checkpoints", "9"], "--average-checkpoints 9 needs at least as many kept checkpoints"),
+        (["--tune-averaging"], "--tune-averaging compares the average with the last update"),
+        (
+            ["--train-file", "t.jsonl", "--average-checkpoints", "2", "--tune-averaging"],
+            "--tune-averaging picks on the validation split: give --validation-file",
+        ),
+        (
+            ["--train-file", "t.jsonl", "--streaming", "--max-steps", "9", "--save-strategy", "epoch"],
+            "--save-strategy epoch needs epochs",
+        ),
+        (["--save-strategy", "month"], "--save-strategy: invalid choice"),
         (["--tune-length-penalty", "0.6", "--num-beams", "1"], "--tune-length-penalty needs beam search"),
         (["--train-file", "t.jsonl", "--tune-length-penalty", "0.6"], "give --validation-file"),
     ],
