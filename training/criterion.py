@@ -10,7 +10,7 @@ COMPILE_BACKEND = "inductor"  # torch.compile's code generator for --compile
 
 
 def label_smoothed_nll_loss(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100, in_place: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Summed over the non-ignored target tokens.
 
@@ -18,8 +18,9 @@ def label_smoothed_nll_loss(
     loss = (1 - epsilon) * NLL(reference) + epsilon * mean over the vocabulary of -log p.
 
     Returns (smoothed loss sum, plain NLL sum, number of target tokens); divide by the token count to normalise.
+    `in_place`: the backward pass writes the logits' gradient over them (for a caller that drops the logits).
     """
-    nll, uniform = token_cross_entropy(logits, labels, ignore_index)
+    nll, uniform = token_cross_entropy(logits, labels, ignore_index, in_place)
     nll_sum, smooth_sum = nll.sum(), uniform.sum()
     loss = (1.0 - epsilon) * nll_sum + epsilon * smooth_sum
     return loss, nll_sum, (labels != ignore_index).sum()
@@ -60,6 +61,9 @@ class TranslationCriterion:
     ):
         self.label_smoothing, self.rdrop_alpha, self.word_dropout = label_smoothing, rdrop_alpha, word_dropout
         self.unk_token_id, self.special_ids = unk_token_id, special_ids
+        # the backward pass writes the logits' gradient over them, except under torch.compile, whose graphs take no
+        # mutation of a tensor saved for the backward pass (and which plans the memory of its backward itself)
+        self.in_place = not compile
         if compile:  # --compile: only the training step's forward and loss; the model itself (saved, evaluated) is not
             self.forward_loss = torch.compile(self.forward_loss, backend=COMPILE_BACKEND)
 
@@ -105,6 +109,8 @@ class TranslationCriterion:
 
     def forward_loss(self, model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The forward pass and its label-smoothed loss: (logits, loss sum, NLL sum, target tokens). With
-        --compile this runs under torch.compile, which also compiles its backward pass."""
+        --compile this runs under torch.compile, which also compiles its backward pass. The logits are the
+        criterion's own, read before the backward pass only: their gradient is written over them (see
+        `self.in_place`)."""
         logits = model(**inputs, use_cache=False).logits
-        return (logits, *label_smoothed_nll_loss(logits, labels, self.label_smoothing))
+        return (logits, *label_smoothed_nll_loss(logits, labels, self.label_smoothing, in_place=self.in_place))

@@ -1,9 +1,9 @@
 """Data, always through the `datasets` library: loading, checking, tokenising, and token-count batching."""
 
 import array
+import ctypes
 import json
 import os
-import pickle
 import random
 import sys
 from collections.abc import Iterator
@@ -289,15 +289,32 @@ def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_
     return datasets.DatasetDict(kept), dropped
 
 
-def remapped(splits: datasets.DatasetDict) -> datasets.DatasetDict:
-    """The same splits on fresh memory maps of their Arrow files. Reading a whole column (the checks above, the BPE's
-    sample) leaves its pages resident in this process's map of the file, where they count as the process's memory
-    until the kernel reclaims them; a new map starts with none. The round trip is the datasets library's own
-    pickling, by which a dataset reaches worker processes: it re-opens the cache files and copies no rows (splits
-    held in memory are left as they are)."""
-    return datasets.DatasetDict(
-        {name: pickle.loads(pickle.dumps(split)) if split.cache_files else split for name, split in splits.items()}
-    )
+MADV_DONTNEED = 4  # from <sys/mman.h> (Linux)
+
+
+def release_file_pages(splits: datasets.DatasetDict) -> int:
+    """Drop from this process's page tables the pages of the splits' Arrow files that earlier reads left mapped;
+    returns the bytes of mapping released. The datasets library reads its files through read-only memory maps, and a
+    pass over a whole column (the checks, the BPE's sample, the pairs' lengths) leaves nearly every page of the file
+    resident there: the kernel reads ahead around each page touched, and opening an Arrow stream walks every record
+    batch. Those pages count as the process's memory until the kernel reclaims them. `madvise(MADV_DONTNEED)` on a
+    read-only file mapping only unmaps them: the data stays in the page cache and a later read maps it again. On
+    other systems than Linux, nothing is done."""
+    paths = {os.path.realpath(entry["filename"]) for split in splits.values() for entry in split.cache_files}
+    if not paths or not os.path.exists("/proc/self/maps"):
+        return 0
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    released = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)  # address range, permissions, offset, device, inode, path
+            if len(fields) < 6 or "w" in fields[1] or fields[5].rstrip("\n") not in paths:
+                continue
+            start, end = (int(address, 16) for address in fields[0].split("-"))
+            if madvise(start, end - start, MADV_DONTNEED) == 0:
+                released += end - start
+    return released
 
 
 def within_length_limits(source_lengths, target_lengths, args):

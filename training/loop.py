@@ -43,7 +43,7 @@ from .data import (
     TrainingRows,
     load_pairs,
     make_collator,
-    remapped,
+    release_file_pages,
     tokenize_datasets,
     trained_positions,
 )
@@ -93,6 +93,17 @@ def keep_freed_memory_mapped() -> bool:
     return all(
         mallopt(option, value) for option, value in ((m_mmap_max, 0), (m_trim_threshold, 2**31 - 1), (m_arena_max, 1))
     )
+
+
+def trim_freed_memory() -> bool:
+    """Give the kernel back the heap memory that preparing the data used and freed (the BPE's sample and its
+    training, the checks' arrays); returns whether glibc did. Once `keep_freed_memory_mapped` has turned glibc's own
+    trimming off, that memory would stay with the process beside the training steps' own, which do not reuse most of
+    it. Elsewhere than glibc, nothing is done."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 def flush_denormals() -> bool:
@@ -393,9 +404,12 @@ def prepare_data(args, accelerator) -> tuple:
     tokenizer = build_tokenizer(
         args, bpe_corpus(args, raw, train_stream_source(args) if args.streaming else None), accelerator
     )
-    raw = remapped(raw)  # the pages that the checks and the BPE's sample read no longer count in this process
+    release_file_pages(raw)  # the pages that the checks and the BPE's sample read no longer count here
     with accelerator.main_process_first():
         tokenized, rows = tokenize_datasets(raw, tokenizer, args)
+    # again after tokenising, which opened the text's files anew, and the pairs' lengths, read from every record batch
+    release_file_pages(raw)
+    release_file_pages(tokenized)
     dropped = {"empty_side": {split: count for split, count in empty.items() if count}}
     dropped["too_long"] = {"train": rows.dropped} if rows and rows.dropped else {}
     return raw, tokenizer, tokenized, rows, {reason: counts for reason, counts in dropped.items() if counts}
@@ -405,6 +419,7 @@ def setup_run(args) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
     accelerator, resume_checkpoint, resume_state = start_accelerator(args)
     raw, tokenizer, tokenized, rows, dropped = prepare_data(args, accelerator)
+    trim_freed_memory()
     model = build_model(args, tokenizer)
     train_data, sampler, train_loader = training_loader(args, raw, tokenized, rows, tokenizer, model, accelerator)
     train_loader.pin_memory = accelerator.device.type == "cuda"  # page-locked batches, for non-blocking copies

@@ -163,19 +163,28 @@ def flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1])), offsets
 
 
+def joined(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """`flat` pieces, (ids, offsets) each, end to end as one."""
+    if not pieces:
+        return flat([])
+    lengths = np.concatenate([np.diff(offsets) for _, offsets in pieces])
+    return np.concatenate([ids for ids, _ in pieces]), np.concatenate(([0], np.cumsum(lengths)))
+
+
 def tokenize_pool(sources: list[str], targets: list[str], tokenizer, args) -> tuple[Pool, int]:
     """The pool of these pairs within --max-source-length / --max-target-length tokens, and how many were longer.
-    The tokenizer encodes a chunk at a time, which a fast tokenizer spreads over the cores."""
-    parts, too_long = [], 0
+    The tokenizer encodes a chunk at a time, which a fast tokenizer spreads over the cores; each chunk's ids go into
+    flat arrays at once, so that only one chunk is ever held as Python lists of ints (a whole pool's would take
+    about 36 bytes a token)."""
+    source_parts, target_parts, too_long = [], [], 0
     for start in range(0, len(sources), 2 * CHUNK):
         encoded = tokenizer(sources[start : start + 2 * CHUNK], text_target=targets[start : start + 2 * CHUNK])
         source_ids, target_ids = encoded["input_ids"], encoded["labels"]
-        keep = within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), args)
-        too_long += int(len(keep) - keep.sum())
-        parts.append(([source_ids[i] for i in np.flatnonzero(keep)], [target_ids[i] for i in np.flatnonzero(keep)]))
-    source_ids, source_offsets = flat([ids for part in parts for ids in part[0]])
-    target_ids, target_offsets = flat([ids for part in parts for ids in part[1]])
-    return Pool(source_ids, source_offsets, target_ids, target_offsets), too_long
+        keep = np.flatnonzero(within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), args))
+        too_long += len(source_ids) - len(keep)
+        source_parts.append(flat([source_ids[i] for i in keep]))
+        target_parts.append(flat([target_ids[i] for i in keep]))
+    return Pool(*joined(source_parts), *joined(target_parts)), too_long
 
 
 def pool_batches(pool: Pool, max_tokens: int, rng: np.random.Generator, replicas: int) -> list[np.ndarray]:

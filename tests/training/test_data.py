@@ -1,5 +1,6 @@
 import collections
 import json
+import os
 
 import datasets
 import pandas as pd
@@ -17,7 +18,7 @@ from vanilla_transformer.training.data import (
     load_files,
     load_pairs,
     load_raw_datasets,
-    remapped,
+    release_file_pages,
     tokenize_datasets,
 )
 from vanilla_transformer.training.tasks.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
@@ -380,16 +381,30 @@ def test_evaluation_refuses_a_pair_without_text_instead_of_scoring_fewer_pairs(t
         load_pairs(data_args(test_file=str(path)), require_train=False)
 
 
-def test_remapped_splits_hold_the_same_rows_on_the_same_files(tmp_path):
-    files = {
-        "train": str(write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 160)))),
-        "validation": None,
-        "test": None,
-    }
+def resident_kib(path: str) -> int:
+    """KiB of `path` mapped and resident in this process (its mappings' Rss lines in /proc/self/smaps)."""
+    total, current = 0, None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if not fields[0].endswith(":"):  # a mapping's header: address range, permissions, ..., path
+                current = fields[5] if len(fields) > 5 else None
+            elif fields[0] == "Rss:" and current == path:
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_released_file_pages_leave_the_process_and_the_rows_read_the_same(tmp_path):
+    rows = [
+        {"translation": {"en": f"a sentence number {i} " * 4, "de": f"ein Satz Nummer {i} " * 4}} for i in range(50_000)
+    ]
+    files = {"train": str(write_jsonl(tmp_path / "train.jsonl", rows)), "validation": None, "test": None}
     raw = load_files(files, "en", "de")
-    raw = datasets.DatasetDict({"train": raw["train"].select(range(0, 60, 2))})  # with an indices mapping
-    again = remapped(raw)
-    assert again["train"].cache_files == raw["train"].cache_files
-    expected = [row["translation"] for row in pairs(range(100, 160, 2))]
-    assert list(again["train"]["translation"]) == list(raw["train"]["translation"]) == expected
-    assert again["train"].data is not raw["train"].data  # a table of its own, mapped anew
+    path = os.path.realpath(raw["train"].cache_files[0]["filename"])
+    raw["train"].data.column("translation").combine_chunks()  # a pass over the whole column, as the checks make
+    assert resident_kib(path) > os.path.getsize(path) // 2048  # more than half the file is resident
+    assert release_file_pages(raw) > 0
+    assert resident_kib(path) == 0
+    assert raw["train"][49_999]["translation"] == rows[49_999]["translation"]  # read again from the page cache
+    assert 0 < resident_kib(path) < os.path.getsize(path) // 1024

@@ -103,6 +103,30 @@ def test_fused_loss_and_gradient_match_the_textbook_computation(epsilon, rows_pe
     assert torch.autograd.gradcheck(lambda z: label_smoothed_nll_loss(z, small_labels, epsilon)[0], (small_logits,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_in_place_backward_gives_the_same_gradients_and_leaves_them_in_the_logits(dtype, monkeypatch):
+    """The training criterion's backward pass writes the logits' gradient over the logits (one tensor of their size
+    fewer at the start of the backward pass): the weights below the logits get the same gradients, to the bit."""
+    monkeypatch.setattr(kernels_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", 7 * 53)
+    torch.manual_seed(3)
+    hidden, weight = torch.randn(30, 16, dtype=dtype), torch.randn(53, 16, dtype=dtype)
+    labels = torch.randint(0, 53, (30,))
+    labels[::5] = -100
+    gradients = {}
+    for in_place in (False, True):
+        leaves = (hidden.clone().requires_grad_(), weight.clone().requires_grad_())
+        logits = leaves[0] @ leaves[1].T  # (tokens, vocab), the output projection of §3.4
+        loss, _, _ = label_smoothed_nll_loss(logits, labels, 0.1, in_place=in_place)
+        loss.backward()
+        gradients[in_place] = [leaf.grad for leaf in leaves]
+        if in_place:
+            held = logits.detach()
+    for separate, overwritten in zip(gradients[False], gradients[True]):
+        assert torch.equal(separate, overwritten)
+    # what the logits hold afterwards is their gradient: the gradient of the weight is computed from it
+    torch.testing.assert_close(held.T.float() @ hidden.float(), gradients[True][1].float(), rtol=2e-2, atol=2e-2)
+
+
 def test_bfloat16_logits_are_scored_in_float32_a_chunk_at_a_time(monkeypatch):
     monkeypatch.setattr(kernels_vanilla_transformer, "CROSS_ENTROPY_CHUNK_ELEMENTS", 7 * 53)
     torch.manual_seed(2)
