@@ -73,3 +73,10 @@ def test_an_unknown_budget_is_refused(tmp_path):
         ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run"), "--budget", "huge"], text=True, capture_output=True
     )
     assert done.returncode == 2 and "--budget huge: expected recipe or published" in done.stderr
+
+
+def test_an_unknown_device_is_refused(tmp_path):
+    env = {**os.environ, "DEVICE": "tpu"}
+    command = ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run")]
+    done = subprocess.run(command, text=True, capture_output=True, env=env)
+    assert done.returncode == 2 and "DEVICE=tpu: expected cpu or cuda" in done.stderr

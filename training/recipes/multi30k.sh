@@ -15,7 +15,8 @@
 #
 # The run uses the whole machine: NPROC processes (default 2, one per core) of one thread each, data-parallel, with
 # --max-tokens 4096/NPROC per process so that every update sees 4096 tokens, 8192 with --budget published (about
-# 0.55 s per 4096-token update on 2 CPU cores; one process with two threads is about as fast).
+# 0.55 s per 4096-token update on 2 CPU cores; one process with two threads is about as fast). With DEVICE=cuda it
+# trains on the GPU instead: NPROC processes (default 1), one GPU each, the same tokens per update.
 #
 # DATA_DIR holds train.jsonl, validation.jsonl and test_2016_flickr.jsonl in the datasets translation schema.
 # The model is chosen on the validation split only: with the default budget the weights of the last update (the
@@ -26,7 +27,12 @@ DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget recipe|pu
 TGT=${2:?target language: de or fr}
 OUT=${3:?output folder}
 shift 3
-NPROC=${NPROC:-2}
+DEVICE=${DEVICE:-cpu}
+case "$DEVICE" in
+  cpu) NPROC=${NPROC:-2}; DEVICE_FLAGS=(--cpu); export OMP_NUM_THREADS=1 ;;
+  cuda) NPROC=${NPROC:-1}; DEVICE_FLAGS=() ;;
+  *) echo "multi30k.sh: DEVICE=$DEVICE: expected cpu or cuda" >&2; exit 2 ;;
+esac
 BUDGET=recipe
 if [[ "${1:-}" == "--budget" ]]; then
   BUDGET=${2:?--budget: recipe or published}
@@ -38,8 +44,7 @@ case "$BUDGET" in
     --save-strategy epoch --keep-checkpoints 10 --average-checkpoints 10 --tune-averaging) ;;
   *) echo "multi30k.sh: --budget $BUDGET: expected recipe or published" >&2; exit 2 ;;
 esac
-export OMP_NUM_THREADS=1
-torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.cli train --cpu \
+torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.cli train "${DEVICE_FLAGS[@]}" \
   --train-file "$DATA/train.jsonl" \
   --validation-file "$DATA/validation.jsonl" \
   --test-file "$DATA/test_2016_flickr.jsonl" \
