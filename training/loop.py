@@ -716,7 +716,7 @@ def finish(run: Run, train_seconds: float) -> dict:
             dataclasses.replace(args, length_penalty=results["length_penalty"]), unwrapped, tokenizer, results
         )
     accelerator.wait_for_everyone()
-    accelerator.end_training()
+    end_process_group(accelerator)
     accelerator.print(f"Model, tokenizer and results written to {args.output_dir}")
     if args.push_to_hub and accelerator.is_main_process:
         commit = upload_folder(
@@ -728,6 +728,20 @@ def finish(run: Run, train_seconds: float) -> dict:
         )
         accelerator.print(f"Uploaded to the Hub: {getattr(commit, 'commit_url', args.hub_model_id)}")
     return results
+
+
+def end_process_group(accelerator) -> None:
+    """End the trackers and the process group after the last collective (`accelerator.end_training`).
+
+    The gloo backend releases each finished collective on its own worker thread, which takes the GIL to free the
+    work's tensors. The group itself is freed later, when the last Python object holding it (the wrapped model's
+    Reducer) goes, and its destructor joins that thread while holding the GIL: if the thread is still freeing the
+    last barrier's work at that moment, neither ever returns (a finished run that never exits, its main thread in
+    ~ProcessGroupGloo and the worker in gil_scoped_acquire). A short sleep, which lets go of the GIL, lets the worker
+    finish first."""
+    if accelerator.num_processes > 1:
+        time.sleep(0.1)
+    accelerator.end_training()
 
 
 def average_last_checkpoints(args, accelerator, unwrapped) -> None:
