@@ -70,6 +70,26 @@ def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGe
     return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
 
 
+def greedy_steps(model, batch: dict, first_token: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The logits, (batch, 1, vocab), of `steps` greedy decoding steps from `first_token`, one token at a time
+    through the cache, after the encoder once."""
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(batch["input_ids"], batch["attention_mask"])
+        token, cache, logits = first_token, None, []
+        for _ in range(steps):
+            out = model(
+                attention_mask=batch["attention_mask"],
+                encoder_outputs=encoder_outputs,
+                decoder_input_ids=token,
+                cache=cache,
+                use_cache=True,
+            )
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            logits.append(out.logits[:, -1:])
+            token = out.logits[:, -1:].argmax(-1)
+    return logits
+
+
 @pytest.fixture
 def model():
     return tiny_model()

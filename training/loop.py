@@ -791,16 +791,13 @@ def final_scores(args, accelerator, model, unwrapped, tokenizer, raw, tokenized,
     """Choose the length penalty on validation if asked (or take `tuned`, a `validation_search` already run), then
     score validation and test with beam search and print the scores and a few translations."""
     results, validation, length_penalty = {}, None, args.length_penalty
+    if tuned is None and args.tune_length_penalty and "validation" in tokenized:
+        tuned = validation_search(args, accelerator, model, tokenizer, raw, tokenized)
     if tuned is not None:
         length_penalty, search, validation = tuned
         if search is not None:
             results["length_penalty_search"] = search
-            unwrapped.generation_config.length_penalty = length_penalty
-    elif args.tune_length_penalty and "validation" in tokenized:
-        length_penalty, results["length_penalty_search"], validation = tune_length_penalty(
-            model, tokenizer, raw, tokenized, args, accelerator
-        )
-        unwrapped.generation_config.length_penalty = length_penalty  # the test split and the saved model use it
+            unwrapped.generation_config.length_penalty = length_penalty  # the test split and the saved model use it
     results["length_penalty"] = length_penalty
     samples = []
     for split in ("validation", "test"):

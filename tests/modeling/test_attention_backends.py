@@ -9,7 +9,7 @@ import torch
 from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
 from vanilla_transformer.modeling.modeling_vanilla_transformer import source_mask, target_mask
 
-from tests.conftest import tiny_model
+from tests.conftest import greedy_steps, tiny_model
 
 
 def fused_backends(device: str) -> list[str]:
@@ -49,22 +49,7 @@ def pair_of_models(implementation: str, device: str, dtype=torch.float32):
 
 def decode_with_cache(model, batch: dict, steps: int) -> torch.Tensor:
     """Logits of `steps` decoding steps, one token at a time through the cache, greedy."""
-    with torch.no_grad():
-        encoder_outputs = model.get_encoder()(batch["input_ids"], batch["attention_mask"])
-        token = batch["decoder_input_ids"][:, :1]
-        cache, logits = None, []
-        for _ in range(steps):
-            out = model(
-                attention_mask=batch["attention_mask"],
-                encoder_outputs=encoder_outputs,
-                decoder_input_ids=token,
-                cache=cache,
-                use_cache=True,
-            )
-            cache = out.cache if hasattr(out, "cache") and out.cache is not None else out.past_key_values
-            logits.append(out.logits[:, -1])
-            token = out.logits[:, -1:].argmax(-1)
-    return torch.stack(logits, dim=1)
+    return torch.cat(greedy_steps(model, batch, batch["decoder_input_ids"][:, :1], steps), dim=1)
 
 
 def assert_same_outputs(eager, other, batch: dict, atol: float) -> None:

@@ -6,7 +6,7 @@ about bad inputs stay where reading is free, on the CPU."""
 import pytest
 import torch
 
-from tests.conftest import tiny_model
+from tests.conftest import greedy_steps, tiny_model
 
 
 def padded_batch(device: str) -> dict:
@@ -19,22 +19,9 @@ def padded_batch(device: str) -> dict:
 
 
 def decoding_steps(model, batch: dict, steps: int) -> torch.Tensor:
-    """The encoder once, then `steps` decoding steps of one token each through the cache."""
-    with torch.no_grad():
-        encoder_outputs = model.get_encoder()(batch["input_ids"], batch["attention_mask"])
-        token = torch.full((batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id)
-        token, cache = token.to(batch["input_ids"].device), None
-        for _ in range(steps):
-            out = model(
-                attention_mask=batch["attention_mask"],
-                encoder_outputs=encoder_outputs,
-                decoder_input_ids=token,
-                cache=cache,
-                use_cache=True,
-            )
-            cache = getattr(out, "cache", None) or out.past_key_values
-            token = out.logits[:, -1:].argmax(-1)
-    return out.logits
+    """The encoder once, then `steps` decoding steps of one token each through the cache; the last step's logits."""
+    start = torch.full((batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id)
+    return greedy_steps(model, batch, start.to(batch["input_ids"].device), steps)[-1]
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])

@@ -20,8 +20,8 @@
 #
 # DATA_DIR holds train.jsonl, validation.jsonl and test_2016_flickr.jsonl in the datasets translation schema.
 # The model is chosen on the validation split only: with the default budget the weights of the last update (the
-# learning rate cools down to 0, and on validation they beat the average of the last 4 or 8 checkpoints), then the length penalty with the best
-# validation BLEU; test_2016_flickr is decoded once, with beam 5, at the end.
+# learning rate cools down to 0, and on validation they beat the average of the last 4 or 8 checkpoints), then the
+# length penalty with the best validation BLEU; test_2016_flickr is decoded once, with beam 5, at the end.
 set -euo pipefail
 DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget recipe|published] [extra train flags]}
 TGT=${2:?target language: de or fr}
