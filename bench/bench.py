@@ -550,19 +550,6 @@ def profile_lines(results: dict) -> list[str]:
     ]
 
 
-def measuring_command(argv: list[str]) -> str:
-    """The command line that produced the figures, without the flags that only name output files."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--json", "--out", "--plot"):
-            skip = True
-        elif not arg.startswith(("--json=", "--out=", "--plot=")):
-            kept.append(arg)
-    return " ".join(["python bench/bench.py", *kept])
-
-
 def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repeats")
@@ -617,7 +604,8 @@ def main(argv=None) -> int:
             results = json.load(handle)
     else:
         results = run(args)
-        results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
+        given = sys.argv[1:] if argv is None else argv
+        results["command"] = common.measuring_command("bench.py", given, files=("--json", "--out", "--plot"))
     markdown = write_markdown(results, args, results.get("command", "python bench/bench.py"))
     write_report(markdown, args.out)
     if args.json:

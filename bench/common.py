@@ -1,5 +1,6 @@
 """What the benchmark scripts share: the model sizes and batches, the two models built at identical dimensions, a
-fixed-length `generate()` call, the process's memory and the machine's CPU name.
+fixed-length `generate()` call, the process's memory, the machine's CPU name, the measuring command line and the
+report's sections.
 
 A script run as `python bench/SCRIPT.py` has this folder on sys.path and imports this module as `common`; imported as
 part of the `bench` package (as the tests do) it is `bench.common`. Only the standard library is imported here at
@@ -11,6 +12,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 
 # model shapes: the embedded number task, Transformer-Tiny for Multi30k, and the paper's base model
 SIZES = {
@@ -158,6 +160,25 @@ def kept_from(report: str, *markers: str) -> str:
     """`report` from the first of `markers` it holds on, "" if none: the later scripts' sections a rewrite keeps."""
     starts = [report.find(marker) for marker in markers if marker in report]
     return report[min(starts) :] if starts else ""
+
+
+def measuring_command(script: str, given: list[str], files=("--out", "--json"), folders=(), switches=()) -> str:
+    """The command line that produced the figures: without the flags that only name this machine's output files
+    (`files`, each with its value, and `switches`), and with each of `folders`' value written as DIR."""
+    kept, skip = [], None
+    for arg in given:
+        name, equals, _ = arg.partition("=")
+        if skip:
+            kept += ["DIR"] if skip in folders else []
+            skip = None
+        elif name in folders:
+            kept.append(f"{name}=DIR" if equals else name)
+            skip = None if equals else name
+        elif name in files:
+            skip = None if equals else name
+        elif arg not in switches:
+            kept.append(arg)
+    return shlex.join(["python", f"bench/{script}", *kept])
 
 
 def cpu_name() -> str:

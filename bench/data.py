@@ -452,24 +452,6 @@ def target_lines(results: dict) -> list[str]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def measuring_command(given: list[str]) -> str:
-    """The command line that produced the figures: without the flags that only concern files and folders of this
-    machine (--out, --json, --work, --keep), and with --multi30k's folder as DIR."""
-    kept, skip = [], None
-    for arg in given:
-        if skip:
-            kept += ["DIR"] if skip == "--multi30k" else []
-            skip = None
-        elif arg in ("--out", "--json", "--work", "--multi30k"):
-            skip = arg
-            kept += [arg] if arg == "--multi30k" else []
-        elif arg.startswith("--multi30k="):
-            kept.append("--multi30k=DIR")
-        elif arg != "--keep" and not arg.startswith(("--out=", "--json=", "--work=")):
-            kept.append(arg)
-    return shlex.join(["python", "bench/data.py", *kept])
-
-
 def machine() -> str:
     cores = os.cpu_count()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
@@ -524,7 +506,8 @@ def main(argv=None) -> int:
             work = args.work or temporary
             os.makedirs(work, exist_ok=True)
             results = run(args, work)
-        results["command"] = measuring_command(sys.argv[1:] if argv is None else argv)
+        given, files = sys.argv[1:] if argv is None else argv, ("--out", "--json", "--work")
+        results["command"] = common.measuring_command("data.py", given, files, ["--multi30k"], ["--keep"])
         results.update(train_args=args.train_args, machine=machine(), versions=versions())
     section = write_section(results)
     common.replace_section(section, args.out, common.DATA_MARKER)

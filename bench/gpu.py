@@ -235,19 +235,6 @@ def write_section(results: dict, args, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measuring_command(given: list[str]) -> str:
-    """The command line that produced the figures, without the flags that only name output files."""
-    kept, skip = [], False
-    for arg in given:
-        if skip:
-            skip = False
-        elif arg in ("--out", "--json"):
-            skip = True
-        else:
-            kept.append(arg)
-    return " ".join(["python bench/gpu.py", *kept])
-
-
 def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -283,7 +270,7 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda"):  # as `vanilla-transformer train` on CUDA
         torch.set_float32_matmul_precision("high")
     results = run(args)
-    section = write_section(results, args, measuring_command(sys.argv[1:] if argv is None else argv))
+    section = write_section(results, args, common.measuring_command("gpu.py", sys.argv[1:] if argv is None else argv))
     common.replace_section(section, args.out, GPU_MARKER)
     if args.json:
         with open(args.json, "w") as handle:

@@ -336,12 +336,6 @@ def run(args) -> dict:
     return results
 
 
-def measuring_command(given: list[str]) -> str:
-    """The command line that produced the figures, without --out and the file it names."""
-    kept = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]
-    return " ".join(["python bench/serving.py", *kept])
-
-
 def write_report(section: str, path: str) -> None:
     """Put the section at the end of the report in `path`, in place of the one an earlier run wrote there, before
     bench/data.py's section if the file holds one."""
@@ -362,7 +356,8 @@ def main(argv=None) -> int:
     if "marian-generate" not in args.engines:
         parser.error("--engines must include marian-generate, the reference of the ratios")
     results = run(args)
-    section = write_section(results, measuring_command(argv if argv is not None else sys.argv[1:]))
+    command = common.measuring_command("serving.py", sys.argv[1:] if argv is None else argv, files=("--out",))
+    section = write_section(results, command)
     write_report(section, args.out)
     print(section)
     return 0
