@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every GPU check in one command, for a CUDA machine that has torch, transformers and accelerate but may lack the
+# rest and may have no network: the `gpu`-marked tests, then bench/gpu.py.
+#
+#   bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]
+#
+# Wheels in .whl/ (packages the machine lacks, e.g. datasets and its pyarrow) are installed first, into a folder put
+# on PYTHONPATH; the project is installed editable, without build isolation or an index. OUT receives the machine's
+# description (machine.txt), each step's log, bench/gpu.py's raw results (gpu.json) and a copy of BENCHMARKS.md with
+# the GPU section written in. Both steps run even if the first fails; the exit status is non-zero if either failed.
+set -uo pipefail
+out=${1:?usage: bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]}
+shift
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+python=${PYTHON:-python3}
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+    site=$(mktemp -d)
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl || exit 1
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+
+{
+    nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+    "$python" - <<'EOF'
+import platform, accelerate, torch, transformers
+cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+print(f"{cuda}; torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
+      f"accelerate {accelerate.__version__}, Python {platform.python_version()}")
+EOF
+} > "$out/machine.txt"
+tail -n 1 "$out/machine.txt"
+
+"$python" -m pytest -q -m gpu -p no:cacheprovider tests/modeling tests/training 2>&1 | tee "$out/gpu-tests.log"
+tests=$?
+
+cp BENCHMARKS.md "$out/BENCHMARKS.md"
+"$python" bench/gpu.py --out "$out/BENCHMARKS.md" --json "$out/gpu.json" "$@" 2>&1 | tee "$out/gpu-bench.log"
+bench=$?
+
+echo "gpu-marked tests: exit status $tests; bench/gpu.py: exit status $bench"
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]
