@@ -4,10 +4,12 @@
 #
 #   bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]
 #
-# Wheels in .whl/ (packages the machine lacks, e.g. datasets and its pyarrow) are installed first, into a folder put
-# on PYTHONPATH; the project is installed editable, without build isolation or an index. OUT receives the machine's
-# description (machine.txt), each step's log, bench/gpu.py's raw results (gpu.json) and a copy of BENCHMARKS.md with
-# the GPU section written in. Both steps run even if the first fails; the exit status is non-zero if either failed.
+# Wheels in .whl/ (or $WHEELS: packages the machine lacks, e.g. datasets and its pyarrow) are installed first, into a
+# folder put on PYTHONPATH; the project, unless it imports already, is installed editable without build isolation or
+# an index. $PYTHON names the interpreter (default python3).
+# OUT receives the machine's description (machine.txt), each step's log, bench/gpu.py's raw results (gpu.json) and a
+# copy of BENCHMARKS.md with the GPU section written in. Both steps run even if the first fails; the exit status is
+# non-zero if either failed.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]}
 shift
@@ -15,12 +17,15 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 python=${PYTHON:-python3}
 
-if compgen -G ".whl/*.whl" > /dev/null; then
+wheels=${WHEELS:-.whl}
+if compgen -G "$wheels/*.whl" > /dev/null; then
     site=$(mktemp -d)
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl || exit 1
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl || exit 1
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-"$python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+if ! "$python" -c "import vanilla_transformer" 2> /dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+fi
 
 {
     nvidia-smi 2>&1 || echo "nvidia-smi: not available"

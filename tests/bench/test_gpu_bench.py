@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 from bench.common import replace_section
 from bench.gpu import GPU_MARKER
 
@@ -37,3 +39,27 @@ def test_smoke_setting_writes_its_section_after_the_other_scripts_sections(tmp_p
         out.read_text()
         == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n<!-- later: written by bench/later.py -->\n\nlater\n"
     )
+
+
+def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_folder(tmp_path):
+    """bench/gpu_checks.sh, the one command a GPU machine runs, on this machine: the gpu-marked tests run (skipped
+    with their reason off CUDA), the benchmark writes its section into a copy of BENCHMARKS.md in the output folder,
+    and the repository's BENCHMARKS.md is left as it was."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    report = os.path.join(root, "BENCHMARKS.md")
+    before = open(report, encoding="utf-8").read()
+    out = tmp_path / "gpu-results"
+    command = ["bash", "bench/gpu_checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
+    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels")}
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gpu-marked tests: exit status 0; bench/gpu.py: exit status 0" in done.stdout
+    assert f"torch {torch.__version__}" in (out / "machine.txt").read_text()
+    tests = (out / "gpu-tests.log").read_text()
+    expected = "passed" if torch.cuda.is_available() else "skipped"
+    assert f" {expected}" in tests and " failed" not in tests and " error" not in tests
+    copy = (out / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert copy.count(GPU_MARKER) == 1
+    assert "- command: `python bench/gpu.py --smoke --compile-backend aot_eager`" in copy
+    assert [r["size"] for r in json.loads((out / "gpu.json").read_text())["train"]] == ["smoke", "smoke"]
+    assert open(report, encoding="utf-8").read() == before
