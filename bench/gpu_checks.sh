@@ -4,9 +4,9 @@
 #
 #   bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]
 #
-# Wheels in .whl/ (or $WHEELS: packages the machine lacks, e.g. datasets and its pyarrow) are installed first, into a
-# folder put on PYTHONPATH; the project, unless it imports already, is installed editable without build isolation or
-# an index. $PYTHON names the interpreter (default python3).
+# Wheels in .whl/ (or $WHEELS: packages the machine lacks, e.g. datasets and its pyarrow, or a setuptools recent
+# enough for pyproject.toml) are installed first, into a folder put on PYTHONPATH; the project, unless it imports
+# already, is installed editable without build isolation or an index. $PYTHON names the interpreter (default python3).
 # OUT receives the machine's description (machine.txt), each step's log, bench/gpu.py's raw results (gpu.json) and a
 # copy of BENCHMARKS.md with the GPU section written in. Both steps run even if the first fails; the exit status is
 # non-zero if either failed.
