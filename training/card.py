@@ -124,11 +124,13 @@ def final_weights(args, results: dict) -> str:
 
 def update_lines(args, results: dict) -> list[str]:
     """How the weights were updated and chosen, and how the model was evaluated."""
-    length = f"{args.max_steps} updates" if args.max_steps else f"{args.num_epochs} epochs"
+    seconds = f"{results.get('train_seconds')} s of training"
+    length = f"{args.num_epochs} epochs ({results.get('train_steps')} updates, {seconds})"
+    length = f"{args.max_steps} updates ({seconds})" if args.max_steps else length
     return [
         f"{optimiser(args)}, {schedule(args)};",
-        f"gradient clipping at norm {args.clip_norm}; {length} ({results.get('train_steps')} updates, "
-        f"{results.get('train_seconds')} s); seed {args.seed}; mixed precision: {args.mixed_precision};",
+        f"gradient clipping at norm {args.clip_norm}; {length}; seed {args.seed}; mixed precision: "
+        f"{args.mixed_precision};",
         final_weights(args, results),
         f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}"
         + (

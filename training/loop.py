@@ -288,13 +288,15 @@ def save_training_state(
     epoch: int,
     batches_done: int,
     batches_per_epoch: int,
+    train_seconds: float,
     record: dict | None = None,
     stream: dict | None = None,
 ) -> None:
-    """Checkpoint the run after update `step`, with `record`, what its weights were built with (`built_with`), and
-    for a streamed run `stream`, its position in the stream; a failed write stops the run, naming the last whole
-    checkpoint."""
+    """Checkpoint the run after update `step`, `train_seconds` into training (over resumed runs), with `record`, what
+    its weights were built with (`built_with`), and for a streamed run `stream`, its position in the stream; a failed
+    write stops the run, naming the last whole checkpoint."""
     state = {"step": step, "epoch": epoch, "batches_in_epoch": batches_done, "batches_per_epoch": batches_per_epoch}
+    state["train_seconds"] = round(train_seconds, 1)
     if record:
         state["built_with"] = record
     if stream:
@@ -335,6 +337,13 @@ class Run:
     step: int = 0
     epoch: int = 0
     batches_done: int = 0  # of the current epoch
+    seconds_before: float = 0.0  # training seconds of the runs this one resumed, up to its checkpoint
+    started: float = dataclasses.field(default_factory=time.time)  # when this process's updates began
+
+    def train_seconds(self) -> float:
+        """Seconds of training behind the current weights, over every resumed run: each run's time up to the
+        checkpoint the next one resumed from, and this run's so far."""
+        return self.seconds_before + time.time() - self.started
 
 
 def start_accelerator(args):
@@ -495,6 +504,7 @@ def resume(run: Run, state: dict) -> None:
         )
     run.accelerator.load_state(run.resume_checkpoint)
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
+    run.seconds_before = state.get("train_seconds", 0.0)  # absent from checkpoints written before it was recorded
     if run.args.streaming:
         run.sampler.resume(state["stream"])
     if run.accelerator.is_main_process:
@@ -641,7 +651,15 @@ def save_run(run: Run) -> None:
     record = built_with(run.model, run.tokenizer, run.args)
     stream = run.sampler.position(run.batches_done) if run.args.streaming else None
     save_training_state(
-        run.accelerator, run.args, run.step, run.epoch, run.batches_done, run.batches_per_epoch, record, stream
+        run.accelerator,
+        run.args,
+        run.step,
+        run.epoch,
+        run.batches_done,
+        run.batches_per_epoch,
+        run.train_seconds(),
+        record,
+        stream,
     )
 
 
@@ -652,7 +670,7 @@ def train(args) -> dict:
     progress = tqdm(
         total=run.max_steps, initial=run.step, disable=not run.accelerator.is_local_main_process, desc="Training"
     )
-    started, window = time.time(), Throughput()
+    run.started, window = time.time(), Throughput()
     run.model.train()
     while run.step < run.max_steps:
         for group in epoch_updates(run):
@@ -673,7 +691,7 @@ def train(args) -> dict:
     progress.close()
     if args.save_strategy == "steps" and args.save_steps and saved_at != run.step:
         save_run(run)  # the last updates are checkpointed too, so that averaging and resuming see the final state
-    return finish(run, time.time() - started)
+    return finish(run, run.train_seconds())
 
 
 def checkpoint_due(run: Run) -> bool:

@@ -48,7 +48,7 @@ def test_the_procedure_of_a_run_with_the_default_arguments():
         "- label-smoothed cross-entropy (epsilon 0.1) normalised by target tokens;\n"
         "- Adam (beta1 0.9, beta2 0.98, eps 1e-9), the paper's schedule d_model^-0.5 * min(step^-0.5, step * "
         "4000^-1.5);\n"
-        "- gradient clipping at norm 1.0; 2000 updates (2000 updates, 123.4 s); seed 42; mixed precision: no;\n"
+        "- gradient clipping at norm 1.0; 2000 updates (123.4 s of training); seed 42; mixed precision: no;\n"
         "- the final weights are those of the last update;\n"
         "- evaluation with beam search (beams 5, length penalty 0.6)."
     )
@@ -92,7 +92,8 @@ def test_the_procedure_names_each_setting_that_is_on():
     assert lines[3].endswith("0.1 on attention weights, 0.2 after the feed-forward ReLU;")
     assert lines[4].startswith("- word dropout 0.1") and "R-Drop" in lines[5]
     assert "peak learning rate 0.0005 reached after 4000 warm-up updates" in lines[6]
-    assert lines[6].endswith("decaying linearly to 0 over the last 300 updates;") and "20 epochs" in lines[7]
+    assert lines[6].endswith("decaying linearly to 0 over the last 300 updates;")
+    assert "20 epochs (2000 updates, 123.4 s of training);" in lines[7]
     assert "average of the last 5 checkpoints" in lines[8] and lines[9].endswith("among 0.6, 1.0).")
 
 

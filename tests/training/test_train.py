@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.training.arguments import PRESETS
-from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.training.checkpoints import STATE_FILE, average_checkpoints, list_checkpoints
 from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -102,16 +103,25 @@ def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
     assert "  twenty\n    -> " in printed and "(reference: zwanzig)" in printed
 
 
-def test_resume_continues_exactly_where_the_run_stopped(tmp_path, data_files):
+def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_both_runs(tmp_path, data_files):
     common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2", *TINY_MODEL_FLAGS]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert main(["train", *common, "--output-dir", str(straight), "--max-steps", "8"]) == 0
     assert main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "5"]) == 0
     # continue the second run from its step-3 checkpoint to step 8, as after a crash at step 5
     checkpoint = os.path.join(interrupted, "checkpoints", "checkpoint-3")
+    state_file = os.path.join(checkpoint, STATE_FILE)
+    state = json.loads(open(state_file).read())
+    assert 0 < state["train_seconds"] < 600  # the time of the first three updates, set up and data not counted
+    state["train_seconds"] = 1000.0  # as if they had taken longer: the resumed run adds its own time to it
+    with open(state_file, "w") as handle:
+        json.dump(state, handle)
+    resumed_at = time.time()
     assert (
         main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "8", "--resume-from", checkpoint]) == 0
     )
+    seconds = json.loads((interrupted / "eval_results.json").read_text())["train_seconds"]
+    assert 1000.0 < seconds <= 1000.0 + time.time() - resumed_at
     a, b = losses(straight), losses(interrupted)
     assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]
     wa, wb = load_file(straight / "model.safetensors"), load_file(interrupted / "model.safetensors")
