@@ -125,8 +125,10 @@ def final_weights(args, results: dict) -> str:
 def update_lines(args, results: dict) -> list[str]:
     """How the weights were updated and chosen, and how the model was evaluated."""
     seconds = f"{results.get('train_seconds')} s of training"
-    length = f"{args.num_epochs} epochs ({results.get('train_steps')} updates, {seconds})"
-    length = f"{args.max_steps} updates ({seconds})" if args.max_steps else length
+    if args.max_steps:
+        length = f"{args.max_steps} updates ({seconds})"
+    else:
+        length = f"{args.num_epochs} epochs ({results.get('train_steps')} updates, {seconds})"
     return [
         f"{optimiser(args)}, {schedule(args)};",
         f"gradient clipping at norm {args.clip_norm}; {length}; seed {args.seed}; mixed precision: "

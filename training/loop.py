@@ -281,32 +281,6 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def save_training_state(
-    accelerator,
-    args,
-    step: int,
-    epoch: int,
-    batches_done: int,
-    batches_per_epoch: int,
-    train_seconds: float,
-    record: dict | None = None,
-    stream: dict | None = None,
-) -> None:
-    """Checkpoint the run after update `step`, `train_seconds` into training (over resumed runs), with `record`, what
-    its weights were built with (`built_with`), and for a streamed run `stream`, its position in the stream; a failed
-    write stops the run, naming the last whole checkpoint."""
-    state = {"step": step, "epoch": epoch, "batches_in_epoch": batches_done, "batches_per_epoch": batches_per_epoch}
-    state["train_seconds"] = round(train_seconds, 1)
-    if record:
-        state["built_with"] = record
-    if stream:
-        state["stream"] = stream
-    try:
-        save_checkpoint(accelerator, args.output_dir, step, state, args.keep_checkpoints)
-    except CheckpointWriteError as error:
-        raise TrainingStopped(str(error)) from error
-
-
 def log_metrics(args, accelerator, record: dict) -> None:
     if accelerator.is_main_process:
         with open(os.path.join(args.output_dir, METRICS_FILE), "a") as handle:
@@ -648,19 +622,24 @@ def validate(run: Run, record: dict) -> None:
 
 
 def save_run(run: Run) -> None:
-    record = built_with(run.model, run.tokenizer, run.args)
-    stream = run.sampler.position(run.batches_done) if run.args.streaming else None
-    save_training_state(
-        run.accelerator,
-        run.args,
-        run.step,
-        run.epoch,
-        run.batches_done,
-        run.batches_per_epoch,
-        run.train_seconds(),
-        record,
-        stream,
-    )
+    """Checkpoint the run after its current update, with where it is in the data (for a streamed run, its position in
+    the stream), the seconds of training behind it (over resumed runs) and what its weights were built with
+    (`built_with`); a failed write stops the run, naming the last whole checkpoint."""
+    args = run.args
+    state = {
+        "step": run.step,
+        "epoch": run.epoch,
+        "batches_in_epoch": run.batches_done,
+        "batches_per_epoch": run.batches_per_epoch,
+        "train_seconds": round(run.train_seconds(), 1),
+        "built_with": built_with(run.model, run.tokenizer, args),
+    }
+    if args.streaming:
+        state["stream"] = run.sampler.position(run.batches_done)
+    try:
+        save_checkpoint(run.accelerator, args.output_dir, run.step, state, args.keep_checkpoints)
+    except CheckpointWriteError as error:
+        raise TrainingStopped(str(error)) from error
 
 
 def train(args) -> dict:

@@ -111,7 +111,8 @@ def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_b
     # continue the second run from its step-3 checkpoint to step 8, as after a crash at step 5
     checkpoint = os.path.join(interrupted, "checkpoints", "checkpoint-3")
     state_file = os.path.join(checkpoint, STATE_FILE)
-    state = json.loads(open(state_file).read())
+    with open(state_file) as handle:
+        state = json.load(handle)
     assert 0 < state["train_seconds"] < 600  # the time of the first three updates, set up and data not counted
     state["train_seconds"] = 1000.0  # as if they had taken longer: the resumed run adds its own time to it
     with open(state_file, "w") as handle:
