@@ -124,7 +124,7 @@ def final_weights(args, results: dict) -> str:
 
 def update_lines(args, results: dict) -> list[str]:
     """How the weights were updated and chosen, and how the model was evaluated."""
-    seconds = f"{results.get('train_seconds')} s of training"
+    seconds = f"{results['train_seconds']:.1f} s of training"
     if args.max_steps:
         length = f"{args.max_steps} updates ({seconds})"
     else:

@@ -631,7 +631,7 @@ def save_run(run: Run) -> None:
         "epoch": run.epoch,
         "batches_in_epoch": run.batches_done,
         "batches_per_epoch": run.batches_per_epoch,
-        "train_seconds": round(run.train_seconds(), 1),
+        "train_seconds": run.train_seconds(),  # unrounded: a short run's first updates may take under 0.05 s
         "built_with": built_with(run.model, run.tokenizer, args),
     }
     if args.streaming:
@@ -696,7 +696,7 @@ def finish(run: Run, train_seconds: float) -> dict:
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     results = {
         "train_steps": run.step,
-        "train_seconds": round(train_seconds, 1),
+        "train_seconds": round(train_seconds, 3),  # to the millisecond: a tiny run's updates take less than 0.1 s
         "processes": accelerator.num_processes,
     }
     dropped = {**run.dropped, **run.sampler.dropped_pairs()} if run.args.streaming else run.dropped
