@@ -24,6 +24,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# the tiny model every training test trains: d_model 32, 4 heads, d_ff 64, 1+1 layers, a 120-token vocabulary
+TINY_ARCHITECTURE_FLAGS = [
+    "--d-model",
+    "32",
+    "--num-heads",
+    "4",
+    "--d-ff",
+    "64",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--vocab-size",
+    "120",
+]
+
+
 def tiny_config(**overrides) -> VanillaTransformerConfig:
     """A model small enough for unit tests: d_model 32, 4 heads, 2+2 layers, 50 tokens, no dropout."""
     values = dict(
@@ -131,18 +148,7 @@ def trained_folder(tmp_path_factory):
             "0",
             "--eval-steps",
             "0",
-            "--d-model",
-            "32",
-            "--num-heads",
-            "4",
-            "--d-ff",
-            "64",
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--vocab-size",
-            "120",
+            *TINY_ARCHITECTURE_FLAGS,
             "--max-tokens",
             "512",
             "--warmup-steps",

@@ -20,7 +20,7 @@ from vanilla_transformer.modeling import hub_vanilla_transformer as hub
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 
-from ..conftest import tiny_model
+from ..conftest import TINY_ARCHITECTURE_FLAGS, tiny_model
 
 SOURCES = ["one hundred twenty-three", "three hundred", "two hundred fifty-one"]
 
@@ -325,18 +325,7 @@ def test_train_push_to_hub_uploads_the_model_folder_but_not_checkpoints(monkeypa
             "2",
             "--eval-steps",
             "0",
-            "--d-model",
-            "32",
-            "--num-heads",
-            "4",
-            "--d-ff",
-            "64",
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--vocab-size",
-            "120",
+            *TINY_ARCHITECTURE_FLAGS,
             "--num-beams",
             "1",
             "--report-to",

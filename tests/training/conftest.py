@@ -3,19 +3,10 @@ import json
 import pytest
 from vanilla_transformer.training.tasks.numbers import english, german
 
+from ..conftest import TINY_ARCHITECTURE_FLAGS
+
 TINY_MODEL_FLAGS = [
-    "--d-model",
-    "32",
-    "--num-heads",
-    "4",
-    "--d-ff",
-    "64",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--vocab-size",
-    "120",
+    *TINY_ARCHITECTURE_FLAGS,
     "--max-tokens",
     "256",
     "--warmup-steps",
