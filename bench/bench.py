@@ -608,9 +608,7 @@ def main(argv=None) -> int:
         results["command"] = common.measuring_command("bench.py", given, files=("--json", "--out", "--plot"))
     markdown = write_markdown(results, args, results.get("command", "python bench/bench.py"))
     write_report(markdown, args.out)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    common.write_json(results, args.json)
     print(markdown)
     return 0
 

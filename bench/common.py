@@ -8,6 +8,7 @@ import time: serving.py's CTranslate2 probe processes import this module and mus
 """
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -191,6 +192,13 @@ def cpu_name() -> str:
 
 
 NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any script's section marker
+
+
+def write_json(results: dict, path: str | None) -> None:
+    """Write the results as JSON to `path` (the script's `--json`), if one is given."""
+    if path:
+        with open(path, "w") as handle:
+            json.dump(results, handle, indent=2)
 
 
 def replace_section(section: str, path: str, marker: str) -> None:

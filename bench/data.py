@@ -511,9 +511,7 @@ def main(argv=None) -> int:
         results.update(train_args=args.train_args, machine=machine(), versions=versions())
     section = write_section(results)
     common.replace_section(section, args.out, common.DATA_MARKER)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    common.write_json(results, args.json)
     print(section)
     return 0
 

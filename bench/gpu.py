@@ -17,7 +17,6 @@ weights, a dynamic cache, a fixed number of new tokens). The two models alternat
 import argparse
 import functools
 import gc
-import json
 import os
 import platform
 import subprocess
@@ -272,9 +271,7 @@ def main(argv=None) -> int:
     results = run(args)
     section = write_section(results, args, common.measuring_command("gpu.py", sys.argv[1:] if argv is None else argv))
     common.replace_section(section, args.out, GPU_MARKER)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    common.write_json(results, args.json)
     print(section)
     return 0
 
