@@ -1,5 +1,7 @@
 """The Multi30k figures that RESULTS.md and the README state are those of the recorded runs: each run's row holds its
-commit and the scores in its `eval_results.json` (training/recipes/runs/DIRECTION[_published]_seedN_COMMIT_...)."""
+commit and the scores in its `eval_results.json` (training/recipes/runs/DIRECTION[_published]_seedN_COMMIT_...); the
+README's table gives each direction and budget as the mean and range of its runs, in bold the budget whose
+validation mean is higher."""
 
 import json
 import re
@@ -35,5 +37,47 @@ def test_results_states_each_recorded_run_as_recorded(path):
     if name["published"]:
         search = recorded["averaging_search"]
         assert search["chosen"] in cells and f"{search['last_update']['validation_bleu_lowercase']:.2f}" in cells
-        # the README states the run's test score, in bold, and its commit
-        assert f"**{recorded['test']['bleu_lowercase']:.2f}**" in README and name["commit"] in README
+    assert name["commit"] in README  # the README names the commit of every run its table summarises
+
+
+def recorded_groups() -> dict[tuple[str, str], list[dict]]:
+    """The recorded runs by direction and budget: {("En->De", "published budget"): [eval_results, ...], ...}."""
+    groups = {}
+    for path in RECORDED:
+        name = NAME.match(path.name)
+        direction = {"en_de": "En->De", "en_fr": "En->Fr"}[name["pair"]]
+        budget = "published budget" if name["published"] else "current recipe"
+        groups.setdefault((direction, budget), []).append(json.loads(path.read_text()))
+    return groups
+
+
+def readme_row(direction: str, budget: str) -> list[str]:
+    rows = [line for line in README.splitlines() if line.startswith(f"| {direction} | {budget} | ")]
+    assert len(rows) == 1, f"one README row for {direction} at the {budget}"
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+def near(cell: str, value: float) -> bool:
+    return abs(float(cell) - value) <= 0.005 + 1e-9  # the figure is `value` rounded to two decimals
+
+
+@pytest.mark.parametrize("key", sorted(recorded_groups()), ids=" at the ".join)
+def test_the_readme_states_each_budget_as_the_mean_and_range_of_its_recorded_runs(key):
+    runs, cells = recorded_groups()[key], readme_row(*key)
+    assert cells[2].startswith(f"{len(runs)} (seed")
+    for split, cell in zip(("validation", "test"), cells[3:5]):
+        scores = [run[split]["bleu_lowercase"] for run in runs]
+        figures = re.fullmatch(r"(\*\*)?(\d+\.\d\d)(\*\*)?(?: \((\d+\.\d\d)-(\d+\.\d\d)\))?", cell)
+        assert figures and near(figures[2], sum(scores) / len(scores)), (split, cell)
+        if len(runs) > 1:  # the range
+            assert near(figures[4], min(scores)) and near(figures[5], max(scores)), (split, cell)
+
+
+@pytest.mark.parametrize("direction", sorted({direction for direction, _ in recorded_groups()}))
+def test_the_readme_headline_is_the_budget_validation_prefers(direction):
+    groups = {budget: runs for (d, budget), runs in recorded_groups().items() if d == direction}
+    validation = {
+        budget: sum(r["validation"]["bleu_lowercase"] for r in runs) / len(runs) for budget, runs in groups.items()
+    }
+    bold = [budget for budget in groups if readme_row(direction, budget)[4].startswith("**")]
+    assert bold == [max(validation, key=validation.get)]
