@@ -562,43 +562,14 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
 
     monkeypatch.setattr(criterion, "label_smoothed_nll_loss", criterion_that_overflows_at_step_5)
     out = tmp_path / "run"
-    code = main(
-        [
-            "train",
-            *data_flags(data_files),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "8",
-            "--save-steps",
-            "2",
-            "--eval-steps",
-            "0",
-            *TINY_MODEL_FLAGS,
-        ]
-    )
-    assert code == 1
+    command = ["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "8", "--save-steps", "2"]
+    command += ["--eval-steps", "0", *TINY_MODEL_FLAGS]
+    assert main(command) == 1
     err = capsys.readouterr().err
     assert "the loss became inf at step 5" in err and "checkpoint-4" in err
     assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
     assert not (out / "model.safetensors").exists()  # no final model is written from a diverged run
-    resumed = main(
-        [
-            "train",
-            *data_flags(data_files),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "8",
-            "--save-steps",
-            "2",
-            "--eval-steps",
-            "0",
-            "--resume-from",
-            str(out),
-            *TINY_MODEL_FLAGS,
-        ]
-    )
+    resumed = main([*command, "--resume-from", str(out)])
     assert resumed == 0 and (out / "model.safetensors").is_file()  # the overflow was a one-off: resuming finishes
 
 
