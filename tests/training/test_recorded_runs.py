@@ -5,6 +5,7 @@ validation mean is higher."""
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ RESULTS = (ROOT / "training" / "recipes" / "RESULTS.md").read_text(encoding="utf
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 NAME = re.compile(r"(?P<pair>en_de|en_fr)(?P<published>_published)?_seed(?P<seed>\d+)_(?P<commit>[0-9a-f]{7})_eval")
 RECORDED = sorted(RUNS.glob("*_seed*_eval_results.json"))
+DIRECTIONS = {"en_de": "En->De", "en_fr": "En->Fr"}
 
 
 def test_there_are_recorded_runs_of_both_budgets():
@@ -25,7 +27,7 @@ def test_there_are_recorded_runs_of_both_budgets():
 @pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])
 def test_results_states_each_recorded_run_as_recorded(path):
     name, recorded = NAME.match(path.name), json.loads(path.read_text())
-    direction = {"en_de": "En->De", "en_fr": "En->Fr"}[name["pair"]]
+    direction = DIRECTIONS[name["pair"]]
     rows = [line for line in RESULTS.splitlines() if line.startswith(f"| {direction}, seed {name['seed']} | ")]
     rows = [row for row in rows if f"| {name['commit']} |" in row]
     assert len(rows) == 1, f"one row for {path.name} in RESULTS.md"
@@ -45,10 +47,12 @@ def recorded_groups() -> dict[tuple[str, str], list[dict]]:
     groups = {}
     for path in RECORDED:
         name = NAME.match(path.name)
-        direction = {"en_de": "En->De", "en_fr": "En->Fr"}[name["pair"]]
         budget = "published budget" if name["published"] else "current recipe"
-        groups.setdefault((direction, budget), []).append(json.loads(path.read_text()))
+        groups.setdefault((DIRECTIONS[name["pair"]], budget), []).append(json.loads(path.read_text()))
     return groups
+
+
+GROUPS = recorded_groups()
 
 
 def readme_row(direction: str, budget: str) -> list[str]:
@@ -61,23 +65,23 @@ def near(cell: str, value: float) -> bool:
     return abs(float(cell) - value) <= 0.005 + 1e-9  # the figure is `value` rounded to two decimals
 
 
-@pytest.mark.parametrize("key", sorted(recorded_groups()), ids=" at the ".join)
+@pytest.mark.parametrize("key", sorted(GROUPS), ids=" at the ".join)
 def test_the_readme_states_each_budget_as_the_mean_and_range_of_its_recorded_runs(key):
-    runs, cells = recorded_groups()[key], readme_row(*key)
+    runs, cells = GROUPS[key], readme_row(*key)
     assert cells[2].startswith(f"{len(runs)} (seed")
     for split, cell in zip(("validation", "test"), cells[3:5]):
         scores = [run[split]["bleu_lowercase"] for run in runs]
         figures = re.fullmatch(r"(\*\*)?(\d+\.\d\d)(\*\*)?(?: \((\d+\.\d\d)-(\d+\.\d\d)\))?", cell)
-        assert figures and near(figures[2], sum(scores) / len(scores)), (split, cell)
+        assert figures and near(figures[2], statistics.mean(scores)), (split, cell)
         if len(runs) > 1:  # the range
             assert near(figures[4], min(scores)) and near(figures[5], max(scores)), (split, cell)
 
 
-@pytest.mark.parametrize("direction", sorted({direction for direction, _ in recorded_groups()}))
+@pytest.mark.parametrize("direction", sorted({direction for direction, _ in GROUPS}))
 def test_the_readme_headline_is_the_budget_validation_prefers(direction):
-    groups = {budget: runs for (d, budget), runs in recorded_groups().items() if d == direction}
+    groups = {budget: runs for (d, budget), runs in GROUPS.items() if d == direction}
     validation = {
-        budget: sum(r["validation"]["bleu_lowercase"] for r in runs) / len(runs) for budget, runs in groups.items()
+        budget: statistics.mean(r["validation"]["bleu_lowercase"] for r in runs) for budget, runs in groups.items()
     }
     bold = [budget for budget in groups if readme_row(direction, budget)[4].startswith("**")]
     assert bold == [max(validation, key=validation.get)]
