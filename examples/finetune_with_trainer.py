@@ -14,6 +14,7 @@ the best checkpoint loaded at the end:
 import argparse
 import random
 import re
+from dataclasses import dataclass, field
 
 import datasets
 import sacrebleu
@@ -21,6 +22,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
+    HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
 )
@@ -45,41 +47,50 @@ def british_numbers(train_size: int, eval_size: int, seed: int) -> datasets.Data
     return datasets.DatasetDict({"train": rows(numbers[:train_size]), "validation": rows(numbers[train_size:])})
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a model folder written by `vanilla-transformer train`")
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--eval-size", type=int, default=200)
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--eval-steps", type=int, default=100)
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--num-beams", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument(
-        "--metric-for-best-model",
+@dataclass
+class FinetuneArguments:
+    """The example's flags, read by `HfArgumentParser` as `run_translation` reads its own."""
+
+    model: str = field(metadata={"help": "a model folder written by `vanilla-transformer train`"})
+    output_dir: str = field(metadata={"help": "where checkpoints and the fine-tuned model go"})
+    train_size: int = 2000
+    eval_size: int = 200
+    max_steps: int = 300
+    eval_steps: int = 100
+    learning_rate: float = 3e-4
+    batch_size: int = 64
+    num_beams: int = 1
+    seed: int = 42
+    metric_for_best_model: str = field(
         default="chrf",
-        choices=["chrf", "bleu", "exact_match"],
-        help="chrF by default: each output here is one word, so BLEU's 2- to 4-grams are empty",
+        metadata={
+            "choices": ["chrf", "bleu", "exact_match"],
+            "help": "chrF by default: each output here is one word, so BLEU's 2- to 4-grams are empty",
+        },
     )
-    parser.add_argument("--resume-from-checkpoint", default=None)
-    return parser.parse_args(argv)
+    resume_from_checkpoint: str | None = None
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
-    raw = british_numbers(args.train_size, args.eval_size, args.seed)
-    max_length = min(48, position_limit(model.config) or 48)  # learned positions bound both sides; sinusoids do not
+def parse_args(argv=None) -> FinetuneArguments:
+    parser = HfArgumentParser(
+        FinetuneArguments, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    return args
 
+
+def tokenized_numbers(args: FinetuneArguments, tokenizer, max_length: int) -> datasets.DatasetDict:
     def tokenize(batch):
         sources = [pair["en"] for pair in batch["translation"]]
         targets = [pair["de"] for pair in batch["translation"]]
         return tokenizer(sources, text_target=targets, truncation=True, max_length=max_length)
 
-    tokenized = raw.map(tokenize, batched=True, remove_columns=["translation"])
+    raw = british_numbers(args.train_size, args.eval_size, args.seed)
+    return raw.map(tokenize, batched=True, remove_columns=["translation"])
+
+
+def metrics_for(tokenizer):
+    """`compute_metrics` for the Trainer: BLEU, chrF and exact match of the generated outputs."""
 
     def compute_metrics(prediction):
         predictions, labels = prediction
@@ -93,7 +104,11 @@ def main(argv=None) -> dict:
             "exact_match": 100 * exact,
         }
 
-    training_args = Seq2SeqTrainingArguments(
+    return compute_metrics
+
+
+def training_arguments(args: FinetuneArguments, max_length: int) -> Seq2SeqTrainingArguments:
+    return Seq2SeqTrainingArguments(
         output_dir=args.output_dir,
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,
@@ -116,14 +131,22 @@ def main(argv=None) -> dict:
         report_to="none",
         seed=args.seed,
     )
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    max_length = min(48, position_limit(model.config) or 48)  # learned positions bound both sides; sinusoids do not
+    tokenized = tokenized_numbers(args, tokenizer, max_length)
     trainer = Seq2SeqTrainer(
         model=model,
-        args=training_args,
+        args=training_arguments(args, max_length),
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
-        compute_metrics=compute_metrics,
+        compute_metrics=metrics_for(tokenizer),
     )
     before = trainer.evaluate()
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
