@@ -1,203 +1,28 @@
 """The arguments of `vanilla-transformer train`, as dataclasses read by transformers' `HfArgumentParser`: each option's
-default, type, choices and help line in one place, one dataclass per concern (each a group of `--help`). The size
-presets are instances of `Preset`; `resolve` fills what a preset sets and checks the flags against each other.
+default, type, choices and help line in one place, one dataclass per concern (each a group of `--help`), and
+`TrainArguments`, which holds the groups as they are: `args.data`, `args.model`, `args.optimisation`, ... The size
+presets are in presets.py; `resolve` fills what a preset sets and checks the flags against each other.
 
-`TrainArguments` is all of them in one frozen object: the training loop reads it and never writes into it.
+The run is built from `TrainArguments` in one place (startup.py's `setup_run`); every other function takes the group
+it reads, or the plain values.
 """
 
-import argparse
 import dataclasses
-import math
 import os
-import types
 from dataclasses import dataclass, field
 
-from transformers import HfArgumentParser
-
-from ..configuration import VanillaTransformerConfig
 from ..configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Checked types: argparse calls them on a flag's text, and `Checked.__post_init__` on values given in Python; each
-# returns a plain int or float (which checkpoints, trackers and JSON take as they are)
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-class PositiveInt(int):
-    def __new__(cls, value):
-        number = int(value)
-        if number <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-        return number
-
-
-class NonNegativeInt(int):
-    def __new__(cls, value):
-        number = int(value)
-        if number < 0:
-            raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-        return number
-
-
-class Probability(float):
-    def __new__(cls, value):
-        number = float(value)
-        if not 0.0 <= number < 1.0:
-            raise argparse.ArgumentTypeError(f"expected a value in [0, 1), got {value}")
-        return number
-
-
-class PositiveFloat(float):
-    def __new__(cls, value):
-        number = float(value)
-        if not number > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-        return number
-
-
-class NonNegativeFloat(float):
-    def __new__(cls, value):
-        number = float(value)
-        if not 0 <= number < math.inf:
-            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
-        return number
-
-
-CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat)
-
-
-def option(default=None, help: str = "", **argparse_kwargs):
-    """A field of an arguments dataclass: its default and help line (and any choices, metavar, ...)."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **argparse_kwargs})
-    return field(default=default, metadata={"help": help, **argparse_kwargs})
-
-
-def flag_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-class DashedOptions:
-    """An argument group that takes each option under its dashed spelling only (`--max-tokens`, not `--max_tokens`):
-    the one the README, `--help` and the error messages show."""
-
-    def __init__(self, group):
-        self.group = group
-
-    def add_argument(self, *names, **kwargs):
-        return self.group.add_argument(*(name for name in names if "_" not in name), **kwargs)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's default after its help line, unless the help line says it (or there is none to say)."""
-
-    def _get_help_string(self, action):
-        if action.default is None or "default:" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class ArgumentParser(HfArgumentParser):
-    """transformers' `HfArgumentParser`, with each dataclass field as one dashed option."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, formatter_class=kwargs.pop("formatter_class", HelpFormatter), **kwargs)
-
-    @staticmethod
-    def _parse_dataclass_field(parser, field):
-        HfArgumentParser._parse_dataclass_field(DashedOptions(parser), field)
-
-
-class Checked:
-    """Values given in Python are checked by the same types as the command line's, naming the flag."""
-
-    def __post_init__(self):
-        for item in dataclasses.fields(self):
-            kinds = item.type.__args__ if isinstance(item.type, types.UnionType) else (item.type,)
-            kind = next((k for k in kinds if k in CHECKED_TYPES), None)
-            value = getattr(self, item.name)
-            if kind is not None and value is not None:
-                try:
-                    object.__setattr__(self, item.name, kind(value))
-                except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
-                    raise ValueError(f"{flag_name(item.name)}: {error}") from None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Presets: sizes and schedules
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Preset:
-    """The options a preset sets; every one of them can be set by its own flag instead."""
-
-    d_model: int
-    num_heads: int
-    d_ff: int
-    encoder_layers: int
-    decoder_layers: int
-    dropout: float
-    attention_dropout: float
-    activation_dropout: float
-    vocab_size: int
-    max_tokens: int
-    warmup_steps: int
-    lr: float | None
-    max_steps: int | None
-    num_epochs: int | None
-    eval_steps: int
-    save_steps: int
-    max_source_length: int
-    max_target_length: int
-    cooldown_steps: int = 0
-    bpe_dropout: float = 0.0
-
-
-PAPER = VanillaTransformerConfig()  # the paper's base model: the configuration's defaults
-
-# "numbers" trains the embedded task quickly on a CPU; "small" suits Multi30k-sized corpora; "tiny" is the
-# Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model, with their learning rate and warm-up, and
-# a schedule sized for a CPU run of the Multi30k recipe (two single-thread processes of 2048 tokens; its duration is
-# in training/recipes/RESULTS.md); "base" is the paper's base model and schedule (§5.3).
-# fmt: off
-PRESETS = {
-    # numbers: a 200-token BPE keeps the German pieces short ("▁zwei", "undvierzig"), so that a number held out of
-    # training is composed of pieces seen in others, while "null" is still one piece
-    "numbers": Preset(
-        d_model=128, num_heads=4, d_ff=512, encoder_layers=2, decoder_layers=2,
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        vocab_size=200, max_tokens=4096, warmup_steps=200, lr=2e-3, max_steps=600, num_epochs=None,
-        eval_steps=300, save_steps=300, max_source_length=32, max_target_length=32,
-    ),
-    "small": Preset(
-        d_model=256, num_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3,
-        dropout=0.3, attention_dropout=0.0, activation_dropout=0.0,
-        vocab_size=8000, max_tokens=4096, warmup_steps=500, lr=1e-3, max_steps=None, num_epochs=10,
-        eval_steps=1000, save_steps=1000, max_source_length=128, max_target_length=128,
-    ),
-    # Transformer-Tiny for Multi30k: also dropout 0.1 on the attention weights and after the FFN's ReLU, which raised
-    # validation and test BLEU (the comparison is in training/recipes/RESULTS.md)
-    "tiny": Preset(
-        d_model=128, num_heads=4, d_ff=256, encoder_layers=4, decoder_layers=4,
-        dropout=0.3, attention_dropout=0.1, activation_dropout=0.1,
-        vocab_size=8000, max_tokens=4096, warmup_steps=2000, cooldown_steps=2000, lr=5e-3, max_steps=None,
-        num_epochs=70, eval_steps=500, save_steps=120, max_source_length=128, max_target_length=128,
-    ),
-    # the paper's base model (Table 3) and schedule (§5.3): 25,000 tokens a batch, 4,000 warm-up steps, 100k updates
-    "base": Preset(
-        d_model=PAPER.d_model, num_heads=PAPER.num_heads, d_ff=PAPER.d_ff,
-        encoder_layers=PAPER.encoder_layers, decoder_layers=PAPER.decoder_layers, dropout=PAPER.dropout,
-        attention_dropout=PAPER.attention_dropout, activation_dropout=PAPER.activation_dropout,
-        vocab_size=PAPER.vocab_size, max_tokens=25000, warmup_steps=4000, lr=None, max_steps=100_000,
-        num_epochs=None, eval_steps=5000, save_steps=5000, max_source_length=256, max_target_length=256,
-    ),
-}
-# fmt: on
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The options, by concern
-# ---------------------------------------------------------------------------------------------------------------------
+from .argument_types import (
+    ArgumentParser,
+    Checked,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    option,
+)
+from .presets import PRESETS
 
 PRESET_HELP = "(default: the preset's)"
 
@@ -234,6 +59,10 @@ class DataArguments(Checked):
     stream_pool_pairs: PositiveInt = option(
         100_000, help="with --streaming: pairs tokenised, shuffled and batched by length together"
     )
+
+    @property
+    def uses_embedded_task(self) -> bool:
+        return not (self.dataset_name or self.train_file)
 
 
 @dataclass(frozen=True)
@@ -431,26 +260,58 @@ TRAIN_ARGUMENT_GROUPS = (
 )
 
 
+def group_field(kind: type) -> dataclasses.Field:
+    return field(default_factory=kind)
+
+
 @dataclass(frozen=True)
-class TrainArguments(
-    EvaluationArguments,
-    HubArguments,
-    CheckpointArguments,
-    OptimisationArguments,
-    TokenizerArguments,
-    ModelArguments,
-    RunArguments,
-    DataArguments,
-):
-    """Every option of `vanilla-transformer train`, in one frozen object (see the groups for each one's help)."""
+class TrainArguments:
+    """Every option of `vanilla-transformer train`, kept in its groups (see each group for its options' help).
+    `TrainArguments.from_options(max_steps=100, d_model=64)` routes options by name to their groups."""
+
+    data: DataArguments = group_field(DataArguments)
+    run: RunArguments = group_field(RunArguments)
+    model: ModelArguments = group_field(ModelArguments)
+    tokenizer: TokenizerArguments = group_field(TokenizerArguments)
+    optimisation: OptimisationArguments = group_field(OptimisationArguments)
+    checkpoints: CheckpointArguments = group_field(CheckpointArguments)
+    hub: HubArguments = group_field(HubArguments)
+    evaluation: EvaluationArguments = group_field(EvaluationArguments)
+
+    @classmethod
+    def from_options(cls, **options) -> "TrainArguments":
+        """The arguments with these options (by their names: `max_steps`, ...) and every other one's default."""
+        return cls().replace(**options)
 
     @classmethod
     def from_namespace(cls, namespace) -> "TrainArguments":
-        return cls(**{item.name: getattr(namespace, item.name) for item in dataclasses.fields(cls)})
+        """The arguments of the train command's parsed flags."""
+        return cls.from_options(**{name: getattr(namespace, name) for name in option_groups()})
 
-    @property
-    def uses_embedded_task(self) -> bool:
-        return not (self.dataset_name or self.train_file)
+    def replace(self, **options) -> "TrainArguments":
+        """A copy with these options changed, each in its group; a `TypeError` names an option that is not one."""
+        groups = option_groups()
+        unknown = sorted(set(options) - set(groups))
+        if unknown:
+            raise TypeError(f"not an option of vanilla-transformer train: {', '.join(unknown)}")
+        changed = {}
+        for group in {groups[name] for name in options}:
+            values = {name: value for name, value in options.items() if groups[name] == group}
+            changed[group] = dataclasses.replace(getattr(self, group), **values)
+        return dataclasses.replace(self, **changed)
+
+    def options(self) -> dict:
+        """Every option by its name, from all the groups (what the trackers record)."""
+        return {name: getattr(getattr(self, group), name) for name, group in option_groups().items()}
+
+
+def option_groups() -> dict[str, str]:
+    """Each option's name -> the field of `TrainArguments` that holds its group."""
+    return {
+        item.name: group.name
+        for group in dataclasses.fields(TrainArguments)
+        for item in dataclasses.fields(group.default_factory)
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -462,71 +323,76 @@ class ArgumentsError(ValueError):
     """Flags that cannot be used together; the message names them."""
 
 
-def check_sources(args: TrainArguments) -> None:
+def check_sources(data: DataArguments, tokenizer: TokenizerArguments) -> None:
     """The data and tokenizer flags, each pair that cannot go together named."""
-    if args.dataset_name and args.train_file:
+    if data.dataset_name and data.train_file:
         raise ArgumentsError("--dataset-name and --train-file are mutually exclusive: give one source of data")
-    if (args.validation_file or args.test_file) and not args.train_file:
+    if (data.validation_file or data.test_file) and not data.train_file:
         raise ArgumentsError("--validation-file/--test-file need --train-file")
-    if args.dataset_config and not args.dataset_name:
+    if data.dataset_config and not data.dataset_name:
         raise ArgumentsError("--dataset-config needs --dataset-name")
-    if args.tokenizer_name and args.vocab_size:
+    if tokenizer.tokenizer_name and tokenizer.vocab_size:
         raise ArgumentsError("--vocab-size trains a new tokenizer; it cannot be combined with --tokenizer-name")
-    if args.tokenizer_name and args.lowercase:
+    if tokenizer.tokenizer_name and tokenizer.lowercase:
         raise ArgumentsError(
             "--lowercase applies to a tokenizer trained here; it cannot be combined with --tokenizer-name"
         )
-    if args.streaming and args.uses_embedded_task:
+    if data.streaming and data.uses_embedded_task:
         raise ArgumentsError("--streaming reads --train-file or --dataset-name; the embedded task is in memory")
-    if args.source_lang == args.target_lang:
-        raise ArgumentsError(f"--source-lang and --target-lang are both {args.source_lang!r}")
+    if data.source_lang == data.target_lang:
+        raise ArgumentsError(f"--source-lang and --target-lang are both {data.source_lang!r}")
 
 
-def check_outputs(args: TrainArguments) -> None:
+def check_outputs(hub: HubArguments, evaluation: EvaluationArguments, checkpoints: CheckpointArguments, data) -> None:
     """The Hub, evaluation and checkpoint flags, each pair that cannot go together named."""
-    if args.push_to_hub and not args.hub_model_id:
+    if hub.push_to_hub and not hub.hub_model_id:
         raise ArgumentsError("--push-to-hub needs --hub-model-id NAME (e.g. user/vanilla-transformer-en-de)")
-    if args.hub_model_id and not args.push_to_hub:
+    if hub.hub_model_id and not hub.push_to_hub:
         raise ArgumentsError("--hub-model-id is only used with --push-to-hub")
-    if args.tune_length_penalty and args.num_beams == 1:
+    if evaluation.tune_length_penalty and evaluation.num_beams == 1:
         raise ArgumentsError("--tune-length-penalty needs beam search (--num-beams > 1); greedy search ignores it")
-    if args.tune_length_penalty and args.train_file and not args.validation_file:
+    if evaluation.tune_length_penalty and data.train_file and not data.validation_file:
         raise ArgumentsError("--tune-length-penalty picks on the validation split: give --validation-file")
-    if args.tune_averaging and args.average_checkpoints == 1:
+    if checkpoints.tune_averaging and checkpoints.average_checkpoints == 1:
         raise ArgumentsError("--tune-averaging compares the average with the last update: give --average-checkpoints N")
-    if args.tune_averaging and args.train_file and not args.validation_file:
+    if checkpoints.tune_averaging and data.train_file and not data.validation_file:
         raise ArgumentsError("--tune-averaging picks on the validation split: give --validation-file")
-    if args.average_checkpoints > args.keep_checkpoints:
+    if checkpoints.average_checkpoints > checkpoints.keep_checkpoints:
         raise ArgumentsError(
-            f"--average-checkpoints {args.average_checkpoints} needs at least as many kept checkpoints "
-            f"(--keep-checkpoints {args.keep_checkpoints})"
+            f"--average-checkpoints {checkpoints.average_checkpoints} needs at least as many kept checkpoints "
+            f"(--keep-checkpoints {checkpoints.keep_checkpoints})"
         )
+
+
+def preset_origin(name: str, preset: str, from_preset: set[str]) -> str:
+    return f" (set by --preset {preset})" if name in from_preset else ""
 
 
 def check_sizes(args: TrainArguments, preset: str, from_preset: set[str]) -> None:
-    """The sizes and schedule, once the preset has filled them in."""
-    if args.max_steps is None and args.num_epochs is None:
+    """The sizes and schedule, once the preset has filled them in: these checks cross the groups."""
+    data, optimisation, checkpoints = args.data, args.optimisation, args.checkpoints
+    if optimisation.max_steps is None and optimisation.num_epochs is None:
         raise ArgumentsError("give --max-steps or --num-epochs")
-    if args.streaming and args.bpe_dropout:
-        origin = f" (set by --preset {preset})" if "bpe_dropout" in from_preset else ""
+    if data.streaming and args.tokenizer.bpe_dropout:
+        origin = preset_origin("bpe_dropout", preset, from_preset)
         raise ArgumentsError(
             f"--bpe-dropout{origin} re-segments the whole corpus every epoch; it cannot be used with --streaming"
         )
-    if args.streaming and args.max_steps is None:
+    if data.streaming and optimisation.max_steps is None:
         raise ArgumentsError(
             "--streaming reads a corpus of unknown length: give --max-steps (--num-epochs cannot size the run)"
         )
-    if args.d_model % args.num_heads:
-        raise ArgumentsError(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
-    if args.max_steps is not None and args.cooldown_steps > args.max_steps:
-        origin = f" (set by --preset {preset})" if "cooldown_steps" in from_preset else ""
+    if args.model.d_model % args.model.num_heads:
+        raise ArgumentsError(f"--d-model {args.model.d_model} must be divisible by --num-heads {args.model.num_heads}")
+    if optimisation.max_steps is not None and optimisation.cooldown_steps > optimisation.max_steps:
+        origin = preset_origin("cooldown_steps", preset, from_preset)
         raise ArgumentsError(
-            f"--cooldown-steps {args.cooldown_steps}{origin} is longer than the run (--max-steps "
-            f"{args.max_steps}): give a shorter --cooldown-steps"
+            f"--cooldown-steps {optimisation.cooldown_steps}{origin} is longer than the run (--max-steps "
+            f"{optimisation.max_steps}): give a shorter --cooldown-steps"
         )
-    if args.average_checkpoints > 1 and args.save_strategy == "steps" and not args.save_steps:
+    if checkpoints.average_checkpoints > 1 and checkpoints.save_strategy == "steps" and not checkpoints.save_steps:
         raise ArgumentsError("--average-checkpoints needs checkpoints: set --save-steps or --save-strategy epoch")
-    if args.streaming and args.save_strategy == "epoch":
+    if data.streaming and checkpoints.save_strategy == "epoch":
         raise ArgumentsError("--save-strategy epoch needs epochs; a --streaming run checkpoints every --save-steps")
 
 
@@ -541,31 +407,39 @@ def tensorboard_installed() -> bool:
 def resolve(args: TrainArguments) -> TrainArguments:
     """`args` with every option a preset sets filled in (`--preset`, else 'numbers' for the embedded task and 'small'
     for data), the output folder named, and the flags checked; raises `ArgumentsError` naming the flags."""
-    check_sources(args)
-    check_outputs(args)
-    preset = args.preset or ("numbers" if args.uses_embedded_task else "small")
-    from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if getattr(args, name) is None}
-    task = "numbers-en-de" if args.uses_embedded_task else f"{args.source_lang}-{args.target_lang}"
-    resolved = dataclasses.replace(
-        args,
+    data, evaluation, report_to = args.data, args.evaluation, args.checkpoints.report_to
+    check_sources(data, args.tokenizer)
+    check_outputs(args.hub, evaluation, args.checkpoints, data)
+    preset = args.run.preset or ("numbers" if data.uses_embedded_task else "small")
+    given = args.options()
+    from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}
+    task = "numbers-en-de" if data.uses_embedded_task else f"{data.source_lang}-{data.target_lang}"
+    resolved = args.replace(
         **from_preset,
         preset=preset,
-        length_penalty=1.0 if args.length_penalty is None else args.length_penalty,
-        output_dir=args.output_dir or os.path.join("runs", task),
+        length_penalty=1.0 if evaluation.length_penalty is None else evaluation.length_penalty,
+        output_dir=args.run.output_dir or os.path.join("runs", task),
         # the default tracker, only when installed
-        report_to=["none"] if args.report_to == ["tensorboard"] and not tensorboard_installed() else args.report_to,
+        report_to=["none"] if report_to == ["tensorboard"] and not tensorboard_installed() else report_to,
     )
     check_sizes(resolved, preset, set(from_preset))
     return resolved
 
 
 __all__ = [
+    "ArgumentParser",
+    "PositiveInt",
     "TrainArguments",
     "TRAIN_ARGUMENT_GROUPS",
     "DataArguments",
+    "RunArguments",
+    "ModelArguments",
+    "TokenizerArguments",
+    "OptimisationArguments",
+    "CheckpointArguments",
+    "HubArguments",
     "GenerationArguments",
-    "Preset",
-    "PRESETS",
+    "EvaluationArguments",
     "ArgumentsError",
     "resolve",
 ]

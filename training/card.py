@@ -6,21 +6,44 @@ the model's configuration, the arguments the run was trained with and its evalua
 """
 
 import os
+from dataclasses import dataclass
 from importlib import resources
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .arguments import (
+    CheckpointArguments,
+    DataArguments,
+    EvaluationArguments,
+    ModelArguments,
+    OptimisationArguments,
+    TokenizerArguments,
+)
+
 CARD_TEMPLATE = "model_card_template.md"  # a package data file of this package, beside this module
 
 
-def dataset_name(args) -> tuple[str, str, str | None]:
+@dataclass(frozen=True)
+class RunDescription:
+    """What the card says of how the model was trained: the groups of arguments it describes, and the seed."""
+
+    data: DataArguments
+    tokenizer: TokenizerArguments
+    model: ModelArguments
+    optimisation: OptimisationArguments
+    checkpoints: CheckpointArguments
+    evaluation: EvaluationArguments
+    seed: int
+
+
+def dataset_name(data: DataArguments) -> tuple[str, str, str | None]:
     """(a readable name of the training data, a short identifier, its Hub id when it came from the Hub)."""
-    if args.dataset_name:
-        name = args.dataset_name + (f" ({args.dataset_config})" if args.dataset_config else "")
-        return name, args.dataset_name, args.dataset_name
-    if args.train_file:
-        folder = os.path.basename(os.path.dirname(os.path.abspath(args.train_file))) or "local-files"
+    if data.dataset_name:
+        name = data.dataset_name + (f" ({data.dataset_config})" if data.dataset_config else "")
+        return name, data.dataset_name, data.dataset_name
+    if data.train_file:
+        folder = os.path.basename(os.path.dirname(os.path.abspath(data.train_file))) or "local-files"
         return folder, folder, None
     return "English -> German number words (the embedded task)", "numbers", None
 
@@ -31,52 +54,53 @@ def number(value: float) -> str:
     return mantissa + (f"e{int(exponent)}" if exponent else "")
 
 
-def optimiser(args) -> str:
+def optimiser(optimisation: OptimisationArguments) -> str:
     """The optimiser with the settings the run was trained with, e.g. "Adam (beta1 0.9, beta2 0.98, eps 1e-9)"."""
     settings = [
-        f"beta1 {number(args.adam_beta1)}",
-        f"beta2 {number(args.adam_beta2)}",
-        f"eps {number(args.adam_epsilon)}",
+        f"beta1 {number(optimisation.adam_beta1)}",
+        f"beta2 {number(optimisation.adam_beta2)}",
+        f"eps {number(optimisation.adam_epsilon)}",
     ]
-    if args.weight_decay:
-        settings.append(f"weight decay {number(args.weight_decay)}")
+    if optimisation.weight_decay:
+        settings.append(f"weight decay {number(optimisation.weight_decay)}")
     return f"Adam ({', '.join(settings)})"
 
 
-def schedule(args) -> str:
+def schedule(optimisation: OptimisationArguments) -> str:
     """The learning-rate schedule: the paper's, or a peak learning rate after warm-up, with an optional cool-down."""
     text = (
-        f"peak learning rate {args.lr} reached after {args.warmup_steps} warm-up updates, then decaying as step^-0.5"
-        if args.lr
-        else f"the paper's schedule d_model^-0.5 * min(step^-0.5, step * {args.warmup_steps}^-1.5)"
+        f"peak learning rate {optimisation.lr} reached after {optimisation.warmup_steps} warm-up updates, then "
+        "decaying as step^-0.5"
+        if optimisation.lr
+        else f"the paper's schedule d_model^-0.5 * min(step^-0.5, step * {optimisation.warmup_steps}^-1.5)"
     )
-    if args.cooldown_steps:
-        text += f", decaying linearly to 0 over the last {args.cooldown_steps} updates"
+    if optimisation.cooldown_steps:
+        text += f", decaying linearly to 0 over the last {optimisation.cooldown_steps} updates"
     return text
 
 
-def data_lines(args, results: dict) -> list[str]:
+def data_lines(tokenizer: TokenizerArguments, optimisation: OptimisationArguments, results: dict) -> list[str]:
     """What the model was fed: the vocabulary, lowercasing, and the batches."""
     processes = results.get("processes", 1)
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"
-        + ("" if args.tokenizer_name else f" ({args.vocab_size} tokens)")
+        + ("" if tokenizer.tokenizer_name else f" ({tokenizer.vocab_size} tokens)")
         + (
-            f", with BPE-dropout {args.bpe_dropout} on the training pairs (segmented anew every epoch)"
-            if args.bpe_dropout
+            f", with BPE-dropout {tokenizer.bpe_dropout} on the training pairs (segmented anew every epoch)"
+            if tokenizer.bpe_dropout
             else ""
         )
         + ";",
-        f"batches of similar-length sentence pairs up to {args.max_tokens} tokens per process"
+        f"batches of similar-length sentence pairs up to {optimisation.max_tokens} tokens per process"
         + (f", {processes} data-parallel processes" if processes > 1 else "")
         + (
-            f", {args.gradient_accumulation_steps} accumulated per update"
-            if args.gradient_accumulation_steps > 1
+            f", {optimisation.gradient_accumulation_steps} accumulated per update"
+            if optimisation.gradient_accumulation_steps > 1
             else ""
         )
         + ";",
     ]
-    if args.lowercase:
+    if tokenizer.lowercase:
         lines.insert(
             1,
             "all text lowercased by the tokenizer (`--lowercase`): inputs are lowercased before "
@@ -85,22 +109,22 @@ def data_lines(args, results: dict) -> list[str]:
     return lines
 
 
-def loss_lines(args) -> list[str]:
+def loss_lines(model: ModelArguments, optimisation: OptimisationArguments) -> list[str]:
     """The regularisation and the loss: dropout, word dropout, label smoothing and R-Drop."""
     lines = [
-        f"dropout P_drop {args.dropout} on sub-layer outputs and embedding sums"
-        + (f", {args.attention_dropout} on attention weights" if args.attention_dropout else "")
-        + (f", {args.activation_dropout} after the feed-forward ReLU" if args.activation_dropout else "")
+        f"dropout P_drop {model.dropout} on sub-layer outputs and embedding sums"
+        + (f", {model.attention_dropout} on attention weights" if model.attention_dropout else "")
+        + (f", {model.activation_dropout} after the feed-forward ReLU" if model.activation_dropout else "")
         + ";",
     ]
-    if args.word_dropout:
-        lines.append(f"word dropout {args.word_dropout} (source and decoder input tokens replaced by <unk>);")
+    if optimisation.word_dropout:
+        lines.append(f"word dropout {optimisation.word_dropout} (source and decoder input tokens replaced by <unk>);")
     lines.append(
-        f"label-smoothed cross-entropy (epsilon {args.label_smoothing}) normalised by target tokens"
+        f"label-smoothed cross-entropy (epsilon {optimisation.label_smoothing}) normalised by target tokens"
         + (
-            f", with R-Drop (every batch through two dropout masks, alpha {args.rdrop_alpha} on their symmetric KL "
-            "divergence)"
-            if args.rdrop_alpha
+            f", with R-Drop (every batch through two dropout masks, alpha {optimisation.rdrop_alpha} on their "
+            "symmetric KL divergence)"
+            if optimisation.rdrop_alpha
             else ""
         )
         + ";"
@@ -108,13 +132,13 @@ def loss_lines(args) -> list[str]:
     return lines
 
 
-def final_weights(args, results: dict) -> str:
+def final_weights(checkpoints: CheckpointArguments, results: dict) -> str:
     """Which weights the model holds: the last update's, or the average of the last checkpoints (of whole epochs
     with --save-strategy epoch), or the one of the two that --tune-averaging chose on validation."""
-    if args.average_checkpoints == 1:
+    if checkpoints.average_checkpoints == 1:
         return "the final weights are those of the last update;"
-    unit = "epoch checkpoints" if args.save_strategy == "epoch" else "checkpoints"
-    average = f"the average of the last {args.average_checkpoints} {unit}"
+    unit = "epoch checkpoints" if checkpoints.save_strategy == "epoch" else "checkpoints"
+    average = f"the average of the last {checkpoints.average_checkpoints} {unit}"
     search = results.get("averaging_search")
     if not search:
         return f"the final weights are {average};"
@@ -122,58 +146,66 @@ def final_weights(args, results: dict) -> str:
     return f"the final weights are {kept}, chosen on the validation split against the other of the two;"
 
 
-def update_lines(args, results: dict) -> list[str]:
+def update_lines(described: RunDescription, results: dict) -> list[str]:
     """How the weights were updated and chosen, and how the model was evaluated."""
+    optimisation, evaluation = described.optimisation, described.evaluation
     seconds = f"{results['train_seconds']:.1f} s of training"
-    if args.max_steps:
-        length = f"{args.max_steps} updates ({seconds})"
+    if optimisation.max_steps:
+        length = f"{optimisation.max_steps} updates ({seconds})"
     else:
-        length = f"{args.num_epochs} epochs ({results.get('train_steps')} updates, {seconds})"
+        length = f"{optimisation.num_epochs} epochs ({results.get('train_steps')} updates, {seconds})"
     return [
-        f"{optimiser(args)}, {schedule(args)};",
-        f"gradient clipping at norm {args.clip_norm}; {length}; seed {args.seed}; mixed precision: "
-        f"{args.mixed_precision};",
-        final_weights(args, results),
-        f"evaluation with beam search (beams {args.num_beams}, length penalty {args.length_penalty}"
+        f"{optimiser(optimisation)}, {schedule(optimisation)};",
+        f"gradient clipping at norm {optimisation.clip_norm}; {length}; seed {described.seed}; mixed precision: "
+        f"{optimisation.mixed_precision};",
+        final_weights(described.checkpoints, results),
+        f"evaluation with beam search (beams {evaluation.num_beams}, length penalty {evaluation.length_penalty}"
         + (
-            f", chosen on the validation split among {', '.join(map(str, args.tune_length_penalty))}"
-            if args.tune_length_penalty
+            f", chosen on the validation split among {', '.join(map(str, evaluation.tune_length_penalty))}"
+            if evaluation.tune_length_penalty
             else ""
         )
         + ").",
     ]
 
 
-def procedure(args, results: dict) -> str:
-    """The card's "Training procedure" section, from the arguments the run was trained with and its results (the
-    number of processes, updates and seconds)."""
-    lines = data_lines(args, results) + loss_lines(args) + update_lines(args, results)
+def procedure(described: RunDescription, results: dict) -> str:
+    """The card's "Training procedure" section, from the groups of arguments the run was trained with and its results
+    (the number of processes, updates and seconds)."""
+    lines = (
+        data_lines(described.tokenizer, described.optimisation, results)
+        + loss_lines(described.model, described.optimisation)
+        + update_lines(described, results)
+    )
     return "\n".join("- " + line for line in lines)
 
 
-def write_run_card(args, model, results: dict) -> None:
-    name, identifier, hub_id = dataset_name(args)
-    example = "forty-two" if not (args.dataset_name or args.train_file) else "A man is riding a bicycle."
-    data = (
-        f"Training data: {name}, direction {args.source_lang} -> {args.target_lang}. "
+def write_run_card(folder: str, model, results: dict, described: RunDescription, hub_model_id: str | None) -> None:
+    """Write the card of a trained `model` into `folder`, describing the run by the groups of arguments it was
+    trained with; `hub_model_id` names it where it is uploaded."""
+    data = described.data
+    name, identifier, hub_id = dataset_name(data)
+    example = "forty-two" if not (data.dataset_name or data.train_file) else "A man is riding a bicycle."
+    description = (
+        f"Training data: {name}, direction {data.source_lang} -> {data.target_lang}. "
         "Sentence pairs longer than "
-        f"{args.max_source_length} source or {args.max_target_length} target tokens were left out of training."
+        f"{data.max_source_length} source or {data.max_target_length} target tokens were left out of training."
     )
     card = model_card(
         model.config,
         model.num_parameters(),
-        model_name=args.hub_model_id or os.path.basename(os.path.normpath(args.output_dir)),
-        languages=(args.source_lang, args.target_lang),
+        model_name=hub_model_id or os.path.basename(os.path.normpath(folder)),
+        languages=(data.source_lang, data.target_lang),
         dataset=name,
         dataset_type=identifier,
         dataset_id=hub_id,
-        data_description=data,
-        procedure=procedure(args, results),
+        data_description=description,
+        procedure=procedure(described, results),
         results={k: v for k, v in results.items() if isinstance(v, dict)},
-        path=args.hub_model_id or args.output_dir,
+        path=hub_model_id or folder,
         example=example,
     )
-    card.save(os.path.join(args.output_dir, "README.md"))
+    card.save(os.path.join(folder, "README.md"))
 
 
 def architecture(config, num_parameters: int) -> dict:

@@ -16,7 +16,8 @@ from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from .arguments import flag_name
+from .argument_types import flag_name
+from .arguments import TokenizerArguments
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -183,24 +184,25 @@ RECORDED_CONFIG = MODEL_SETTINGS + (
 ADVICE = "give the checkpoint's value or start a new run"
 
 
-def tokenizer_identity(tokenizer, args) -> dict:
-    """The tokenizer's size, a hash of its vocabulary (token -> id) and the flags that chose it."""
+def tokenizer_identity(tokenizer, options: TokenizerArguments) -> dict:
+    """The tokenizer's size, a hash of its vocabulary (token -> id) and the flags that chose it (`options`)."""
     vocabulary = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
     return {
         "size": len(tokenizer),
         "vocabulary_sha256": hashlib.sha256(vocabulary.encode("utf-8")).hexdigest(),
-        "tokenizer_name": args.tokenizer_name,
-        "vocab_size": None if args.tokenizer_name else args.vocab_size,
-        "lowercase": bool(args.lowercase),
+        "tokenizer_name": options.tokenizer_name,
+        "vocab_size": None if options.tokenizer_name else options.vocab_size,
+        "lowercase": bool(options.lowercase),
     }
 
 
-def built_with(model, tokenizer, args) -> dict:
-    """The record a checkpoint keeps of what its weights were built with (see `check_resume_matches`)."""
+def built_with(model, identity: dict) -> dict:
+    """The record a checkpoint keeps of what its weights were built with (see `check_resume_matches`): the model's
+    settings and the tokenizer's `identity` (`tokenizer_identity`)."""
     config = extract_model_from_parallel(model).config.to_dict()
     return {
         "model": {key: config[key] for key in RECORDED_CONFIG if key in config},
-        "tokenizer": tokenizer_identity(tokenizer, args),
+        "tokenizer": identity,
     }
 
 
@@ -211,9 +213,10 @@ def setting(key: str, value) -> str:
     return f"{flag_name(key)} {value}"
 
 
-def differing_model_setting(old: dict, config, args) -> str | None:
+def differing_model_setting(old: dict, config, longest: int) -> str | None:
     """The first setting of MODEL_SETTINGS (and the learned position table) in which the checkpoint's `old` differs
-    from this run's model `config`, as one sentence; None where they agree."""
+    from this run's model `config`, as one sentence; None where they agree. `longest`: the longer of this run's
+    --max-source-length and --max-target-length."""
     for key in MODEL_SETTINGS:
         if key in old and old[key] != getattr(config, key):
             return f"the checkpoint was trained with {setting(key, old[key])}, this run asks for " + (
@@ -222,7 +225,6 @@ def differing_model_setting(old: dict, config, args) -> str | None:
     positions = old.get("max_position_embeddings")
     if config.position_encoding == "learned" and positions is not None and positions != config.max_position_embeddings:
         # the learned table covers the longer of the two length limits, and a few positions more
-        longest = max(args.max_source_length, args.max_target_length)
         spare = config.max_position_embeddings - longest
         return (
             f"the checkpoint was trained with learned positions for --max-source-length/--max-target-length up to "
@@ -302,7 +304,7 @@ def settings_from_shapes(shapes: dict[str, list[int]]) -> dict:
     return found
 
 
-def differing_weights(checkpoint: str, model, tokenizer, args) -> str | None:
+def differing_weights(checkpoint: str, model, identity: dict, longest: int) -> str | None:
     """The first weight whose shape (or presence) differs between the checkpoint's weights file and this run's model,
     with the setting that likely made it differ, as one sentence; None where every weight fits."""
     saved = saved_shapes(checkpoint)
@@ -315,11 +317,11 @@ def differing_weights(checkpoint: str, model, tokenizer, args) -> str | None:
     wanted = f"has {expected[name]}" if name in expected else "has none"
     where = f"the checkpoint's {WEIGHTS_FILE} {found}, this run's model {wanted}"
     old = settings_from_shapes(saved)
-    reason = differing_model_setting(old, model.config, args)
+    reason = differing_model_setting(old, model.config, longest)
     if reason is None and old.get("vocab_size", model.config.vocab_size) != model.config.vocab_size:
         reason = (
             f"the checkpoint has a vocabulary of {old['vocab_size']} tokens, this run's tokenizer "
-            f"({describe_tokenizer(tokenizer_identity(tokenizer, args))}) has {model.config.vocab_size}; "
+            f"({describe_tokenizer(identity)}) has {model.config.vocab_size}; "
             f"{tokenizer_advice({}, checkpoint)}"
         )
     return (
@@ -327,17 +329,18 @@ def differing_weights(checkpoint: str, model, tokenizer, args) -> str | None:
     )
 
 
-def check_resume_matches(checkpoint: str, state: dict, model, tokenizer, args) -> None:
-    """Refuse, before loading, a resume whose model or tokenizer differs from the checkpoint's: a ValueError of one
-    line naming the setting, the checkpoint's value and this run's. The checkpoint's record (`built_with`) is
-    compared first; the weight shapes in its file then, the only evidence in checkpoints written without a record."""
+def check_resume_matches(checkpoint: str, state: dict, model, identity: dict, longest: int) -> None:
+    """Refuse, before loading, a resume whose model or tokenizer (`identity`: `tokenizer_identity`) differs from the
+    checkpoint's: a ValueError of one line naming the setting, the checkpoint's value and this run's. The checkpoint's
+    record (`built_with`) is compared first; the weight shapes in its file then, the only evidence in checkpoints
+    written without a record."""
     unwrapped = extract_model_from_parallel(model)
     recorded = state.get("built_with")
     reason = None
     if recorded:
-        reason = differing_model_setting(recorded.get("model", {}), unwrapped.config, args)
+        reason = differing_model_setting(recorded.get("model", {}), unwrapped.config, longest)
         if reason is None and "tokenizer" in recorded:
-            reason = differing_tokenizer(recorded["tokenizer"], tokenizer_identity(tokenizer, args), checkpoint)
-    reason = reason or differing_weights(checkpoint, unwrapped, tokenizer, args)
+            reason = differing_tokenizer(recorded["tokenizer"], identity, checkpoint)
+    reason = reason or differing_weights(checkpoint, unwrapped, identity, longest)
     if reason:
         raise ValueError(f"--resume-from {checkpoint}: {reason}")

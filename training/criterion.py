@@ -4,7 +4,7 @@ and R-Drop's consistency term between two dropout passes of the same batch."""
 import torch
 
 from ..modeling.kernels_vanilla_transformer import token_cross_entropy
-from .data import drop_words
+from .arguments import OptimisationArguments
 
 COMPILE_BACKEND = "inductor"  # torch.compile's code generator for --compile
 
@@ -42,6 +42,19 @@ def rdrop_kl_sum(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int =
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum() / 2
 
 
+def drop_words(ids: torch.Tensor, rate: float, replacement: int, keep_ids: tuple[int, ...]) -> torch.Tensor:
+    """Word dropout on token ids (Token Drop, Zhang et al. 2020): a copy of `ids` in which each token, except those
+    in `keep_ids` (padding and sentence boundaries), is replaced by `replacement` (<unk>) with probability `rate`.
+
+    Applied to the source ids and to the decoder's shifted-right inputs of a training batch, never to the labels: the
+    model has to predict every reference token from a context with holes in it, a regulariser for small corpora.
+    The draws come from torch's global generator, which --seed fixes and checkpoints save, like dropout's.
+    """
+    droppable = ~torch.isin(ids, torch.tensor(keep_ids, device=ids.device))  # (batch, len)
+    dropped = droppable & (torch.rand(ids.shape, device=ids.device) < rate)
+    return ids.masked_fill(dropped, replacement)
+
+
 class TranslationCriterion:
     """The training criterion as fairseq's criteria are: given the model and a batch, the summed loss to
     differentiate, the number of target tokens that normalises it, and the figures to log.
@@ -68,16 +81,16 @@ class TranslationCriterion:
             self.forward_loss = torch.compile(self.forward_loss, backend=COMPILE_BACKEND)
 
     @classmethod
-    def from_args(cls, args, tokenizer) -> "TranslationCriterion":
+    def from_arguments(cls, optimisation: OptimisationArguments, tokenizer) -> "TranslationCriterion":
         # word dropout keeps padding and the sentence boundaries
         special_ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
         return cls(
-            args.label_smoothing,
-            args.rdrop_alpha,
-            args.word_dropout,
+            optimisation.label_smoothing,
+            optimisation.rdrop_alpha,
+            optimisation.word_dropout,
             tokenizer.unk_token_id,
             special_ids,
-            compile=args.compile,
+            compile=optimisation.compile,
         )
 
     def sample_size(self, batch: dict) -> torch.Tensor:

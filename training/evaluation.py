@@ -14,7 +14,8 @@ from ..configuration import position_limit
 from ..errors import CommandError
 from ..model_folder import load_model_folder
 from ..modeling.kernels_vanilla_transformer import token_cross_entropy
-from .data import load_raw_datasets, make_collator, tokenize_pairs
+from .data import load_raw_datasets
+from .tokenizing import make_collator, tokenize_pairs
 from .metrics import exact_match_by_group, translation_metrics
 
 
@@ -54,11 +55,13 @@ def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int,
     return [h.strip() for h in hypotheses]
 
 
-def evaluate_split(model, tokenizer, raw_split, tokenized_split, args, accelerator, **generate_kwargs):
-    hypotheses = translate_dataset(
-        model, tokenizer, tokenized_split, accelerator, args.eval_batch_size, **generate_kwargs
-    )
-    references = [pair[args.target_lang] for pair in raw_split["translation"]]
+def evaluate_split(
+    model, tokenizer, raw_split, tokenized_split, accelerator, *, batch_size: int, target_lang: str, **generate_kwargs
+):
+    """The scores of the model's translations of a split against its `target_lang` references, and the
+    translations; `generate_kwargs` override the model's generation config."""
+    hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, batch_size, **generate_kwargs)
+    references = [pair[target_lang] for pair in raw_split["translation"]]
     return split_metrics(hypotheses, references, raw_split), hypotheses
 
 
@@ -88,15 +91,15 @@ def summary(split: str, metrics: dict) -> str:
 
 
 @torch.no_grad()
-def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, accelerator) -> dict[str, float]:
+def reference_cross_entropy(
+    model, tokenizer, raw_split, tokenized_split, accelerator, *, batch_size: int, target_lang: str
+) -> dict[str, float]:
     """How well the model predicts the reference translations, with dropout off and without label smoothing: the
     cross-entropy in nats per target token (end-of-sentence included) and its perplexity, and in nats per reference
     word (whitespace-separated), which stays comparable between runs whose BPE vocabularies differ."""
     nll, tokens = [], []
     with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
-        for batch in split_loader(
-            tokenized_split, ("input_ids", "labels"), tokenizer, accelerator, args.eval_batch_size
-        ):
+        for batch in split_loader(tokenized_split, ("input_ids", "labels"), tokenizer, accelerator, batch_size):
             labels = batch["labels"]  # (batch, tgt_len), -100 at padding
             logits = unwrapped(
                 input_ids=batch["input_ids"],
@@ -106,7 +109,7 @@ def reference_cross_entropy(model, tokenizer, raw_split, tokenized_split, args, 
             per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
             nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
             tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
-    references = [pair[args.target_lang] for pair in raw_split["translation"]]
+    references = [pair[target_lang] for pair in raw_split["translation"]]
     return cross_entropy_figures(torch.cat(nll).sum().item(), torch.cat(tokens).sum().item(), references)
 
 
@@ -122,15 +125,23 @@ def cross_entropy_figures(total: float, tokens: int, references: list[str]) -> d
     }
 
 
-def tune_length_penalty(model, tokenizer, raw, tokenized, args, accelerator):
-    """Beam-decode the validation split with each `--tune-length-penalty` value and choose the best BLEU (lowercased
-    with `--lowercase`; ties go to the earlier value). Returns the chosen length penalty, {alpha: BLEU} and the
-    chosen one's (metrics, hypotheses)."""
-    score = "bleu_lowercase" if args.lowercase else "bleu"  # a lowercasing model writes lowercase
+def tune_length_penalty(
+    model, tokenizer, raw, tokenized, accelerator, penalties: list[float], score: str, **split_settings
+) -> tuple:
+    """Beam-decode the validation split with each length penalty of `penalties` (--tune-length-penalty) and choose
+    the best `score` (BLEU, lowercased with --lowercase; ties go to the earlier value). `split_settings`: the batch
+    size and target language of `evaluate_split`. Returns the chosen length penalty, {alpha: score} and the chosen
+    one's (metrics, hypotheses)."""
     search, best = {}, None
-    for alpha in args.tune_length_penalty:
+    for alpha in penalties:
         metrics, hypotheses = evaluate_split(
-            model, tokenizer, raw["validation"], tokenized["validation"], args, accelerator, length_penalty=alpha
+            model,
+            tokenizer,
+            raw["validation"],
+            tokenized["validation"],
+            accelerator,
+            length_penalty=alpha,
+            **split_settings,
         )
         search[str(alpha)] = metrics[score]
         accelerator.print(f"length penalty {alpha}: validation {score} {metrics[score]}")

@@ -26,7 +26,10 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from .data import FILE_BUILDERS, DataError, batch_bounds, check_file, first_bad_line, within_length_limits
+from .arguments import DataArguments
+from .batching import batch_bounds
+from .data_checks import FILE_BUILDERS, DataError, check_file, first_bad_line
+from .tokenizing import within_length_limits
 
 CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks
 
@@ -36,20 +39,20 @@ CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number 
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train_stream_source(args) -> tuple[Callable[[], datasets.IterableDataset], str]:
+def train_stream_source(data: DataArguments) -> tuple[Callable[[], datasets.IterableDataset], str]:
     """A function opening the training split as an `IterableDataset` (a new one for each pass), and the name of the
     source for messages: `--train-file PATH` or `--dataset-name NAME`."""
-    if args.dataset_name:
-        where = f"--dataset-name {args.dataset_name}"
+    if data.dataset_name:
+        where = f"--dataset-name {data.dataset_name}"
 
         def open_hub() -> datasets.IterableDataset:
             try:
-                return datasets.load_dataset(args.dataset_name, args.dataset_config, split="train", streaming=True)
+                return datasets.load_dataset(data.dataset_name, data.dataset_config, split="train", streaming=True)
             except Exception as error:
                 raise DataError(f"{where}: could not stream its 'train' split: {error}") from error
 
         return open_hub, where
-    path = args.train_file
+    path = data.train_file
     builder = check_file("--train-file", path)
     where = f"--train-file {path}"
     return lambda: datasets.load_dataset(builder, data_files=path, split="train", streaming=True), where
@@ -86,7 +89,7 @@ def has_text(texts: list) -> np.ndarray:
     return np.fromiter((isinstance(t, str) and bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
 
 
-def read_chunks(stream: datasets.IterableDataset, where: str, args, chunk_size: int) -> Iterator[tuple]:
+def read_chunks(stream: datasets.IterableDataset, where: str, data: DataArguments, chunk_size: int) -> Iterator[tuple]:
     """(sources, targets) of each chunk of the stream, rows without text on a side included. An error of the reader
     (bad JSON, bytes that are not UTF-8) names the file and, where it can be found, the line."""
     chunks, row = stream.iter(batch_size=chunk_size), 0
@@ -96,21 +99,21 @@ def read_chunks(stream: datasets.IterableDataset, where: str, args, chunk_size: 
         except StopIteration:
             return
         except Exception as error:
-            path = args.train_file
+            path = data.train_file
             builder = FILE_BUILDERS.get(os.path.splitext(path or "")[1].lower())
             line = first_bad_line(path, builder) if path and builder else None
             raise DataError(f"{where}: {line or f'could not be read after row {row}: {error}'}") from error
-        sources, targets = chunk_pairs(chunk, where, row, args.source_lang, args.target_lang)
+        sources, targets = chunk_pairs(chunk, where, row, data.source_lang, data.target_lang)
         row += len(sources)
         yield sources, targets
 
 
-def reservoir_sample(open_stream, where: str, args, size: int) -> list[tuple[str, str]]:
+def reservoir_sample(open_stream, where: str, data: DataArguments, seed: int, size: int) -> list[tuple[str, str]]:
     """`size` pairs with text on both sides drawn uniformly from the whole stream (reservoir sampling, one pass, as
     sentencepiece samples its `input_sentence_size`), seeded by --seed; all of them if there are fewer."""
-    rng, kept, seen = random.Random(args.seed), [], 0
+    rng, kept, seen = random.Random(seed), [], 0
     progress = tqdm(desc="Sampling the BPE's pairs from the stream", unit=" pairs", unit_scale=True)
-    for sources, targets in read_chunks(open_stream(), where, args, CHUNK):
+    for sources, targets in read_chunks(open_stream(), where, data, CHUNK):
         progress.update(len(sources))
         for pair, ok in zip(zip(sources, targets), has_text(sources) & has_text(targets)):
             if not ok:
@@ -171,7 +174,7 @@ def joined(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
     return np.concatenate([ids for ids, _ in pieces]), np.concatenate(([0], np.cumsum(lengths)))
 
 
-def tokenize_pool(sources: list[str], targets: list[str], tokenizer, args) -> tuple[Pool, int]:
+def tokenize_pool(sources: list[str], targets: list[str], tokenizer, data: DataArguments) -> tuple[Pool, int]:
     """The pool of these pairs within --max-source-length / --max-target-length tokens, and how many were longer.
     The tokenizer encodes a chunk at a time, which a fast tokenizer spreads over the cores; each chunk's ids go into
     flat arrays at once, so that only one chunk is ever held as Python lists of ints (a whole pool's would take
@@ -180,7 +183,7 @@ def tokenize_pool(sources: list[str], targets: list[str], tokenizer, args) -> tu
     for start in range(0, len(sources), 2 * CHUNK):
         encoded = tokenizer(sources[start : start + 2 * CHUNK], text_target=targets[start : start + 2 * CHUNK])
         source_ids, target_ids = encoded["input_ids"], encoded["labels"]
-        keep = np.flatnonzero(within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), args))
+        keep = np.flatnonzero(within_length_limits(list(map(len, source_ids)), list(map(len, target_ids)), data))
         too_long += len(source_ids) - len(keep)
         source_parts.append(flat([source_ids[i] for i in keep]))
         target_parts.append(flat([target_ids[i] for i in keep]))
@@ -217,19 +220,24 @@ class StreamingBatches:
     """This process's collated token batches of the streamed training split, pass after pass. Every process reads
     the same stream and builds the same batches; process `rank` of `num_replicas` takes every `num_replicas`-th."""
 
-    def __init__(self, open_stream, where: str, tokenizer, collate, args, accelerator=None):
-        self.open_stream, self.where, self.tokenizer, self.collate, self.args = (
-            open_stream,
-            where,
-            tokenizer,
-            collate,
-            args,
-        )
+    def __init__(
+        self,
+        open_stream,
+        where: str,
+        tokenizer,
+        collate,
+        data: DataArguments,
+        max_tokens: int,
+        seed: int,
+        accelerator=None,
+    ):
+        self.open_stream, self.where, self.tokenizer, self.collate = open_stream, where, tokenizer, collate
+        self.data, self.max_tokens, self.seed = data, max_tokens, seed
         self.num_replicas = accelerator.num_processes if accelerator else 1
         self.rank = accelerator.process_index if accelerator else 0
         self.device = accelerator.device if accelerator else None
-        self.chunk = min(CHUNK, args.stream_pool_pairs)
-        self.chunks_per_pool = -(-args.stream_pool_pairs // self.chunk)
+        self.chunk = min(CHUNK, data.stream_pool_pairs)
+        self.chunks_per_pool = -(-data.stream_pool_pairs // self.chunk)
         self.epoch = 0
         self.resume_at: dict | None = None
         self.pools: deque[dict] = deque(maxlen=4)  # the positions of this pass's latest pools
@@ -278,7 +286,7 @@ class StreamingBatches:
     def pools_ahead(self, stream: datasets.IterableDataset) -> Iterator[tuple[Pool, dict]]:
         """The stream's pools in order, each with the stream's state after it. The next pool is read and tokenised
         in a background thread while the current one is trained on (the tokenizers and Arrow release the GIL)."""
-        chunks = read_chunks(stream, self.where, self.args, self.chunk)
+        chunks = read_chunks(stream, self.where, self.data, self.chunk)
 
         def read() -> tuple[Pool | None, dict]:
             pool = self.read_pool(chunks)
@@ -306,13 +314,13 @@ class StreamingBatches:
             targets += [text for text, ok in zip(chunk[1], keep) if ok]
         if not sources:
             return None
-        pool, too_long = tokenize_pool(sources, targets, self.tokenizer, self.args)
+        pool, too_long = tokenize_pool(sources, targets, self.tokenizer, self.data)
         self.count_dropped("too_long", too_long)
         return pool if len(pool) else self.read_pool(chunks)
 
     def batches_of(self, pool: Pool, pool_index: int) -> list[np.ndarray]:
-        rng = np.random.default_rng([self.args.seed, self.epoch, pool_index])
-        return pool_batches(pool, self.args.max_tokens, rng, self.num_replicas)
+        rng = np.random.default_rng([self.seed, self.epoch, pool_index])
+        return pool_batches(pool, self.max_tokens, rng, self.num_replicas)
 
     def count_dropped(self, reason: str, count: int) -> None:
         if self.epoch != self.counting:
@@ -325,7 +333,7 @@ class StreamingBatches:
     def describe_dropped(self) -> str:
         return (
             f"{self.dropped['empty_side']:,} with no text on a side and {self.dropped['too_long']:,} longer than "
-            f"--max-source-length {self.args.max_source_length} or --max-target-length {self.args.max_target_length}"
+            f"--max-source-length {self.data.max_source_length} or --max-target-length {self.data.max_target_length}"
         )
 
     def dropped_pairs(self) -> dict[str, dict[str, int]]:
@@ -339,16 +347,17 @@ class StreamingBatches:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def stream_identity(args) -> dict:
+def stream_identity(data: DataArguments) -> dict:
     """What identifies a streamed corpus for the cache of its BPE: the file (path, size, modification time) or the
     Hub dataset and its configuration."""
-    if args.dataset_name:
-        return {"dataset": args.dataset_name, "config": args.dataset_config}
-    status = os.stat(args.train_file)
-    return {"file": os.path.abspath(args.train_file), "bytes": status.st_size, "modified_ns": status.st_mtime_ns}
+    if data.dataset_name:
+        return {"dataset": data.dataset_name, "config": data.dataset_config}
+    status = os.stat(data.train_file)
+    return {"file": os.path.abspath(data.train_file), "bytes": status.st_size, "modified_ns": status.st_mtime_ns}
 
 
-def stream_bpe_texts(open_stream, where: str, args) -> tuple[list[str], int]:
-    """The texts the BPE learns from, a `reservoir_sample` of --bpe-sample-size pairs, source and target in turn."""
-    pairs = reservoir_sample(open_stream, where, args, args.bpe_sample_size)
+def stream_bpe_texts(open_stream, where: str, data: DataArguments, seed: int, size: int) -> tuple[list[str], int]:
+    """The texts the BPE learns from, a `reservoir_sample` of `size` (--bpe-sample-size) pairs, source and target in
+    turn."""
+    pairs = reservoir_sample(open_stream, where, data, seed, size)
     return [text for pair in pairs for text in pair], 2 * len(pairs)

@@ -177,7 +177,7 @@ def apply_cpu_process_settings(args) -> None:
 
     from .training.loop import flush_denormals, keep_freed_memory_mapped
 
-    if args.cpu or not torch.cuda.is_available():  # the device Accelerator(cpu=args.cpu) trains on is the CPU
+    if args.optimisation.cpu or not torch.cuda.is_available():  # the device Accelerator(cpu=args.cpu) trains on is the CPU
         keep_freed_memory_mapped()
         flush_denormals()
 

@@ -1,0 +1,112 @@
+"""The pieces the argument dataclasses are made of: checked types, which argparse calls on a flag's text and
+`Checked.__post_init__` on values given in Python (each returns a plain int or float, which checkpoints, trackers and
+JSON take as they are); `option`, a dataclass field with its help line; and `ArgumentParser`, transformers'
+`HfArgumentParser` with each field as one dashed option."""
+
+import argparse
+import dataclasses
+import math
+import types
+from dataclasses import field
+
+from transformers import HfArgumentParser
+
+
+class PositiveInt(int):
+    def __new__(cls, value):
+        number = int(value)
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        return number
+
+
+class NonNegativeInt(int):
+    def __new__(cls, value):
+        number = int(value)
+        if number < 0:
+            raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        return number
+
+
+class Probability(float):
+    def __new__(cls, value):
+        number = float(value)
+        if not 0.0 <= number < 1.0:
+            raise argparse.ArgumentTypeError(f"expected a value in [0, 1), got {value}")
+        return number
+
+
+class PositiveFloat(float):
+    def __new__(cls, value):
+        number = float(value)
+        if not number > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+        return number
+
+
+class NonNegativeFloat(float):
+    def __new__(cls, value):
+        number = float(value)
+        if not 0 <= number < math.inf:
+            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
+        return number
+
+
+CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat)
+
+
+def option(default=None, help: str = "", **argparse_kwargs):
+    """A field of an arguments dataclass: its default and help line (and any choices, metavar, ...)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **argparse_kwargs})
+    return field(default=default, metadata={"help": help, **argparse_kwargs})
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class DashedOptions:
+    """An argument group that takes each option under its dashed spelling only (`--max-tokens`, not `--max_tokens`):
+    the one the README, `--help` and the error messages show."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def add_argument(self, *names, **kwargs):
+        return self.group.add_argument(*(name for name in names if "_" not in name), **kwargs)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help line, unless the help line says it (or there is none to say)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class ArgumentParser(HfArgumentParser):
+    """transformers' `HfArgumentParser`, with each dataclass field as one dashed option."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, formatter_class=kwargs.pop("formatter_class", HelpFormatter), **kwargs)
+
+    @staticmethod
+    def _parse_dataclass_field(parser, field):
+        HfArgumentParser._parse_dataclass_field(DashedOptions(parser), field)
+
+
+class Checked:
+    """Values given in Python are checked by the same types as the command line's, naming the flag."""
+
+    def __post_init__(self):
+        for item in dataclasses.fields(self):
+            kinds = item.type.__args__ if isinstance(item.type, types.UnionType) else (item.type,)
+            kind = next((k for k in kinds if k in CHECKED_TYPES), None)
+            value = getattr(self, item.name)
+            if kind is not None and value is not None:
+                try:
+                    object.__setattr__(self, item.name, kind(value))
+                except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+                    raise ValueError(f"{flag_name(item.name)}: {error}") from None

@@ -1,0 +1,148 @@
+"""Checking the data before training on it: each file's builder and first bad line, the translation column, and the
+pairs with text on both sides. `DataError` names the file, split, row or flag and what was expected."""
+
+import json
+import os
+import sys
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+ARROW_BATCH = 1_000_000  # rows per Arrow batch when a whole column is checked or measured
+
+
+class DataError(ValueError):
+    """Bad input data: the message names the file, split, row or flag and what was expected."""
+
+
+def check_file(flag: str, path: str) -> str:
+    """The `datasets` builder that reads the file given to `flag`; a `DataError` if there is no such file, it is
+    empty, or its extension is not one of FILE_BUILDERS."""
+    if not os.path.isfile(path):
+        raise DataError(f"{flag} {path}: no such file.")
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FILE_BUILDERS:
+        raise DataError(f"{flag} {path}: expected a .jsonl, .json, .csv or .parquet file.")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"{flag} {path}: the file is empty.")
+    return FILE_BUILDERS[extension]
+
+
+def first_bad_line(path: str, builder: str) -> str | None:
+    """Where a text file that `datasets` could not read goes wrong: the first line that is not UTF-8 or, in JSON
+    lines, not a JSON object; None if every line is fine (then the library's own message is the one to show)."""
+    if builder not in ("json", "csv"):
+        return None
+    with open(path, "rb") as handle:
+        for number, raw_line in enumerate(handle, start=1):
+            try:
+                raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return (
+                    f"line {number} is not UTF-8 (byte 0x{raw_line[error.start]:02x} at column {error.start + 1}); "
+                    "expected a UTF-8 file: convert it, e.g. with iconv -f latin1 -t utf-8"
+                )
+    return first_bad_json_line(path) if builder == "json" else None
+
+
+def first_bad_json_line(path: str) -> str | None:
+    """The first line of a JSON-lines file that is not a JSON object; None for a file that is one JSON document (an
+    array of rows), which `datasets` reads too."""
+    seen_a_row = False
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("[") and not seen_a_row:
+                return None
+            seen_a_row = True
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
+            if not isinstance(row, dict):
+                return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
+    return None
+
+
+def check_translation_column(
+    raw: datasets.DatasetDict, source_lang: str, target_lang: str, require_train: bool = True
+) -> None:
+    """Every split must be in the translation schema: a 'translation' column of pairs."""
+    if require_train and "train" not in raw:
+        raise DataError(f"the dataset has no 'train' split (it has {sorted(raw)}).")
+    for split, dataset in raw.items():
+        if "translation" not in dataset.column_names:
+            raise DataError(
+                f"split {split!r}: expected a 'translation' column with {{'{source_lang}': ..., '{target_lang}': ...}}"
+                f" per row, found columns {dataset.column_names}."
+            )
+
+
+def text_present(column: pa.ChunkedArray, lang: str) -> np.ndarray:
+    """Per row of a 'translation' column, whether its `lang` side holds text other than whitespace (Arrow compute:
+    no Python object per row)."""
+    index = column.type.get_field_index(lang) if pa.types.is_struct(column.type) else -1
+    if index < 0:
+        return np.zeros(len(column), dtype=bool)
+    text = pc.struct_field(column, [index])
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        return np.zeros(len(column), dtype=bool)
+    present = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
+    return pc.fill_null(present, False).to_numpy(zero_copy_only=False)
+
+
+def text_present_in_rows(pairs: list, lang: str) -> np.ndarray:
+    """`text_present` for pairs as Python dicts: a 'translation' column whose rows hold different keys, which
+    `datasets` stores as JSON text rather than as an Arrow struct."""
+    return np.array([isinstance(p, dict) and isinstance(p.get(lang), str) and bool(p[lang].strip()) for p in pairs])
+
+
+def pairs_with_text(dataset: datasets.Dataset, languages: tuple[str, str]) -> dict[str, np.ndarray]:
+    """For each language, which rows hold text on its side."""
+    present = {lang: [] for lang in languages}
+    column = dataset.select_columns(["translation"])
+    is_struct = isinstance(dataset.features["translation"], (dict, datasets.Translation))
+    batches = column.with_format("arrow").iter(batch_size=ARROW_BATCH) if is_struct else column.iter(ARROW_BATCH)
+    for batch in batches:
+        for lang in languages:
+            if is_struct:
+                present[lang].append(text_present(batch.column("translation"), lang))
+            else:
+                present[lang].append(text_present_in_rows(batch["translation"], lang))
+    return {lang: np.concatenate(parts) if parts else np.zeros(0, dtype=bool) for lang, parts in present.items()}
+
+
+def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_lang: str, refuse: bool = False):
+    """Drop the pairs whose source or target is missing or empty, as the established tools do, and say how many on
+    stderr; returns the data and {split: pairs dropped}. A split left with no pair is a `DataError`, and so is any
+    such pair with `refuse`."""
+    dropped, kept = {}, {}
+    flags = {source_lang: "--source-lang", target_lang: "--target-lang"}
+    for split, dataset in raw.items():
+        present = pairs_with_text(dataset, (source_lang, target_lang))
+        keep = present[source_lang] & present[target_lang]
+        dropped[split] = int(len(keep) - keep.sum())
+        missing = ", ".join(f"{int((~ok).sum())} without {lang!r} text ({flags[lang]})" for lang, ok in present.items())
+        if not keep.any():
+            example = dataset[0]["translation"] if len(dataset) else None
+            raise DataError(
+                f"split {split!r}: no pair is left: of {len(keep)}, {missing}; row 0 holds {example!r:.300}."
+            )
+        if dropped[split]:
+            first = int(np.flatnonzero(~keep)[0])
+            if refuse:
+                raise DataError(
+                    f"split {split!r}, row {first} (counting from 0): no text on a side ({missing}); every pair is "
+                    "scored: give it text or remove it."
+                )
+            print(f"split {split!r}: dropped {dropped[split]:,} of {len(keep):,} pairs ({missing}; first: row {first}, "
+                  "counting from 0)", file=sys.stderr)  # fmt: skip
+            dataset = dataset.select(np.flatnonzero(keep))
+        kept[split] = dataset
+    return datasets.DatasetDict(kept), dropped
