@@ -1,5 +1,5 @@
 """The arguments of `vanilla-transformer train`: dataclasses read by HfArgumentParser, one place for each option's
-default, type, choices and help; presets as instances; a frozen object the loop cannot write into."""
+default, type, choices and help; presets as instances; frozen groups, kept apart in `TrainArguments`."""
 
 import dataclasses
 import re
@@ -7,13 +7,16 @@ import re
 import pytest
 from vanilla_transformer.configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
 from vanilla_transformer.training.arguments import (
-    PRESETS,
     TRAIN_ARGUMENT_GROUPS,
     ArgumentsError,
-    Preset,
+    DataArguments,
+    ModelArguments,
+    OptimisationArguments,
     TrainArguments,
+    option_groups,
     resolve,
 )
+from vanilla_transformer.training.presets import PRESETS, Preset
 
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.cli import build_parser
@@ -36,13 +39,13 @@ def test_every_option_has_a_help_line_in_its_group(capsys):
     # each option once, in its dashed spelling, and none without a help line under it
     options = re.findall(r"^  (--[a-z0-9-]+)", text, re.MULTILINE)
     assert "--max-tokens" in options and "--max_tokens" not in text
-    assert len(options) == len(set(options)) == len(dataclasses.fields(TrainArguments)) + 1  # + --no-share-embeddings
+    assert len(options) == len(set(options)) == len(option_groups()) + 1  # + --no-share-embeddings
     assert re.search(r"--max-tokens MAX_TOKENS\s+tokens per batch \(per process\) \(default: the preset's\)", text)
     assert re.search(r"--label-smoothing LABEL_SMOOTHING\s+epsilon_ls .*\(default: 0\.1\)", text, re.DOTALL)
 
 
 def test_choices_come_from_the_configuration_and_presets_are_instances():
-    fields = {field.name: field for field in dataclasses.fields(TrainArguments)}
+    fields = {field.name: field for group in TRAIN_ARGUMENT_GROUPS for field in dataclasses.fields(group)}
     assert fields["norm_position"].metadata["choices"] is NORM_POSITIONS
     assert fields["position_encoding"].metadata["choices"] is POSITION_ENCODINGS
     assert fields["preset"].metadata["choices"] == tuple(sorted(PRESETS))
@@ -53,22 +56,56 @@ def test_choices_come_from_the_configuration_and_presets_are_instances():
 
 
 def test_the_arguments_are_frozen_and_resolving_makes_a_new_object():
-    given = TrainArguments(train_file="train.jsonl", d_model=64, num_heads=2)
+    given = TrainArguments.from_options(train_file="train.jsonl", d_model=64, num_heads=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        given.lr = 1.0
+        given.optimisation.lr = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        given.model = ModelArguments()
     resolved = resolve(given)
-    assert given.d_ff is None and given.preset is None and given.output_dir is None  # untouched
+    assert given.model.d_ff is None and given.run.preset is None and given.run.output_dir is None  # untouched
     small = PRESETS["small"]
-    assert (resolved.d_model, resolved.num_heads, resolved.d_ff) == (64, 2, small.d_ff)
-    assert resolved.preset == "small" and resolved.output_dir == "runs/en-de" and resolved.length_penalty == 1.0
+    assert (resolved.model.d_model, resolved.model.num_heads, resolved.model.d_ff) == (64, 2, small.d_ff)
+    assert resolved.run.preset == "small" and resolved.run.output_dir == "runs/en-de"
+    assert resolved.evaluation.length_penalty == 1.0
+    # the preset filled options of several groups, each in its own
+    assert resolved.optimisation.max_tokens == small.max_tokens and resolved.data.max_source_length == 128
+
+
+def test_options_go_to_their_groups_and_stay_there():
+    """`TrainArguments` holds the groups as `--help` shows them; an option is found only in its own group."""
+    arguments = TrainArguments.from_options(max_tokens=512, source_lang="fr", target_lang="en", d_model=64)
+    assert isinstance(arguments.optimisation, OptimisationArguments) and arguments.optimisation.max_tokens == 512
+    assert isinstance(arguments.data, DataArguments) and arguments.data.source_lang == "fr"
+    assert arguments.model.d_model == 64 and not hasattr(arguments, "max_tokens")
+    assert [f.name for f in dataclasses.fields(TrainArguments)] == [
+        "data",
+        "run",
+        "model",
+        "tokenizer",
+        "optimisation",
+        "checkpoints",
+        "hub",
+        "evaluation",
+    ]
+    assert {type(getattr(arguments, f.name)) for f in dataclasses.fields(TrainArguments)} == set(TRAIN_ARGUMENT_GROUPS)
+    with pytest.raises(TypeError, match="not an option of vanilla-transformer train: max_token"):
+        TrainArguments.from_options(max_token=512)
+    assert arguments.options()["max_tokens"] == 512 and len(arguments.options()) == len(option_groups())
+
+
+def test_the_command_line_builds_the_same_groups(capsys):
+    """The train command's flags, parsed, become the same groups as the options given in Python."""
+    namespace = build_parser().parse_args(["train", "--max-tokens", "512", "--d-model", "64", "--no-share-embeddings"])
+    parsed = TrainArguments.from_namespace(namespace)
+    assert parsed == TrainArguments.from_options(max_tokens=512, d_model=64, share_embeddings=False)
 
 
 def test_values_given_in_python_are_checked_as_flags_are():
     with pytest.raises(ValueError, match="--max-tokens: expected a positive integer, got 0"):
-        TrainArguments(max_tokens=0)
+        TrainArguments.from_options(max_tokens=0)
     with pytest.raises(ValueError, match=r"--dropout: expected a value in \[0, 1\), got 1.5"):
-        TrainArguments(dropout=1.5)
-    arguments = TrainArguments(max_tokens=512, dropout=0.25)
-    assert type(arguments.max_tokens) is int and type(arguments.dropout) is float  # plain values for checkpoints
+        TrainArguments.from_options(dropout=1.5)
+    arguments = TrainArguments.from_options(max_tokens=512, dropout=0.25)
+    assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float  # plain values for checkpoints
     with pytest.raises(ArgumentsError, match="--d-model 30 must be divisible by --num-heads 4"):
-        resolve(TrainArguments(d_model=30, num_heads=4))
+        resolve(TrainArguments.from_options(d_model=30, num_heads=4))
