@@ -2,6 +2,7 @@
 FSMT and fairseq, built with random weights by each source's own implementation (tests/importing_sources.py), come
 out computing the source's logits and generating its tokens, and then work with everything this package has."""
 
+import copy
 import os
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ from tests.modeling.test_parity import copy_into_torch_transformer
 from vanilla_transformer import CheckpointImportError, VanillaTransformerForConditionalGeneration, import_checkpoint
 from vanilla_transformer.cli import main
 from vanilla_transformer.errors import ModelFolderError
+from vanilla_transformer.importers import IMPORTERS, Importer
+from vanilla_transformer.importing import KINDS as IMPORT_KINDS
 from vanilla_transformer.model_folder import load_model_folder
 
 KINDS = ["marian-shared", "marian-separate", "fsmt", "fairseq"]
@@ -208,13 +211,40 @@ def test_an_imported_model_fine_tunes_one_seq2seq_trainer_step(imported, kind, t
     assert not torch.equal(model.get_output_embeddings().weight, output_before)
 
 
+def test_the_table_of_importers_is_the_one_list_of_kinds(imported, monkeypatch, tmp_path):
+    """`import_checkpoint`, its refusal of an unknown kind and the model card read `IMPORTERS`: a kind added to the
+    table is accepted, named among the known ones, and described in its card; `KINDS` is the table's kinds."""
+    assert IMPORT_KINDS == tuple(IMPORTERS) == ("marian", "fsmt", "fairseq")
+    with pytest.raises(CheckpointImportError, match=r"^kind 'opennmt': expected one of marian, fsmt, fairseq\.$"):
+        import_checkpoint("anything", "opennmt")
+    case = imported["marian-shared"]
+
+    def read(source: str, trust_pickle: bool):
+        return copy.deepcopy(case.model), case.tokenizer, None
+
+    for kind, hub_base_model in (("opennmt", False), ("opennmt-hub", True)):
+        monkeypatch.setitem(IMPORTERS, kind, Importer(read, f"an {kind} checkpoint", hub_base_model=hub_base_model))
+    with pytest.raises(CheckpointImportError, match=r"expected one of marian, fsmt, fairseq, opennmt, opennmt-hub\.$"):
+        import_checkpoint("anything", "moses")
+    import_checkpoint(tmp_path / "model.pt", "opennmt", out=tmp_path / "out")
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "The weights of `model.pt`, an opennmt checkpoint, imported unchanged by" in card
+    assert "`vanilla-transformer import --from opennmt`" in card and "imported-from-opennmt" in card
+    assert "base_model" not in card
+    model, _ = import_checkpoint("someone/opus-mt-xx", "opennmt-hub")
+    assert "base_model: someone/opus-mt-xx" in model._model_card_text
+    assert "[someone/opus-mt-xx](https://huggingface.co/someone/opus-mt-xx), an opennmt-hub checkpoint" in (
+        model._model_card_text
+    )
+
+
 def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
     with pytest.raises(CheckpointImportError, match="--trust-pickle"):
         import_checkpoint(imported["fairseq"].source, "fairseq")
 
 
 @pytest.mark.parametrize(
-    "args, extra, named",
+    "settings, extra, named",
     [
         ({"layernorm_embedding": True}, {}, "layernorm_embedding"),
         ({"max_relative_positions": 16}, {}, "max_relative_positions"),
@@ -225,8 +255,8 @@ def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
         ({**PRE_NORM, "no_decoder_final_norm": True}, {}, "no_decoder_final_norm"),
     ],
 )
-def test_a_variant_the_model_cannot_express_is_named(tmp_path, args, extra, named):
-    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=args, extra=extra)
+def test_a_variant_the_model_cannot_express_is_named(tmp_path, settings, extra, named):
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=settings, extra=extra)
     with pytest.raises(CheckpointImportError, match=named):
         import_checkpoint(folder, "fairseq", trust_pickle=True)
 

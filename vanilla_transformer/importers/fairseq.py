@@ -1,4 +1,5 @@
-"""Read a fairseq translation Transformer (`fairseq-train --arch transformer...`) for `import_checkpoint`.
+"""Import a fairseq translation Transformer (`fairseq-train --arch transformer...`): its checkpoint, dictionaries,
+BPE codes and the tokenizer built from them.
 
 A fairseq model is a checkpoint file (`checkpoint_best.pt`: a pickle of the weights, the training arguments and the
 optimizer's state) and the files of its data folder: the dictionaries `dict.SRC.txt` and `dict.TGT.txt` and the BPE
@@ -18,16 +19,16 @@ import os
 import re
 import tempfile
 
-from .configuration import VanillaTransformerConfig
-from .errors import MissingDependencyError
-from .importing import (
+from ..configuration import VanillaTransformerConfig
+from ..errors import MissingDependencyError
+from .mapping import (
     MISSING_TOKENIZER_PACKAGES,
     CheckpointImportError,
     SourceWeights,
     activation,
-    build_model,
     embeddings_and_output,
     layers,
+    model_from_state,
     sharing,
 )
 
@@ -95,7 +96,7 @@ def checkpoint_path(source: str) -> str:
 
 
 def read_checkpoint(path: str, trust_pickle: bool) -> tuple[dict, dict]:
-    """The training arguments (a dict) and the weights of a fairseq checkpoint."""
+    """The training settings (fairseq's arguments, as a dict) and the weights of a fairseq checkpoint."""
     if not trust_pickle:
         raise CheckpointImportError(
             f"{path}: a fairseq checkpoint is a pickle, which can run code when it is read; it is read only when you "
@@ -113,10 +114,11 @@ def read_checkpoint(path: str, trust_pickle: bool) -> tuple[dict, dict]:
         raise CheckpointImportError(f"{path}: could not read it as a fairseq checkpoint: {error}") from error
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointImportError(f"{path}: not a fairseq checkpoint (no 'model' entry with the weights).")
-    return checkpoint_arguments(state, path), state["model"]
+    return checkpoint_settings(state, path), state["model"]
 
 
 def as_dict(value) -> dict:
+    """A Namespace, a mapping (fairseq's omegaconf sections) or nothing, as a dict."""
     if value is None:
         return {}
     if isinstance(value, argparse.Namespace):
@@ -124,34 +126,38 @@ def as_dict(value) -> dict:
     return dict(value.items()) if hasattr(value, "items") else {}
 
 
-def checkpoint_arguments(state: dict, path: str) -> dict:
-    """fairseq's arguments: `args` (a Namespace, before fairseq 0.10) or `cfg` (its task and model sections)."""
-    args = as_dict(state.get("args"))
-    if not args:
+def checkpoint_settings(state: dict, path: str) -> dict:
+    """fairseq's training settings: its `args` (a Namespace, before fairseq 0.10) or `cfg` (its task and model
+    sections), with base_architecture's defaults for the fields they leave out."""
+    settings = as_dict(state.get("args"))
+    if not settings:
         cfg = as_dict(state.get("cfg"))
-        args = {**as_dict(cfg.get("task")), **as_dict(cfg.get("model"))}
-    if not args:
+        settings = {**as_dict(cfg.get("task")), **as_dict(cfg.get("model"))}
+    if not settings:
         raise CheckpointImportError(f"{path}: the checkpoint holds no training arguments ('args' or 'cfg').")
-    args = {**DEFAULTS, **{key: value for key, value in args.items() if value is not None or key not in DEFAULTS}}
+    settings = {
+        **DEFAULTS,
+        **{key: value for key, value in settings.items() if value is not None or key not in DEFAULTS},
+    }
     for name in ("embed_dim", "ffn_embed_dim", "attention_heads"):  # fairseq: the decoder's default the encoder's
-        args.setdefault(f"decoder_{name}", args[f"encoder_{name}"])
-    return args
+        settings.setdefault(f"decoder_{name}", settings[f"encoder_{name}"])
+    return settings
 
 
-def check_arguments(args: dict, where: str) -> None:
+def check_settings(settings: dict, where: str) -> None:
     """Stop at a variant of the architecture the model cannot express, naming fairseq's argument."""
-    arch = str(args.get("arch", "transformer"))
+    arch = str(settings.get("arch", "transformer"))
     if not arch.startswith("transformer") or arch.startswith("transformer_lm"):
         raise CheckpointImportError(
             f"{where}: arch={arch!r}; the import reads fairseq's encoder-decoder Transformer (--arch transformer...)."
         )
     for name, unused in UNSUPPORTED:
-        value = args.get(name, unused)
+        value = settings.get(name, unused)
         if value not in (unused, None, False, "", 0):
             raise CheckpointImportError(
                 f"{where}: {name}={value!r}; the model has no such variant of the architecture."
             )
-    if args.get("decoder_normalize_before") and args.get("no_decoder_final_norm"):
+    if settings.get("decoder_normalize_before") and settings.get("no_decoder_final_norm"):
         raise CheckpointImportError(
             f"{where}: no_decoder_final_norm=True; the model's pre-norm decoder ends in a final LayerNorm."
         )
@@ -164,9 +170,10 @@ def check_arguments(args: dict, where: str) -> None:
         ("decoder_embed_dim", "decoder_output_dim"),
         ("decoder_embed_dim", "decoder_input_dim"),
     ):
-        if second in args and args[second] is not None and args[first] != args[second]:
+        if second in settings and settings[second] is not None and settings[first] != settings[second]:
             raise CheckpointImportError(
-                f"{where}: {first}={args[first]} but {second}={args[second]}; the model has one setting for both."
+                f"{where}: {first}={settings[first]} but {second}={settings[second]}; the model has one setting for "
+                "both."
             )
 
 
@@ -192,27 +199,27 @@ def read_dictionary(path: str) -> list[str]:
 def import_fairseq(source: str, trust_pickle: bool = False):
     """The model, an FSMTTokenizer and the generation settings of a fairseq checkpoint (see the module docstring)."""
     path = checkpoint_path(source)
-    args, tensors = read_checkpoint(path, trust_pickle)
-    check_arguments(args, path)
+    settings, tensors = read_checkpoint(path, trust_pickle)
+    check_settings(settings, path)
     folder = os.path.dirname(os.path.abspath(path))
-    languages = args.get("source_lang"), args.get("target_lang")
+    languages = settings.get("source_lang"), settings.get("target_lang")
     if not all(languages):
         raise CheckpointImportError(f"{path}: the checkpoint's arguments name no source_lang and target_lang.")
     vocabularies = [read_dictionary(os.path.join(folder, f"dict.{language}.txt")) for language in languages]
     weights = SourceWeights(tensors, path)
-    matrices = fairseq_matrices(weights, args, vocabularies, path)
-    config = fairseq_config(args, matrices)
+    matrices = fairseq_matrices(weights, vocabularies, path)
+    config = fairseq_config(settings, matrices)
     state = embeddings_and_output(*matrices)
-    state.update(layers(weights, "encoder", "model.encoder", args["encoder_layers"], cross=False))
-    state.update(layers(weights, "decoder", "model.decoder", args["decoder_layers"], cross=True))
-    state.update(stack_extras(weights, args, config))
+    state.update(layers(weights, "encoder", "model.encoder", settings["encoder_layers"], cross=False))
+    state.update(layers(weights, "decoder", "model.decoder", settings["decoder_layers"], cross=True))
+    state.update(stack_extras(weights, settings, config))
     weights.drop(*(name for name in weights.tensors if name.endswith((".version", "._float_tensor"))))
-    model = build_model(config, state, weights)
+    model = model_from_state(config, state, weights)
     tokenizer = fsmt_tokenizer(folder, vocabularies, languages, config.vocab_size, config.target_vocab_size)
     return model, tokenizer, fairseq_generation_config(config)
 
 
-def fairseq_matrices(weights: SourceWeights, args: dict, vocabularies: list[list[str]], where: str):
+def fairseq_matrices(weights: SourceWeights, vocabularies: list[list[str]], where: str):
     """The source and target embeddings and the output projection: `decoder.output_projection` (fairseq >= 0.10),
     `decoder.embed_out` (older), or the target embedding itself (--share-decoder-input-output-embed)."""
     source = weights.take("encoder.embed_tokens.weight")
@@ -230,27 +237,29 @@ def fairseq_matrices(weights: SourceWeights, args: dict, vocabularies: list[list
     return source, target, output
 
 
-def fairseq_config(args: dict, matrices) -> VanillaTransformerConfig:
+def fairseq_config(settings: dict, matrices) -> VanillaTransformerConfig:
     source, target, _ = matrices
-    learned = bool(args["encoder_learned_pos"])
+    learned = bool(settings["encoder_learned_pos"])
     return VanillaTransformerConfig(
         vocab_size=source.shape[0],
         target_vocab_size=target.shape[0] if target.shape[0] != source.shape[0] else None,
-        d_model=args["encoder_embed_dim"],
-        num_heads=args["encoder_attention_heads"],
-        d_ff=args["encoder_ffn_embed_dim"],
-        encoder_layers=args["encoder_layers"],
-        decoder_layers=args["decoder_layers"],
-        dropout=args["dropout"],
-        attention_dropout=args["attention_dropout"],
-        activation_dropout=args.get("activation_dropout") or args.get("relu_dropout") or 0.0,
-        activation=activation(args["activation_fn"], "activation_fn", "fairseq checkpoint"),
+        d_model=settings["encoder_embed_dim"],
+        num_heads=settings["encoder_attention_heads"],
+        d_ff=settings["encoder_ffn_embed_dim"],
+        encoder_layers=settings["encoder_layers"],
+        decoder_layers=settings["decoder_layers"],
+        dropout=settings["dropout"],
+        attention_dropout=settings["attention_dropout"],
+        activation_dropout=settings.get("activation_dropout") or settings.get("relu_dropout") or 0.0,
+        activation=activation(settings["activation_fn"], "activation_fn", "fairseq checkpoint"),
         # learned positions: the rows of both tables; the sinusoids have no limit
-        max_position_embeddings=(min if learned else max)(args["max_source_positions"], args["max_target_positions"]),
-        norm_position="pre" if args["encoder_normalize_before"] else "post",
+        max_position_embeddings=(min if learned else max)(
+            settings["max_source_positions"], settings["max_target_positions"]
+        ),
+        norm_position="pre" if settings["encoder_normalize_before"] else "post",
         position_encoding="learned" if learned else "sinusoidal",
         position_layout="fairseq",
-        scale_embedding=not args["no_scale_embedding"],
+        scale_embedding=not settings["no_scale_embedding"],
         attention_bias=True,
         pad_token_id=1,
         bos_token_id=0,
@@ -260,7 +269,7 @@ def fairseq_config(args: dict, matrices) -> VanillaTransformerConfig:
     )
 
 
-def stack_extras(weights: SourceWeights, args: dict, config: VanillaTransformerConfig) -> dict:
+def stack_extras(weights: SourceWeights, settings: dict, config: VanillaTransformerConfig) -> dict:
     """Pre-norm's final LayerNorm of each stack, and learned positions (fairseq's rows from padding_idx + 1)."""
     found = {}
     for stack in ("encoder", "decoder"):

@@ -1,0 +1,32 @@
+"""The importers of trained models of other implementations of the same architecture, one module per source, and
+the one table of them: `IMPORTERS` maps each kind that `import_checkpoint` and `vanilla-transformer import --from`
+accept to its `Importer` (the function that reads the source, and what the source is, as the model card names it);
+`KINDS` is the kinds, in order. The mapping every importer shares is in `mapping`."""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from .fairseq import import_fairseq
+from .fsmt import import_fsmt
+from .mapping import CheckpointImportError
+from .marian import import_marian
+
+
+class Importer(NamedTuple):
+    """One source: `read(source, trust_pickle)` returns the model, its tokenizer and the source's generation
+    settings; `description` names the source in the model card; `hub_base_model` says whether a SOURCE that is no
+    local path is a Hub id the card names as its base model (the Hub repository of a transformers model)."""
+
+    read: Callable
+    description: str
+    hub_base_model: bool
+
+
+IMPORTERS = {
+    "marian": Importer(import_marian, "MarianMTModel (transformers)", hub_base_model=True),
+    "fsmt": Importer(import_fsmt, "FSMTForConditionalGeneration (transformers)", hub_base_model=True),
+    "fairseq": Importer(import_fairseq, "a fairseq translation Transformer checkpoint", hub_base_model=False),
+}
+KINDS = tuple(IMPORTERS)
+
+__all__ = ["IMPORTERS", "KINDS", "Importer", "CheckpointImportError"]
