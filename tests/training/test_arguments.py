@@ -106,6 +106,7 @@ def test_values_given_in_python_are_checked_as_flags_are():
     with pytest.raises(ValueError, match=r"--dropout: expected a value in \[0, 1\), got 1.5"):
         TrainArguments.from_options(dropout=1.5)
     arguments = TrainArguments.from_options(max_tokens=512, dropout=0.25)
-    assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float  # plain values for checkpoints
+    # plain values for checkpoints
+    assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float
     with pytest.raises(ArgumentsError, match="--d-model 30 must be divisible by --num-heads 4"):
         resolve(TrainArguments.from_options(d_model=30, num_heads=4))

@@ -36,11 +36,18 @@ RESULTS = {"train_steps": 2000, "train_seconds": 123.4, "processes": 1, "validat
 
 
 def run_args(**overrides) -> TrainArguments:
-    return TrainArguments(**{**ARGS, **overrides})
+    return TrainArguments.from_options(**{**ARGS, **overrides})
+
+
+def described(**overrides) -> card.RunDescription:
+    """What the card describes of a run with these arguments: its groups and seed."""
+    args = run_args(**overrides)
+    groups = (args.data, args.tokenizer, args.model, args.optimisation, args.checkpoints, args.evaluation)
+    return card.RunDescription(*groups, args.run.seed)
 
 
 def test_the_procedure_of_a_run_with_the_default_arguments():
-    assert card.procedure(run_args(), RESULTS) == (
+    assert card.procedure(described(), RESULTS) == (
         "- `vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers` "
         "(8000 tokens);\n"
         "- batches of similar-length sentence pairs up to 4096 tokens per process;\n"
@@ -65,12 +72,12 @@ def test_the_procedure_of_a_run_with_the_default_arguments():
     ],
 )
 def test_the_card_states_the_optimiser_the_run_was_trained_with(settings, expected):
-    assert card.optimiser(run_args(**settings)) == expected
-    assert f"\n- {expected}, " in card.procedure(run_args(**settings), RESULTS)
+    assert card.optimiser(run_args(**settings).optimisation) == expected
+    assert f"\n- {expected}, " in card.procedure(described(**settings), RESULTS)
 
 
 def test_the_procedure_names_each_setting_that_is_on():
-    args = run_args(
+    args = described(
         lr=5e-4,
         cooldown_steps=300,
         max_steps=None,
@@ -99,9 +106,10 @@ def test_the_procedure_names_each_setting_that_is_on():
 
 def test_a_runs_card_has_the_metadata_and_every_section(tmp_path):
     model = tiny_model()
-    args = run_args(output_dir=str(tmp_path / "numbers-en-de"), dataset_name="bentrevett/multi30k")
+    folder = str(tmp_path / "numbers-en-de")
+    args = described(dataset_name="bentrevett/multi30k")
     (tmp_path / "numbers-en-de").mkdir()
-    card.write_run_card(args, model, RESULTS)
+    card.write_run_card(folder, model, RESULTS, args, hub_model_id=None)
     written = ModelCard.load(tmp_path / "numbers-en-de" / "README.md")
     data = written.data
     assert data.library_name == "transformers" and data.pipeline_tag == "translation"
@@ -119,7 +127,7 @@ def test_a_runs_card_has_the_metadata_and_every_section(tmp_path):
     assert places == sorted(places)
     assert "Training data: bentrevett/multi30k, direction en -> de." in text
     assert card.procedure(args, RESULTS) in text and SCORES["bleu_signature"] in text
-    assert f'pipeline("translation", model="{args.output_dir}")' in text and "A man is riding a bicycle." in text
+    assert f'pipeline("translation", model="{folder}")' in text and "A man is riding a bicycle." in text
     assert "title     = {Attention Is All You Need}," in text and "Kaiser, {\\L}ukasz" in text
     assert "{{" not in text and "{%" not in text  # every template variable filled in
 

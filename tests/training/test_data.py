@@ -9,27 +9,23 @@ import torch
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
-from vanilla_transformer.training.arguments import TrainArguments
-from vanilla_transformer.training.data import (
-    BpeDropoutPairs,
-    DataError,
-    TokenBatchSampler,
-    drop_words,
-    load_files,
-    load_pairs,
-    load_raw_datasets,
-    release_file_pages,
-    tokenize_datasets,
-)
+from vanilla_transformer.training.arguments import DataArguments
+from vanilla_transformer.training.batching import TokenBatchSampler
+from vanilla_transformer.training.criterion import drop_words
+from vanilla_transformer.training.data import DataError, load_files, load_pairs, load_raw_datasets
+from vanilla_transformer.training.memory import release_file_pages
 from vanilla_transformer.training.tasks.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
 from vanilla_transformer.training.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
+from vanilla_transformer.training.tokenizing import BpeDropoutPairs, tokenize_datasets
 
 from .conftest import pairs, write_jsonl
 
+SEED = 0  # draws the embedded task's numbers
 
-def data_args(**kwargs):
-    """The training arguments the data functions read (the embedded task, seed 0, unless given)."""
-    return TrainArguments(**{"seed": 0, **kwargs})
+
+def data_args(**kwargs) -> DataArguments:
+    """The data arguments the data functions read (the embedded task unless given)."""
+    return DataArguments(**kwargs)
 
 
 def test_embedded_task_is_deterministic_and_held_out():
@@ -116,7 +112,7 @@ def write_pairs(path, rows, layout: str):
 def test_local_files_of_each_kind_load_in_either_layout(tmp_path, kind, layout):
     rows = pairs(range(10, 30))
     path = write_pairs(tmp_path / f"train.{kind}", rows, layout)
-    raw = load_raw_datasets(data_args(train_file=str(path)))
+    raw = load_raw_datasets(data_args(train_file=str(path)), SEED)
     assert raw["train"]["translation"] == [r["translation"] for r in rows]
     assert raw["train"].num_rows == len(rows)
 
@@ -124,7 +120,7 @@ def test_local_files_of_each_kind_load_in_either_layout(tmp_path, kind, layout):
 def test_per_language_columns_follow_the_language_flags(tmp_path):
     frame = pd.DataFrame({"de": ["eins", "zwei"], "en": ["one", "two"], "fr": ["un", "deux"]})
     frame.to_csv(tmp_path / "train.csv", index=False)
-    raw = load_raw_datasets(data_args(train_file=str(tmp_path / "train.csv"), source_lang="fr", target_lang="en"))
+    raw = load_raw_datasets(data_args(train_file=str(tmp_path / "train.csv"), source_lang="fr", target_lang="en"), SEED)
     assert raw["train"]["translation"] == [{"fr": "un", "en": "one"}, {"fr": "deux", "en": "two"}]
     assert raw["train"].features["translation"] == datasets.Translation(languages=["fr", "en"])
     assert "de" in raw["train"].column_names  # other columns stay; tokenising drops them
@@ -137,7 +133,8 @@ def test_a_file_in_neither_layout_names_the_flag_the_columns_and_both_layouts(tm
             data_args(
                 train_file=str(write_jsonl(tmp_path / "train.jsonl", pairs(range(3)))),
                 validation_file=str(tmp_path / "val.csv"),
-            )
+            ),
+            SEED,
         )
     message = str(error.value)
     assert message.startswith(f"--validation-file {tmp_path / 'val.csv'}: found columns ['en', 'deutsch']")
@@ -147,7 +144,7 @@ def test_a_file_in_neither_layout_names_the_flag_the_columns_and_both_layouts(tm
 
 def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(tmp_path, capsys):
     pd.DataFrame({"en": ["one", "two", "three"], "de": ["eins", None, "drei"]}).to_csv(tmp_path / "a.csv", index=False)
-    raw, dropped = load_pairs(data_args(train_file=str(tmp_path / "a.csv")))
+    raw, dropped = load_pairs(data_args(train_file=str(tmp_path / "a.csv")), SEED)
     assert raw["train"]["translation"] == [{"en": "one", "de": "eins"}, {"en": "three", "de": "drei"}]
     assert dropped == {"train": 1}
     assert "split 'train': dropped 1 of 3 pairs (0 without 'en' text (--source-lang), 1 without 'de' text " in (
@@ -156,38 +153,38 @@ def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(t
     cells = [json.dumps({"en": "one", "de": "eins"}), "{'en': 'two'}"]
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "b.csv", index=False)
     with pytest.raises(DataError, match=r"--train-file .*b.csv, row 1: the 'translation' cell .* is not a JSON "):
-        load_raw_datasets(data_args(train_file=str(tmp_path / "b.csv")))
+        load_raw_datasets(data_args(train_file=str(tmp_path / "b.csv")), SEED)
     cells[1] = json.dumps({"en": ["two"], "de": "zwei"})
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "c.csv", index=False)
     with pytest.raises(DataError, match=r"c.csv, row 1: the 'translation' cell .* is not a JSON object of texts"):
-        load_raw_datasets(data_args(train_file=str(tmp_path / "c.csv")))
+        load_raw_datasets(data_args(train_file=str(tmp_path / "c.csv")), SEED)
 
 
 def test_missing_empty_and_undecodable_files_are_named(tmp_path):
     with pytest.raises(DataError, match=r"--train-file .*nope.jsonl: no such file"):
-        load_raw_datasets(data_args(train_file=str(tmp_path / "nope.jsonl")))
+        load_raw_datasets(data_args(train_file=str(tmp_path / "nope.jsonl")), SEED)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DataError, match="empty"):
-        load_raw_datasets(data_args(train_file=str(empty)))
+        load_raw_datasets(data_args(train_file=str(empty)), SEED)
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(b'{"translation": {"en": "one", "de": "eins"}}\n{not json\n')
     with pytest.raises(DataError, match=r"--train-file .*broken.jsonl: line 2 is not valid JSON \(.* at column 2\)"):
-        load_raw_datasets(data_args(train_file=str(broken)))
+        load_raw_datasets(data_args(train_file=str(broken)), SEED)
     # one Latin-1 byte: the file and the line are named, not only the codec's complaint
     latin = tmp_path / "latin.jsonl"
     rows = [json.dumps({"translation": {"en": english(n), "de": german(n)}}) for n in range(5)]
     latin.write_bytes("\n".join(rows[:3]).encode() + b'\n{"translation": {"en": "caf\xe9", "de": "Caf\xe9"}}\n')
     with pytest.raises(DataError, match=r"--train-file .*latin.jsonl: line 4 is not UTF-8 \(byte 0xe9 at column 28\)"):
-        load_raw_datasets(data_args(train_file=str(latin)))
+        load_raw_datasets(data_args(train_file=str(latin)), SEED)
     csv = tmp_path / "latin.csv"
     csv.write_bytes(b"en,de\none,eins\ncaf\xe9,Caf\xe9\n")
     with pytest.raises(DataError, match=r"--train-file .*latin.csv: line 3 is not UTF-8"):
-        load_raw_datasets(data_args(train_file=str(csv)))
+        load_raw_datasets(data_args(train_file=str(csv)), SEED)
     text = tmp_path / "train.txt"
     text.write_text("hello")
     with pytest.raises(DataError, match=r"expected a .jsonl"):
-        load_raw_datasets(data_args(train_file=str(text)))
+        load_raw_datasets(data_args(train_file=str(text)), SEED)
 
 
 def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_is_refused(tmp_path, capsys):
@@ -197,7 +194,7 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_i
     rows[7]["translation"]["en"] = "  "
     path = write_jsonl(tmp_path / "train.jsonl", rows)
     validation = write_jsonl(tmp_path / "validation.jsonl", pairs(range(3)) + [{"translation": {"en": "x", "de": ""}}])
-    raw, dropped = load_pairs(data_args(train_file=str(path), validation_file=str(validation)))
+    raw, dropped = load_pairs(data_args(train_file=str(path), validation_file=str(validation)), SEED)
     assert dropped == {"train": 3, "validation": 1}
     assert raw["train"]["translation"] == [r["translation"] for i, r in enumerate(rows) if i not in (3, 5, 7)]
     err = capsys.readouterr().err
@@ -205,14 +202,14 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_i
     assert "first: row 3, counting from 0)" in err
     with pytest.raises(DataError, match=r"split 'train': no pair is left: of 3, .*3 without 'fr' text"):
         load_raw_datasets(
-            data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))), target_lang="fr")
+            data_args(train_file=str(write_jsonl(tmp_path / "ok.jsonl", pairs(range(3)))), target_lang="fr"), SEED
         )
 
 
 def test_unreachable_hub_dataset_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError, match=r"--dataset-name 'someone/not-cached-anywhere'"):
-        load_raw_datasets(data_args(dataset_name="someone/not-cached-anywhere"))
+        load_raw_datasets(data_args(dataset_name="someone/not-cached-anywhere"), SEED)
 
 
 def test_token_batches_respect_max_tokens_and_cover_every_pair():
@@ -291,7 +288,7 @@ def test_bpe_dropout_segments_each_epoch_anew_without_changing_the_text():
     tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
     args = data_args(max_source_length=64, max_target_length=64)
     pairs_ = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
-    plain = tokenize_datasets(raw, tokenizer, args)[0]["train"]
+    plain = tokenize_datasets(raw, tokenizer, args, learned_positions=False)[0]["train"]
     assert (pairs_.input_ids, pairs_.labels) == (plain["input_ids"], plain["labels"])  # before the first draw
 
     accelerator = Accelerator(cpu=True)
@@ -358,7 +355,7 @@ def test_the_bpe_learns_from_a_seeded_sample_while_every_pair_is_tokenised():
     assert sample != list(training_texts(raw, "en", "de", sample_size=50, seed=4))
     assert set(sample) <= set(all_texts)
     tokenizer = train_bpe_tokenizer(iter(sample), vocab_size=150, length=len(sample))
-    tokenized, rows = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64))
+    tokenized, rows = tokenize_datasets(raw, tokenizer, data_args(max_source_length=64, max_target_length=64), False)
     assert tokenized["train"].num_rows == len(rows.indices) == 400 and rows.dropped == 0
 
 
@@ -370,7 +367,7 @@ def test_a_json_array_file_with_a_byte_that_is_not_utf8_names_that_line(tmp_path
     line = next(i for i, row in enumerate(text.splitlines(), start=1) if "\udce9" in row)
     assert line > 1
     with pytest.raises(DataError, match=rf"train.json: line {line} is not UTF-8 \(byte 0xe9"):
-        load_raw_datasets(data_args(train_file=str(path)))
+        load_raw_datasets(data_args(train_file=str(path)), SEED)
 
 
 def test_evaluation_refuses_a_pair_without_text_instead_of_scoring_fewer_pairs(tmp_path):
@@ -378,7 +375,7 @@ def test_evaluation_refuses_a_pair_without_text_instead_of_scoring_fewer_pairs(t
     rows[2]["translation"]["de"] = ""
     path = write_jsonl(tmp_path / "test.jsonl", rows)
     with pytest.raises(DataError, match=r"split 'test', row 2 \(counting from 0\): no text on a side"):
-        load_pairs(data_args(test_file=str(path)), require_train=False)
+        load_pairs(data_args(test_file=str(path)), SEED, require_train=False)
 
 
 def resident_kib(path: str) -> int:

@@ -78,16 +78,16 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files,
 BPE_DROPOUT_SCRIPT = """
 import json, sys
 from accelerate import Accelerator
-from vanilla_transformer.training.arguments import TrainArguments
-from vanilla_transformer.training.data import BpeDropoutPairs
+from vanilla_transformer.training.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import numbers_dataset
 from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
+from vanilla_transformer.training.tokenizing import BpeDropoutPairs
 
 accelerator = Accelerator(cpu=True)
 raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)
 tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=300)
-args = TrainArguments(max_source_length=64, max_target_length=64)
-pairs = BpeDropoutPairs(raw["train"], tokenizer, args, dropout=0.5)
+data = DataArguments(max_source_length=64, max_target_length=64)
+pairs = BpeDropoutPairs(raw["train"], tokenizer, data, dropout=0.5)
 drawn = []
 for epoch in range(2):
     pairs.resegment(epoch, accelerator)

@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from vanilla_transformer.training.arguments import ArgumentsError, TrainArguments, resolve
-from vanilla_transformer.training.data import make_collator
 from vanilla_transformer.training.streaming import StreamingBatches, reservoir_sample, train_stream_source
 from vanilla_transformer.training.tasks.numbers import english
 from vanilla_transformer.training.tokenizer import train_bpe_tokenizer
+from vanilla_transformer.training.tokenizing import make_collator
 
 from vanilla_transformer.cli import main
 
@@ -25,7 +25,15 @@ def tokenizer():
 
 def stream_args(train, **kwargs):
     defaults = {"train_file": str(train), "streaming": True, "max_steps": 10, "seed": 3, "max_tokens": 200}
-    return resolve(TrainArguments(**{**defaults, **kwargs}))
+    return resolve(TrainArguments.from_options(**{**defaults, **kwargs}))
+
+
+def streamed(args: TrainArguments, tokenizer, accelerator=None) -> StreamingBatches:
+    """The streamed training batches of a run with these arguments, as the training command builds them."""
+    source, collate = train_stream_source(args.data), make_collator(tokenizer)
+    return StreamingBatches(
+        *source, tokenizer, collate, args.data, args.optimisation.max_tokens, args.run.seed, accelerator
+    )
 
 
 def batches_of(batches: StreamingBatches) -> list[list[str]]:
@@ -36,12 +44,12 @@ def batches_of(batches: StreamingBatches) -> list[list[str]]:
 def test_a_pass_batches_every_pair_once_within_max_tokens_and_the_seed_fixes_the_batches(tmp_path, tokenizer):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 400)))
     args = stream_args(train, stream_pool_pairs=64)
-    make = lambda args: StreamingBatches(*train_stream_source(args), tokenizer, make_collator(tokenizer), args)  # noqa: E731
+    make = lambda args: streamed(args, tokenizer)  # noqa: E731
     batches = make(args)
     first = list(batches)
     for batch in first:
         padded = max(batch["input_ids"].shape[1], batch["labels"].shape[1])
-        assert batch["input_ids"].shape[0] * padded <= args.max_tokens
+        assert batch["input_ids"].shape[0] * padded <= args.optimisation.max_tokens
     seen = collections.Counter(row for batch in batches_of(first) for row in batch)
     assert sum(seen.values()) == 300 and set(seen.values()) == {1}  # every pair once
     # pools of 64 pairs: the batches of a pool hold pairs from that pool only
@@ -61,7 +69,7 @@ def test_a_pass_batches_every_pair_once_within_max_tokens_and_the_seed_fixes_the
 def test_a_resumed_pass_continues_with_the_batch_it_would_have_taken_next(tmp_path, tokenizer):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 400)))
     args = stream_args(train, stream_pool_pairs=32)
-    make = lambda: StreamingBatches(*train_stream_source(args), tokenizer, make_collator(tokenizer), args)  # noqa: E731
+    make = lambda: streamed(args, tokenizer)  # noqa: E731
     whole = batches_of(make())
     for done in (0, 1, 5, len(whole) // 2, len(whole) - 1, len(whole)):
         batches = make()
@@ -82,10 +90,7 @@ def test_two_processes_take_alternate_batches_of_the_same_pools(tmp_path, tokeni
         def __init__(self, index):
             self.num_processes, self.process_index, self.device = 2, index, torch.device("cpu")
 
-    source = train_stream_source(args)
-    shares = [
-        batches_of(StreamingBatches(*source, tokenizer, make_collator(tokenizer), args, Process(i))) for i in (0, 1)
-    ]
+    shares = [batches_of(streamed(args, tokenizer, Process(i))) for i in (0, 1)]
     assert len(shares[0]) == len(shares[1])
     rows = collections.Counter(row for share in shares for batch in share for row in batch)
     assert len(rows) == 300 and set(rows.values()) <= {1, 2}
@@ -98,15 +103,15 @@ def test_two_processes_take_alternate_batches_of_the_same_pools(tmp_path, tokeni
 def test_the_bpe_sample_is_drawn_from_the_whole_stream_and_fixed_by_the_seed(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(range(0, 5000)))
     args = stream_args(train)
-    open_stream, where = train_stream_source(args)
-    sample = reservoir_sample(open_stream, where, args, 500)
+    open_stream, where = train_stream_source(args.data)
+    sample = reservoir_sample(open_stream, where, args.data, args.run.seed, 500)
     assert len(sample) == 500 and len(set(sample)) == 500
     number_of = {english(n): n for n in range(0, 5000)}
     numbers = sorted(number_of[source] for source, _ in sample)
     assert numbers[-1] > 4000 and numbers[0] < 1000  # from the whole file, not its first pairs
-    assert reservoir_sample(open_stream, where, args, 500) == sample
-    assert reservoir_sample(open_stream, where, stream_args(train, seed=9), 500) != sample
-    assert sorted(reservoir_sample(open_stream, where, args, 10_000)) == sorted(
+    assert reservoir_sample(open_stream, where, args.data, 3, 500) == sample
+    assert reservoir_sample(open_stream, where, args.data, 9, 500) != sample
+    assert sorted(reservoir_sample(open_stream, where, args.data, 3, 10_000)) == sorted(
         (p["translation"]["en"], p["translation"]["de"]) for p in pairs(range(0, 5000))
     )
 
@@ -114,11 +119,11 @@ def test_the_bpe_sample_is_drawn_from_the_whole_stream_and_fixed_by_the_seed(tmp
 def test_streaming_flags_are_checked_against_the_others(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 120)))
     with pytest.raises(ArgumentsError, match="--streaming reads a corpus of unknown length: give --max-steps"):
-        resolve(TrainArguments(train_file=str(train), streaming=True, num_epochs=2))
+        resolve(TrainArguments.from_options(train_file=str(train), streaming=True, num_epochs=2))
     with pytest.raises(ArgumentsError, match="--streaming reads --train-file or --dataset-name"):
-        resolve(TrainArguments(streaming=True, max_steps=5))
+        resolve(TrainArguments.from_options(streaming=True, max_steps=5))
     with pytest.raises(ArgumentsError, match="--bpe-dropout.*cannot be used with --streaming"):
-        resolve(TrainArguments(train_file=str(train), streaming=True, max_steps=5, bpe_dropout=0.1))
+        resolve(TrainArguments.from_options(train_file=str(train), streaming=True, max_steps=5, bpe_dropout=0.1))
 
 
 def stream_flags(files, out, *extra):
