@@ -2,8 +2,9 @@
 
 Dependencies run one way: configuration <- modeling <- the inference layer (`vanilla_transformer/`: loading a folder,
 translators, pipeline, exports, attention maps, the demo) <- training (`training/`) <- the command line
-(`vanilla_transformer/cli.py`). A module imports only modules of its own layer or of those below it, also inside
-functions.
+(`vanilla_transformer/cli.py`, `__main__.py` and every module of `vanilla_transformer/commands/`). A module imports
+only modules of its own layer or of those below it, also inside functions, and no module imports itself again through
+others (no import circle).
 """
 
 import ast
@@ -34,6 +35,8 @@ def layer(module: str) -> int | None:
         ("vanilla_transformer.modeling", "modeling"),
         ("vanilla_transformer.training", "training"),
         ("vanilla_transformer.cli", "command line"),
+        ("vanilla_transformer.__main__", "command line"),
+        ("vanilla_transformer.commands", "command line"),
     ):
         if module == prefix or module.startswith(prefix + "."):
             return LAYERS.index(name)
@@ -87,6 +90,112 @@ def test_the_rule_sees_an_import_against_it(tmp_path):
     assert layer(imports[0][0]) > layer("vanilla_transformer.demo")
 
 
+def test_the_rule_sees_the_training_stack_import_a_command(tmp_path):
+    """The check itself: the training stack importing a command's module (here a lazy import of the evaluate
+    command's backend flags) is found, as the command line is the layer above it."""
+    offending = tmp_path / "evaluation.py"
+    offending.write_text("def score():\n    from ..commands.backend import translator_for\n")
+    imports = list(imported_modules(offending, "vanilla_transformer.training.evaluation", False))
+    assert imports == [("vanilla_transformer.commands.backend.translator_for", 2)]
+    assert LAYERS[layer(imports[0][0])] == "command line"
+    assert layer(imports[0][0]) > layer("vanilla_transformer.training.evaluation")
+
+
+def module_of(imported: str, modules: set[str]) -> str | None:
+    """The module of the package an import loads: the name itself when it is a module, else the module it takes the
+    name from (`from .modeling import VanillaTransformerModel`: the package `vanilla_transformer.modeling`, whose
+    `__init__` defines or re-exports it); None outside the package."""
+    while imported and imported not in modules:
+        imported = imported.rpartition(".")[0]
+    return imported or None
+
+
+def ancestors(module: str) -> set[str]:
+    """The packages that hold `module`, which Python imports before it runs a line of it."""
+    parts = module.split(".")
+    return {".".join(parts[:end]) for end in range(1, len(parts))}
+
+
+def plain_imports(path: Path) -> set[tuple[str, int]]:
+    """The `import x.y` statements of a file (not `from x import y`), as (name, line)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    statements = [node for node in ast.walk(tree) if isinstance(node, ast.Import)]
+    return {(alias.name, node.lineno) for node in statements for alias in node.names}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the other modules of the package it imports, at its top or inside a function.
+    Not an edge: `import pkg` of a package that holds the module, which Python has imported before the module (as
+    model_folder.py imports `vanilla_transformer` to have the model type registered); that statement loads nothing,
+    whereas `from pkg import name` needs the package's `__init__` to have defined the name, and is an edge."""
+    files = list(source_files())
+    modules = {module for _, module, _ in files}
+    graph = {}
+    for path, module, is_package in files:
+        loaded_first = {(name, line) for name, line in plain_imports(path) if name in ancestors(module)}
+        imported = (
+            module_of(name, modules)
+            for name, line in imported_modules(path, module, is_package)
+            if (name, line) not in loaded_first
+        )
+        graph[module] = {target for target in imported if target not in (None, module)}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of a module graph: its strongly connected components of more than one module (Tarjan), each
+    sorted, in sorted order."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_the_package_has_no_import_circle():
+    cycles = import_cycles(module_graph())
+    assert not cycles, "\n".join(" <-> ".join(cycle) for cycle in cycles)
+
+
+def test_the_circle_check_finds_a_circle_and_reads_imports_as_modules():
+    modules = {"vanilla_transformer", "vanilla_transformer.modeling", "vanilla_transformer.modeling.hub"}
+    # a name taken from a package is its __init__'s; a submodule named in `from . import x` is that module
+    assert module_of("vanilla_transformer.modeling.VanillaTransformerModel", modules) == "vanilla_transformer.modeling"
+    assert module_of("vanilla_transformer.modeling.hub", modules) == "vanilla_transformer.modeling.hub"
+    assert module_of("vanilla_transformer.modeling.hub.upload_folder", modules) == "vanilla_transformer.modeling.hub"
+    assert module_of("torch.nn", modules) is None
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    # the package's own graph: the command line imports the commands, and a command the training stack; a package
+    # imported whole by a module it holds is not an edge, a name taken from it is
+    graph = module_graph()
+    assert "vanilla_transformer.commands.train" in graph["vanilla_transformer.cli"]
+    assert "vanilla_transformer.training.arguments" in graph["vanilla_transformer.commands.train"]
+    assert "vanilla_transformer" not in graph["vanilla_transformer.model_folder"]
+    assert "vanilla_transformer.modeling" in graph["vanilla_transformer.training.loop"]
+    assert ancestors("vanilla_transformer.commands.train") == {"vanilla_transformer", "vanilla_transformer.commands"}
+
+
 def test_using_a_model_loads_no_training_code():
     probe = (
         "import sys, vanilla_transformer, vanilla_transformer.demo, vanilla_transformer.commands, "
@@ -95,6 +204,18 @@ def test_using_a_model_loads_no_training_code():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_command_line_loads_only_the_training_flags_until_a_training_command_runs():
+    """Building every command's parser reads the training stack's argument dataclasses, nothing else of it: the
+    training loop, data and evaluation are imported by the handlers of train, evaluate and plot when they run."""
+    probe = (
+        "import sys, vanilla_transformer.cli\n"
+        "vanilla_transformer.cli.build_parser()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('vanilla_transformer.training')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['vanilla_transformer.training', 'vanilla_transformer.training.arguments']"
 
 
 @pytest.mark.parametrize("folder", ["configuration", "modeling", "vanilla_transformer", "training", "bench"])

@@ -2,21 +2,14 @@
 BLEU/chrF/exact-match scores, the reference cross-entropy, and the length-penalty search on the validation split."""
 
 import contextlib
-import json
 import math
 
 import torch
-from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from ..commands import runs_on_pytorch, translator_for
-from ..configuration import position_limit
-from ..errors import CommandError
-from ..model_folder import load_model_folder
 from ..modeling.kernels_vanilla_transformer import token_cross_entropy
-from .data import load_raw_datasets
-from .tokenizing import make_collator, tokenize_pairs
 from .metrics import exact_match_by_group, translation_metrics
+from .tokenizing import make_collator
 
 
 def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):
@@ -151,74 +144,6 @@ def tune_length_penalty(
     return best[0], search, best[1]
 
 
-# `vanilla-transformer evaluate`: the scores of a model folder, or of a folder exported to CTranslate2, on a split
-
-
-def evaluate_command(args) -> int:
-    metrics = evaluate_pytorch(args) if runs_on_pytorch(args) else evaluate_exported(args)
-    if metrics is not None:  # None on the processes other than the main one
-        print(json.dumps(metrics, indent=2))
-        if args.output:
-            with open(args.output, "w") as handle:
-                json.dump(metrics, handle, indent=2)
-    return 0
-
-
-def evaluation_split(args, raw):
-    if args.split not in raw:
-        raise CommandError(f"--split {args.split}: the data has splits {sorted(raw)}", exit_code=2)
-    return raw[args.split]
-
-
-def evaluate_pytorch(args) -> dict | None:
-    """Scores of a model folder through `generate()`, data-parallel over the processes Accelerate starts."""
-    model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    raw = load_raw_datasets(args, require_train=False)  # a DataError propagates: exit status 2
-    split = evaluation_split(args, raw)
-    max_new_tokens = args.max_target_length or model.generation_config.max_new_tokens or 256
-    tokenized = tokenize_pairs(split, tokenizer, args, max_length=position_limit(model.config))
-    accelerator = Accelerator()
-    model = accelerator.prepare(model)
-    beam = {"length_penalty": args.length_penalty} if args.length_penalty is not None and args.num_beams > 1 else {}
-    metrics, _ = evaluate_split(
-        model,
-        tokenizer,
-        split,
-        tokenized,
-        args,
-        accelerator,
-        num_beams=args.num_beams,
-        max_new_tokens=max_new_tokens,
-        **beam,
-    )
-    metrics.update(reference_cross_entropy(model, tokenizer, split, tokenized, args, accelerator))
-    return metrics if accelerator.is_main_process else None
-
-
-def evaluate_exported(args) -> dict:
-    """The same scores from a folder exported to CTranslate2, with the same arguments."""
-    translator = translator_for(args)
-    raw = load_raw_datasets(args, require_train=False)
-    split = evaluation_split(args, raw)
-    sources = [pair[args.source_lang] for pair in split["translation"]]
-    references = [pair[args.target_lang] for pair in split["translation"]]
-    max_length = args.max_target_length or translator.generation_config.max_new_tokens or 256
-    translations = translator.translate(
-        sources,
-        num_beams=args.num_beams,
-        length_penalty=args.length_penalty,
-        max_length=max_length,
-        batch_size=args.eval_batch_size,
-    )
-    metrics = split_metrics([best.text for best, *_ in translations], references, split)
-    log_probs = translator.reference_log_probs(sources, references, batch_size=args.eval_batch_size)
-    total = -sum(sum(row) for row in log_probs)
-    metrics.update(cross_entropy_figures(total, sum(len(row) for row in log_probs), references))
-    return metrics
-
-
 __all__ = [
     "split_loader",
     "eval_mode",
@@ -229,5 +154,4 @@ __all__ = [
     "summary",
     "reference_cross_entropy",
     "tune_length_penalty",
-    "evaluate_command",
 ]

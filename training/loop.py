@@ -4,7 +4,6 @@ all their target tokens. `train` is the entry point: it builds the run from its 
 the updates, and finishes it (finish.py)."""
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import time
@@ -20,46 +19,6 @@ from .finish import end_process_group, finish, upload, write_final_model
 from .run import Run, TrainingStopped, log_metrics
 from .startup import setup_run
 from .tokenizing import BpeDropoutPairs
-
-# --------------------------------------------------------------------------------------------------------------------
-# The process's own settings, which the command line applies
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def keep_freed_memory_mapped() -> bool:
-    """Ask glibc to keep freed memory instead of returning it to the kernel; returns whether it could.
-
-    On the CPU every training step allocates and frees the same large tensors (the (tokens, vocab) logits and their
-    gradient are 128 MiB at 4096 tokens and 8000 types). glibc serves blocks that large with fresh mmap calls and
-    unmaps them when freed, so each step pays a page fault per 4 KiB page touched (the README gives the measured
-    step times). Served from the heap and never trimmed, the pages stay mapped from one step to the next. This is
-    the training command's own process setting (the same as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...), applied
-    by the command line; importing the package or calling `train()` changes nothing.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc: leave the allocator alone
-        return False
-    m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8  # from <malloc.h>
-    # one arena for every thread: what the streamed data's reader thread frees, a training step can reuse (each
-    # thread's own arena would keep its own peak, never given back)
-    return all(
-        mallopt(option, value) for option, value in ((m_mmap_max, 0), (m_trim_threshold, 2**31 - 1), (m_arena_max, 1))
-    )
-
-
-def flush_denormals() -> bool:
-    """Make the CPU treat float32 denormals (magnitudes below 1.2e-38) as zero; returns whether it could.
-
-    A trained model's attention weights hold denormals: the softmax of well-separated scores underflows into them
-    (none at initialisation). x86 CPUs handle denormal operands in microcode, several times slower, so float32
-    training slows down as the model learns (measured in training/recipes/RESULTS.md). Flushed to zero, they cost
-    nothing, and they change no sum of the sizes a model works with. This is the command's own process setting,
-    like the allocator's, applied by the command line: importing the package or calling `train()` changes nothing.
-    """
-    return torch.set_flush_denormal(True)
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # The updates

@@ -7,7 +7,7 @@ a model as a CTranslate2 folder; `load_translator` translates with a model folde
 `import_checkpoint` brings in a trained Marian, FSMT or fairseq Transformer, exactly.
 
 This package is the inference layer. The training stack, `vanilla_transformer.training`, is built on it and is
-imported only by the command line (`vanilla_transformer.cli`) and by whoever trains.
+imported only by the command line (`vanilla_transformer.cli` and its `commands`) and by whoever trains.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM

@@ -589,7 +589,7 @@ def test_freed_training_tensors_stay_mapped_for_the_next_step():
     Checked in fresh processes, since the setting is process-wide."""
     probe = textwrap.dedent("""
         import sys, torch
-        from vanilla_transformer.training.loop import keep_freed_memory_mapped
+        from vanilla_transformer.commands.process_settings import keep_freed_memory_mapped
         if sys.argv[1] == "on":
             assert keep_freed_memory_mapped()
         def resident_mib():
@@ -676,7 +676,7 @@ def test_denormals_are_flushed_to_zero_after_the_training_commands_setting():
     Checked in fresh processes, since the setting is process-wide."""
     probe = textwrap.dedent("""
         import sys, torch
-        from vanilla_transformer.training.loop import flush_denormals
+        from vanilla_transformer.commands.process_settings import flush_denormals
         if sys.argv[1] == "on":
             assert flush_denormals()
         print((torch.tensor([1e-30]) * torch.tensor([1e-10])).item())

@@ -1,0 +1,107 @@
+"""The `vanilla-transformer` command line itself: `--version`, `python -m vanilla_transformer`, and the one rule by
+which a command's expected failures become `error: ...` and an exit status while anything else keeps its
+traceback."""
+
+import os
+import subprocess
+import sys
+import sysconfig
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from vanilla_transformer.training.data import DataError
+from vanilla_transformer.training.loop import TrainingStopped
+
+import vanilla_transformer
+from vanilla_transformer.cli import main
+from vanilla_transformer.commands.failures import reported_as
+from vanilla_transformer.errors import CommandError, ModelFolderError
+
+VERSION_LINE = f"vanilla-transformer {version('vanilla-transformer')}"
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+
+
+def test_version_is_the_installed_distributions():
+    assert version("vanilla-transformer") == vanilla_transformer.__version__
+    script = Path(sysconfig.get_path("scripts")) / "vanilla-transformer"
+    for command in ([str(script)], [sys.executable, "-m", "vanilla_transformer"]):
+        done = run(*command, "--version")
+        assert (done.returncode, done.stdout, done.stderr) == (0, VERSION_LINE + "\n", ""), command
+
+
+def test_python_m_runs_the_command_line(tmp_path):
+    done = run(sys.executable, "-m", "vanilla_transformer", "--help")
+    assert done.returncode == 0
+    usage = " ".join(done.stdout.split())  # as wide as the terminal
+    assert usage.startswith("usage: vanilla-transformer [-h] [--version] {train,evaluate,translate,export,")
+    done = run(sys.executable, "-m", "vanilla_transformer", "plot", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {tmp_path}") and "no metrics.jsonl" in done.stderr
+    done = run(sys.executable, "-m", "vanilla_transformer")
+    assert done.returncode == 2
+    assert "the following arguments are required: command" in done.stderr
+
+
+def test_reported_as_keeps_a_command_errors_status_and_lets_a_bug_through():
+    with pytest.raises(CommandError) as raised, reported_as(2, ValueError):
+        raise ValueError("bad flag")
+    assert (str(raised.value), raised.value.exit_code) == ("bad flag", 2)
+    assert isinstance(raised.value.__cause__, ValueError)
+    with pytest.raises(ModelFolderError) as raised, reported_as(2, ValueError):
+        raise ModelFolderError("no folder")  # a ValueError too, with its own status
+    assert raised.value.exit_code == 1
+    with pytest.raises(KeyError), reported_as(2, ValueError):
+        raise KeyError("a bug")
+
+
+def raising(error: Exception):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+TRAIN = ["train", "--max-steps", "1"]
+EVALUATE = ["evaluate", "--model", "nowhere"]
+# each command's expected failures and their statuses; None: a bug, raised with its traceback
+FAILURES = [
+    (TRAIN, "vanilla_transformer.training.loop.train", TrainingStopped("the loss is nan"), 1),
+    (TRAIN, "vanilla_transformer.training.loop.train", ValueError("--output-dir run holds a run"), 2),
+    (TRAIN, "vanilla_transformer.training.loop.train", DataError("row 3: no 'de'"), 2),
+    (TRAIN, "vanilla_transformer.training.loop.train", ModelFolderError("--resume-from x: not a model"), 1),
+    (TRAIN, "vanilla_transformer.training.loop.train", KeyError("a bug"), None),
+    (EVALUATE, "vanilla_transformer.commands.evaluate.evaluate_pytorch", DataError("row 3: no 'de'"), 2),
+    (EVALUATE, "vanilla_transformer.commands.evaluate.evaluate_pytorch", ValueError("a bug"), None),
+    (["plot", "run"], "vanilla_transformer.training.plots.plot_run", ValueError("run: no metrics.jsonl"), 2),
+    (["plot", "run"], "vanilla_transformer.training.plots.plot_run", RuntimeError("a bug"), None),
+    (["translate", "--model", "m", "x"], "vanilla_transformer.commands.translate.translator_for", ValueError(), None),
+]
+
+
+@pytest.mark.parametrize("argv, target, error, status", FAILURES, ids=lambda value: repr(value)[:40])
+def test_each_commands_failures_end_in_their_status(argv, target, error, status, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(target, raising(error))
+    monkeypatch.setattr("vanilla_transformer.commands.train.apply_cpu_process_settings", lambda cpu: None)
+    monkeypatch.setattr("vanilla_transformer.commands.evaluate.runs_on_pytorch", lambda *flags: True)
+    argv = [*argv, "--output-dir", str(tmp_path / "run")] if argv[0] == "train" else argv
+    if status is None:
+        with pytest.raises(type(error)):
+            main(argv)
+        assert capsys.readouterr().err == ""
+    else:
+        assert main(argv) == status
+        assert capsys.readouterr().err == f"error: {error}\n"
+
+
+def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--streaming"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: vanilla-transformer train ") and "--streaming" in err.splitlines()[-1]

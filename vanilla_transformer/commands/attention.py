@@ -1,0 +1,31 @@
+"""`vanilla-transformer attention`: the attention heatmaps of a model for one sentence, as PNG files."""
+
+import argparse
+
+from ..model_folder import load_model_folder
+from ..training.arguments import PositiveInt
+
+
+def attention_command_parser(subparsers) -> argparse.ArgumentParser:
+    attention = subparsers.add_parser("attention", help="draw attention heatmaps of a model for one sentence")
+    attention.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    attention.add_argument("--source", required=True, help="the sentence to translate")
+    attention.add_argument("--target", help="force-decode this translation instead of generating one")
+    attention.add_argument("--out", required=True, help="folder for the PNG files")
+    attention.add_argument("--num-beams", type=PositiveInt, default=5, help="beam size; 1 is greedy search")
+    attention.add_argument("--max-length", type=PositiveInt, default=64, help="most new tokens")
+    attention.set_defaults(func=attention_command)
+    return attention
+
+
+def attention_command(args: argparse.Namespace) -> int:
+    from ..attention_maps import attention_maps, write_attention_figures
+
+    model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
+    maps = attention_maps(
+        model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length
+    )
+    paths = write_attention_figures(maps, args.out)
+    print(f"{args.source} -> {maps['translation']}")
+    print(f"{len(paths)} figures in {args.out}")
+    return 0

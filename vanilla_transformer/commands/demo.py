@@ -1,0 +1,22 @@
+"""`vanilla-transformer demo`: the Gradio app that translates and shows each stage of the Transformer."""
+
+import argparse
+
+from ..training.arguments import PositiveInt
+
+
+def demo_command_parser(subparsers) -> argparse.ArgumentParser:
+    demo = subparsers.add_parser("demo", help="a Gradio app: translate and watch each stage of the Transformer")
+    demo.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    demo.add_argument("--port", type=PositiveInt, help="the local port (default: Gradio's, 7860 or the next free)")
+    demo.add_argument("--host", default="127.0.0.1", help="the address to serve on (0.0.0.0: every interface)")
+    demo.add_argument("--share", action="store_true", help="also serve on a temporary public gradio.live link")
+    demo.set_defaults(func=demo_command)
+    return demo
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from ..demo import launch
+
+    launch(args.model, port=args.port, share=args.share, host=args.host, where=f"--model {args.model}")
+    return 0

@@ -1,0 +1,110 @@
+"""`vanilla-transformer evaluate`: BLEU, chrF, exact match and the reference cross-entropy of a model folder, or of
+a folder exported to CTranslate2, on a split, printed (and written with --output) as JSON. Its data and beam-search
+flags are `train`'s own groups (`DataArguments`, `GenerationArguments`), read by the same parser and handed to the
+training stack's evaluation as those dataclasses."""
+
+import argparse
+import dataclasses
+import json
+
+from ..errors import CommandError
+from ..training.arguments import DataArguments, GenerationArguments
+from .backend import add_backend_arguments, runs_on_pytorch, translator_for
+from .failures import reported_as
+
+
+def group_from(kind: type, namespace: argparse.Namespace):
+    """One of `train`'s argument groups, built from the parsed flags of its options."""
+    return kind(**{item.name: getattr(namespace, item.name) for item in dataclasses.fields(kind)})
+
+
+def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        dataclass_types=(DataArguments, GenerationArguments),
+        help="BLEU, chrF, exact match and cross-entropy of a model folder on a split",
+    )
+    evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    evaluate.add_argument("--split", default="test", help="the split to score")
+    evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
+    evaluate.add_argument("--output", help="write the results as JSON here")
+    add_backend_arguments(evaluate)
+    evaluate.set_defaults(func=evaluate_command)
+    return evaluate
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from ..model_folder import load_model_folder
+    from ..training.data import DataError, load_raw_datasets
+
+    data, generation = group_from(DataArguments, args), group_from(GenerationArguments, args)
+    with reported_as(2, DataError):
+        if runs_on_pytorch(args.model, args.backend, args.inter_threads):
+            model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
+            split = evaluation_split(load_raw_datasets(data, args.seed, require_train=False), args.split)
+            metrics = evaluate_pytorch(model, tokenizer, args.threads, split, data, generation)
+        else:
+            translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
+            split = evaluation_split(load_raw_datasets(data, args.seed, require_train=False), args.split)
+            metrics = evaluate_exported(translator, split, data, generation)
+    if metrics is not None:  # None on the processes other than the main one
+        print(json.dumps(metrics, indent=2))
+        if args.output:
+            with open(args.output, "w") as handle:
+                json.dump(metrics, handle, indent=2)
+    return 0
+
+
+def evaluation_split(raw, split: str):
+    """The split `--split` names, or a `CommandError` listing the data's splits."""
+    if split not in raw:
+        raise CommandError(f"--split {split}: the data has splits {sorted(raw)}", exit_code=2)
+    return raw[split]
+
+
+def evaluate_pytorch(
+    model, tokenizer, threads: int | None, split, data: DataArguments, generation: GenerationArguments
+) -> dict | None:
+    """Scores of a model folder's model on `split` through `generate()`, data-parallel over the processes Accelerate
+    starts."""
+    import torch
+    from accelerate import Accelerator
+
+    from ..configuration import position_limit
+    from ..training.evaluation import evaluate_split, reference_cross_entropy
+    from ..training.tokenizing import tokenize_pairs
+
+    if threads:
+        torch.set_num_threads(threads)
+    max_new_tokens = data.max_target_length or model.generation_config.max_new_tokens or 256
+    tokenized = tokenize_pairs(split, tokenizer, data, max_length=position_limit(model.config))
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    applies = generation.length_penalty is not None and generation.num_beams > 1
+    beam = {"length_penalty": generation.length_penalty} if applies else {}
+    settings = {"batch_size": generation.eval_batch_size, "target_lang": data.target_lang}
+    search = {"num_beams": generation.num_beams, "max_new_tokens": max_new_tokens, **beam}
+    metrics, _ = evaluate_split(model, tokenizer, split, tokenized, accelerator, **settings, **search)
+    metrics.update(reference_cross_entropy(model, tokenizer, split, tokenized, accelerator, **settings))
+    return metrics if accelerator.is_main_process else None
+
+
+def evaluate_exported(translator, split, data: DataArguments, generation: GenerationArguments) -> dict:
+    """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments."""
+    from ..training.evaluation import cross_entropy_figures, split_metrics
+
+    sources = [pair[data.source_lang] for pair in split["translation"]]
+    references = [pair[data.target_lang] for pair in split["translation"]]
+    max_length = data.max_target_length or translator.generation_config.max_new_tokens or 256
+    translations = translator.translate(
+        sources,
+        num_beams=generation.num_beams,
+        length_penalty=generation.length_penalty,
+        max_length=max_length,
+        batch_size=generation.eval_batch_size,
+    )
+    metrics = split_metrics([best.text for best, *_ in translations], references, split)
+    log_probs = translator.reference_log_probs(sources, references, batch_size=generation.eval_batch_size)
+    total = -sum(sum(row) for row in log_probs)
+    metrics.update(cross_entropy_figures(total, sum(len(row) for row in log_probs), references))
+    return metrics

@@ -1,0 +1,60 @@
+"""`vanilla-transformer export`: a model folder as a CTranslate2 folder for fast translation, or as a Hugging Face
+Space folder running the demo."""
+
+import argparse
+import os
+
+from ..ctranslate2_export import ExportError, export_ctranslate2
+from ..errors import CommandError
+from ..model_folder import load_model_folder
+
+
+def export_command_parser(subparsers) -> argparse.ArgumentParser:
+    export = subparsers.add_parser(
+        "export", help="export a model folder to CTranslate2 for fast translation, or as a Space running the demo"
+    )
+    export.add_argument("--model", required=True, help="a model folder (or Hub name)")
+    export.add_argument(
+        "--to",
+        required=True,
+        choices=["ctranslate2", "space"],
+        help="ctranslate2: a CTranslate2 model folder; space: a Hugging Face Space folder running `demo`",
+    )
+    export.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    export.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"],
+        help="ctranslate2 only: the weights' type (default: float32, as trained)",
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+    export.set_defaults(func=export_command)
+    return export
+
+
+def export_command(args: argparse.Namespace) -> int:
+    if args.to == "space":
+        return export_space(args.model, args.out, args.quantization, args.overwrite)
+    model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
+    try:
+        out = export_ctranslate2(
+            model, args.out, quantization=args.quantization, tokenizer=tokenizer, overwrite=args.overwrite
+        )
+    except ExportError as error:
+        raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
+    print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
+    return 0
+
+
+def export_space(model: str, out: str, quantization: str | None, overwrite: bool) -> int:
+    """`export --to space`: a Space folder whose app.py runs the demo on the model."""
+    from ..space_export import SpaceExportError
+    from ..space_export import export_space as write_space
+
+    if quantization:
+        raise CommandError("--quantization applies to --to ctranslate2, not to a Space", exit_code=2)
+    try:
+        out = write_space(model, out, overwrite=overwrite)
+    except SpaceExportError as error:
+        raise CommandError(f"export --to space: {error}", exit_code=2) from error
+    print(f"Exported {model} as a Space in {out}: `python {os.path.join(out, 'app.py')}` runs it here")
+    return 0

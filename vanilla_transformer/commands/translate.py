@@ -1,0 +1,75 @@
+"""`vanilla-transformer translate`: sentences from arguments, a file or stdin, through a model folder or an exported
+CTranslate2 folder, one translation per line or an n-best list."""
+
+import argparse
+import sys
+
+from ..errors import CommandError
+from ..training.arguments import PositiveInt
+from .backend import add_backend_arguments, translator_for
+
+
+def translate_command_parser(subparsers) -> argparse.ArgumentParser:
+    translate = subparsers.add_parser("translate", help="translate sentences from arguments, a file or stdin")
+    translate.add_argument(
+        "--model", required=True, help="a model folder, an exported CTranslate2 folder or a Hub name"
+    )
+    translate.add_argument("sentences", nargs="*", help="sentences to translate; none means read --input or stdin")
+    translate.add_argument("--input", help="a text file, one sentence per line")
+    translate.add_argument("--batch-size", type=PositiveInt, default=32, help="sentences per batch")
+    translate.add_argument("--num-beams", type=PositiveInt, default=5, help="beam size; 1 is greedy search")
+    translate.add_argument(
+        "--length-penalty",
+        type=float,
+        help="beam score = log p / length^alpha (default: the model's generation config)",
+    )
+    translate.add_argument("--max-length", type=PositiveInt, default=256, help="most new tokens per sentence")
+    translate.add_argument(
+        "--n-best",
+        type=PositiveInt,
+        default=1,
+        metavar="K",
+        help="print the K best translations of each sentence, each with its score (K <= --num-beams), tab-separated",
+    )
+    add_backend_arguments(translate)
+    translate.set_defaults(func=translate_command)
+    return translate
+
+
+def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
+    """The sentences given as arguments, or the lines of --input, or of stdin."""
+    if sentences and input_file:
+        raise CommandError("give sentences as arguments or --input, not both", exit_code=2)
+    if sentences:
+        return sentences
+    try:
+        handle = open(input_file, encoding="utf-8") if input_file else sys.stdin
+    except OSError as error:
+        raise CommandError(f"--input {input_file}: {error.strerror}", exit_code=2) from error
+    with handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def translate_command(args: argparse.Namespace) -> int:
+    """One translation per line; with --n-best K, K lines per sentence: the sentence's number, the score and the
+    translation, tab-separated, best first."""
+    sentences = read_sentences(args.sentences, args.input)
+    translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
+    try:
+        results = translator.translate(
+            sentences,
+            num_beams=args.num_beams,
+            length_penalty=args.length_penalty,
+            max_length=args.max_length,
+            n_best=args.n_best,
+            batch_size=args.batch_size,
+        )
+    except ValueError as error:
+        raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error
+    for number, translations in enumerate(results):
+        for translation in translations:
+            if args.n_best == 1:
+                print(translation.text)
+            else:
+                print(f"{number}\t{translation.score:.4f}\t{translation.text}")
+    return 0
