@@ -1,11 +1,11 @@
 """The data pipeline at scale: seconds from the start of `vanilla-transformer train` to its first update, and its
 peak memory, on corpora of 0.5 to 4.35 million pairs built from Multi30k. Writes the data section of BENCHMARKS.md
-(after serving.py's, which bench.py and serving.py keep).
+(after the serving suite's).
 
-    python bench/data.py --multi30k DIR                           # 0.5, 1, 2 and 4.35 million pairs
-    python bench/data.py --multi30k DIR --sizes 500000 1000000    # other sizes; the warm run is at the largest
+    python -m bench data --multi30k DIR                           # 0.5, 1, 2 and 4.35 million pairs
+    python -m bench data --multi30k DIR --sizes 500000 1000000    # other sizes; the warm run is at the largest
 
-DIR holds Multi30k's `train.jsonl` and `validation.jsonl` in the translation schema. For each size N the script
+DIR holds Multi30k's `train.jsonl` and `validation.jsonl` in the translation schema. For each size N the suite
 writes `train-N.jsonl` into --work (a temporary folder by default): the training pairs, English and German only,
 repeated to N lines in a seeded random order. It then starts the training command as a subprocess on a fresh, empty
 datasets cache (cold) and stops it once metrics.jsonl holds its first line, the record of the first update. At the
@@ -15,10 +15,8 @@ main process's own peak (VmHWM).
 """
 
 import argparse
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -26,21 +24,11 @@ import sys
 import tempfile
 import time
 
-if __package__:  # imported as bench.data
-    from . import common
-else:  # run as python bench/data.py, which puts this folder on sys.path
-    import common
+from . import memory, report
+from .data_report import TARGET_PAIRS, analyse, section
 
-SIZES = [500_000, 1_000_000, 2_000_000, 4_350_000]
-TARGET_PAIRS = 4_350_000
-# 2.5 GB = 2,384 MiB, 1.5 GB = 1,431 MiB
-TARGETS = {
-    "cold_s": 360.0,
-    "warm_s": 30.0,
-    "peak_mib": 2.5e9 / 2**20,
-    "streaming_peak_mib": 1.5e9 / 2**20,
-    "doubling": 2.2,
-}
+SUITE = "data"
+SIZES = [500_000, 1_000_000, 2_000_000, TARGET_PAIRS]
 POLL_S = 0.2
 BPE_REUSED = "Reusing the BPE trained on the same data with the same settings"
 # the first output of each phase, on stdout or stderr: its seconds from the start are recorded
@@ -143,7 +131,7 @@ def tree_memory_mib(process) -> tuple[float, float]:
             rss += member.memory_info().rss / 2**20
         except psutil.Error:
             continue
-        pss += common.rollup_mib("Pss", member.pid) or 0.0
+        pss += memory.rollup_mib("Pss", member.pid) or 0.0
     return rss, pss
 
 
@@ -194,9 +182,9 @@ def measure(command: list[str], env: dict, out: str, logs: str, timeout: float) 
             rss, pss = tree_memory_mib(process)
             tree_peak, pss_peak = max(tree_peak, rss), max(pss_peak, pss)
             main_peak = (
-                common.status_mib("VmHWM", child.pid) or main_peak
+                memory.status_mib("VmHWM", child.pid) or main_peak
             )  # the last reading stands if the process has just ended
-            anon_peak = max(anon_peak, common.status_mib("RssAnon", child.pid) or 0.0)
+            anon_peak = max(anon_peak, memory.status_mib("RssAnon", child.pid) or 0.0)
             seconds = time.perf_counter() - start
             output.read(seconds)
             if first_line_written(os.path.join(out, "metrics.jsonl")):
@@ -205,7 +193,7 @@ def measure(command: list[str], env: dict, out: str, logs: str, timeout: float) 
                 ended = f"exited with status {child.returncode}" if child.returncode is not None else "timed out"
                 raise RuntimeError(f"{shlex.join(command)} {ended} before its first update:\n{output.text(1)[-3000:]}")
             time.sleep(POLL_S)
-        main_peak = common.status_mib("VmHWM", child.pid) or main_peak
+        main_peak = memory.status_mib("VmHWM", child.pid) or main_peak
         rss, pss = tree_memory_mib(process)
         tree_peak, pss_peak = max(tree_peak, rss), max(pss_peak, pss)
     finally:
@@ -275,198 +263,12 @@ def run(args, work: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Slope and targets
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def slope(cold: list[dict]) -> dict | None:
-    """Least squares of seconds = a + b * millions of pairs over the cold runs; None with fewer than 2 sizes."""
-    xs = [r["pairs"] / 1e6 for r in cold]
-    ys = [r["first_update_s"] for r in cold]
-    if len(set(xs)) < 2:
-        return None
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return {"seconds_per_million": b, "intercept_s": my - b * mx}
-
-
-def doublings(cold: list[dict]) -> list[dict]:
-    """Each step between consecutive cold sizes: the time ratio against at most 1.1x the pairs ratio (2.2x for
-    twice the pairs)."""
-    steps = []
-    for small, large in zip(cold, cold[1:]):
-        pairs_ratio = large["pairs"] / small["pairs"]
-        time_ratio = large["first_update_s"] / small["first_update_s"]
-        limit = TARGETS["doubling"] / 2 * pairs_ratio
-        steps.append(
-            {
-                "from": small["pairs"],
-                "to": large["pairs"],
-                "pairs_ratio": pairs_ratio,
-                "time_ratio": time_ratio,
-                "limit": limit,
-                "met": time_ratio <= limit,
-            }
-        )
-    return steps
-
-
-def verdict(value: float | None, limit: float, missing: str) -> dict:
-    if value is None:
-        return {"value": None, "limit": limit, "verdict": f"not measured ({missing})"}
-    return {"value": value, "limit": limit, "verdict": "met" if value <= limit else "missed"}
-
-
-def analyse(runs: list[dict]) -> dict:
-    """The slope and doublings of the map-style cold runs, and each target's verdict; memory is judged by the
-    process tree's PSS sum (see `tree_memory_mib`)."""
-    mapped = [r for r in runs if r.get("mode", "map") == "map"]
-    cold = sorted((r for r in mapped if r["cache"] == "cold"), key=lambda r: r["pairs"])
-    at_target = {r["cache"]: r for r in mapped if r["pairs"] == TARGET_PAIRS}
-    missing = f"no run at {TARGET_PAIRS:,} pairs"
-    peaks = [r["peak_tree_pss_mib"] for r in at_target.values()]
-    streamed = [r["peak_tree_pss_mib"] for r in runs if r.get("mode") == "streaming" and r["pairs"] == TARGET_PAIRS]
-    steps = doublings(cold)
-    worst = max((s["time_ratio"] / s["pairs_ratio"] * 2 for s in steps), default=None)  # as if each were 2x
-    return {
-        "slope": slope(cold),
-        "doublings": steps,
-        "targets": {
-            "cold_s": verdict(at_target.get("cold", {}).get("first_update_s"), TARGETS["cold_s"], missing),
-            "warm_s": verdict(at_target.get("warm", {}).get("first_update_s"), TARGETS["warm_s"], "no warm run there"),
-            "peak_mib": verdict(max(peaks) if peaks else None, TARGETS["peak_mib"], missing),
-            "streaming_peak_mib": verdict(
-                max(streamed) if streamed else None,
-                TARGETS["streaming_peak_mib"],
-                f"no streamed run at {TARGET_PAIRS:,}",
-            ),
-            "doubling": verdict(worst, TARGETS["doubling"], "fewer than 2 sizes"),
-        },
-    }
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The report
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def write_section(results: dict) -> str:
-    return "\n".join(header_lines(results) + table_lines(results) + slope_lines(results) + target_lines(results))
-
-
-def header_lines(results: dict) -> list[str]:
-    train_args = f" {results['train_args']}" if results["train_args"] else ""
-    return [
-        common.DATA_MARKER,
-        "",
-        "## Data pipeline: time to the first update and peak memory",
-        "",
-        "Generated by `bench/data.py`; do not edit by hand. Each corpus repeats Multi30k's "
-        f"{results['source_pairs']:,} training pairs (English and German) in a seeded random order. A run is the "
-        "training command below as a subprocess, stopped once it has written the record of its first update; "
-        "first update is the seconds from its start to that record (polled every 0.2 s). Mode: map, the corpus "
-        "converted to Arrow files and tokenised whole; streaming, the same command with `--streaming`. Cold: a "
-        "fresh, empty datasets cache (map: JSON to Arrow, BPE training, tokenisation; streaming: the BPE's sample "
-        "read from the whole file, BPE training, the first pool); warm: the same command again on that cache. "
-        "Peak memory, all processes: the largest sum over the run and all its children, sampled every 0.2 s, of "
-        "the proportional set (PSS: a page that forked workers share with the main process is divided among them, "
-        "so the sum is the memory the run takes; the targets are judged by it) and of the resident set (RSS: such a "
-        "page counted once per process). Main process: its own VmHWM, which counts the pages of the memory-mapped "
-        "Arrow files it has read (page cache, which the kernel can reclaim), and of it, the largest memory that no "
-        "file backs (RssAnon, sampled every 0.2 s). Phases: the seconds at which each phase's first output appeared "
-        "(-: none, e.g. tokenisation read from the cache or streamed; batching is announced from 1 million pairs).",
-        "",
-        f"- command: `{results['command']}`",
-        f"- training command: `vanilla-transformer train --train-file train-N.jsonl --validation-file "
-        f"validation.jsonl {' '.join(TRAIN_FLAGS)} --output-dir OUT{train_args}`",
-        f"- machine: {results['machine']}",
-        f"- {results['versions']}",
-        "",
-    ]
-
-
-def table_lines(results: dict) -> list[str]:
-    lines = [
-        "| pairs | mode | cache | first update (s) | peak memory, all processes, PSS (MiB) | all processes, RSS "
-        "(MiB) | main process (MiB) | main process, not file-backed (MiB) | phases: load, sample, tokenise, batch, "
-        "train (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results["runs"]:
-        phases = ", ".join("-" if s is None else f"{s:.1f}" for s in r["phases"].values())
-        main = "-" if r["peak_main_mib"] is None else f"{r['peak_main_mib']:,.0f}"
-        anon = f"{r['peak_main_anon_mib']:,.0f}" if r.get("peak_main_anon_mib") else "-"
-        pss = f"{r['peak_tree_pss_mib']:,.0f}" if r.get("peak_tree_pss_mib") else "-"
-        lines.append(
-            f"| {r['pairs']:,} | {r.get('mode', 'map')} | {r['cache']} | {r['first_update_s']:.1f} | {pss} | "
-            f"{r['peak_tree_mib']:,.0f} | {main} | {anon} | {phases} |"
-        )
-    lines.append("")
-    if any(r["cache"] == "warm" for r in results["runs"]):
-        lines += [f"The warm runs {'reused' if results['bpe_reused'] else 'did not all reuse'} the cached BPE.", ""]
-    return lines
-
-
-def slope_lines(results: dict) -> list[str]:
-    fit = results["slope"]
-    if fit is None:
-        return []
-    lines = [
-        f"Slope, map-style, cold: first update = {fit['intercept_s']:.1f} s + {fit['seconds_per_million']:.1f} s "
-        "per million pairs (least squares over the cold runs).",
-        "",
-        "| pairs | to | pairs ratio | time ratio | at most (1.1 x pairs ratio) | |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in results["doublings"]:
-        met = "met" if s["met"] else "missed"
-        lines.append(
-            f"| {s['from']:,} | {s['to']:,} | {s['pairs_ratio']:.3f} | {s['time_ratio']:.2f} | {s['limit']:.2f} | "
-            f"{met} |"
-        )
-    return [*lines, ""]
-
-
-def target_lines(results: dict) -> list[str]:
-    t = results["targets"]
-    shown = {k: "-" if v["value"] is None else f"{v['value']:,.1f}" for k, v in t.items()}
-    shown["doubling"] = "-" if t["doubling"]["value"] is None else f"{t['doubling']['value']:.2f}"
-    return [
-        f"Targets ({TARGET_PAIRS:,} pairs on 2 cores; reported, not asserted):",
-        "",
-        f"- first update within 6 minutes on a cold cache: {shown['cold_s']} s, {t['cold_s']['verdict']};",
-        f"- first update within 30 s on a warm cache: {shown['warm_s']} s, {t['warm_s']['verdict']};",
-        f"- peak memory, map-style (all processes, PSS, cold or warm) at most 2.5 GB ({TARGETS['peak_mib']:,.0f} "
-        f"MiB): {shown['peak_mib']} MiB, {t['peak_mib']['verdict']};",
-        f"- peak memory, streaming (all processes, PSS, cold or warm) at most 1.5 GB "
-        f"({TARGETS['streaming_peak_mib']:,.0f} MiB): {shown['streaming_peak_mib']} MiB, "
-        f"{t['streaming_peak_mib']['verdict']};",
-        "- cost linear, twice the pairs at most 2.2x the time (the worst step above, scaled to twice the pairs): "
-        f"{shown['doubling']}x, {t['doubling']['verdict']}.",
-        "",
-    ]
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cores = os.cpu_count()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
-    return f"{common.cpu_name()}, {cores} cores" + (f" ({usable} usable by this process)" if usable != cores else "")
-
-
-def versions() -> str:
-    names = ("datasets", "tokenizers", "torch", "transformers")
-    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names) + (
-        f", Python {platform.python_version()}"
-    )
-
-
-def parse_args(argv) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = report.suite_parser(SUITE, __doc__)
     parser.add_argument("--multi30k", metavar="DIR", help="the folder of Multi30k's train.jsonl and validation.jsonl")
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES, help="pairs per corpus")
     parser.add_argument("--warm-size", type=int, help="the size also run warm (default: the largest)")
@@ -482,39 +284,39 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--train-args", default="", help="appended to the training command (one string)")
     parser.add_argument("--seed", type=int, default=0, help="of the corpus order")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take to its first update")
-    parser.add_argument(
-        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
-    )
+    parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--report-from", metavar="JSON", help="measure nothing: write the section from --json's file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The flags, checked: --multi30k unless --report-from, and a warm size among the sizes."""
+    checks = build_parser()
+    args = checks.parse_args(argv)
     if not args.report_from and not args.multi30k:
-        parser.error("--multi30k DIR is required (unless --report-from)")
+        checks.error("--multi30k DIR is required (unless --report-from)")
     args.warm_size = args.warm_size or max(args.sizes)
     if args.warm_size not in args.sizes:
-        parser.error(f"--warm-size {args.warm_size} must be one of --sizes (its cold run fills the cache)")
+        checks.error(f"--warm-size {args.warm_size} must be one of --sizes (its cold run fills the cache)")
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.report_from:
-        with open(args.report_from) as handle:
-            results = json.load(handle)
+        results = report.read_json(args.report_from)
     else:
         with tempfile.TemporaryDirectory() as temporary:
             work = args.work or temporary
             os.makedirs(work, exist_ok=True)
             results = run(args, work)
-        given, files = sys.argv[1:] if argv is None else argv, ("--out", "--json", "--work")
-        results["command"] = common.measuring_command("data.py", given, files, ["--multi30k"], ["--keep"])
-        results.update(train_args=args.train_args, machine=machine(), versions=versions())
-    section = write_section(results)
-    common.replace_section(section, args.out, common.DATA_MARKER)
-    common.write_json(results, args.json)
-    print(section)
+        files = ("--out", "--json", "--work")
+        results["command"] = report.measuring_command(SUITE, argv, files, ["--multi30k"], ["--keep"])
+        results.update(train_args=args.train_args, machine=report.machine())
+        results["versions"] = report.versions("datasets", "tokenizers", "torch", "transformers")
+    text = section(results, TRAIN_FLAGS)
+    report.replace_section(text, args.out, report.DATA_MARKER)
+    report.write_json(results, args.json)
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

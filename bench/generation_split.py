@@ -2,9 +2,9 @@
 forward calls (one per new token, the output projection included), and the rest, which is `generate()`'s own search
 code (scores, top-k, beam bookkeeping, cache reordering) that both models share.
 
-    python bench/generation_split.py [--quick]
+    python -m bench generation-split [--quick]
 
-Same models, sources and decoding settings as `bench.py`'s generation table (32 sentences, a fixed number of new
+Same models, sources and decoding settings as the speed suite's generation table (32 sentences, a fixed number of new
 tokens); the two models are timed alternately and the medians over repeats are printed as a Markdown table.
 """
 
@@ -14,10 +14,9 @@ import time
 
 import torch
 
-if __package__:  # imported as bench.generation_split (the tests do)
-    from . import common
-else:  # run as python bench/generation_split.py, which puts this folder on sys.path
-    import common
+from . import models, report
+
+SUITE = "generation-split"
 
 SOURCES, SOURCE_LENGTH, NEW_TOKENS = 32, 16, 16
 
@@ -38,14 +37,14 @@ class Stopwatch:
 
 
 def split(size_name: str, num_beams: int, repeats: int) -> dict:
-    size = common.SIZES[size_name]
+    size = models.SIZES[size_name]
     sources = torch.randint(3, size["vocab"], (SOURCES, SOURCE_LENGTH), generator=torch.Generator().manual_seed(0))
     runs = {}
     for kind in ("vanilla", "marian"):
-        model = common.build(kind, size, "sdpa", "cpu")
+        model = models.build(kind, size, "sdpa", "cpu")
         # generate() runs the encoder once through get_encoder(), then the whole model once per new token
         encoder, decoder = Stopwatch(model.get_encoder()), Stopwatch(model)
-        runs[kind] = (common.Generate(model, sources, num_beams, NEW_TOKENS), encoder, decoder)
+        runs[kind] = (models.Generate(model, sources, num_beams, NEW_TOKENS), encoder, decoder)
         runs[kind][0]()  # warm-up
     times = {kind: {"total": [], "encoder": [], "decoder": []} for kind in runs}
     for _ in range(repeats):
@@ -63,10 +62,14 @@ def split(size_name: str, num_beams: int, repeats: int) -> dict:
     return result
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = report.suite_parser(SUITE, __doc__)
     parser.add_argument("--quick", action="store_true", help="the numbers size only, 3 repeats")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     sizes = ["numbers"] if args.quick else ["tiny", "base"]
     repeats = 3 if args.quick else 7
     print(
@@ -81,6 +84,7 @@ def main(argv=None) -> None:
     for size_name in sizes:
         for num_beams in (1, 5):
             print_rows(size_name, num_beams, split(size_name, num_beams, repeats))
+    return 0
 
 
 def print_rows(size_name: str, num_beams: int, r: dict) -> None:
@@ -100,7 +104,3 @@ def print_rows(size_name: str, num_beams: int, r: dict) -> None:
             f"| {size_name} | {search} | {label} | {p['total']:.0f} | {p['encoder']:.0f} | "
             f"{p['decoder']:.0f} | {p['search']:.0f} | {ratios} |"
         )
-
-
-if __name__ == "__main__":
-    main()

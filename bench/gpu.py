@@ -2,41 +2,33 @@
 dimensions, in the same process, at the paper's base and big sizes (Table 3), in bf16, eager and compiled. Writes
 its section at the end of BENCHMARKS.md.
 
-    python bench/gpu.py                                   # on a CUDA machine: base and big, several minutes
-    python bench/gpu.py --smoke --compile-backend aot_eager   # a tiny size on any device: checks the script only
+    python -m bench gpu                                   # on a CUDA machine: base and big, several minutes
+    python -m bench gpu --smoke --compile-backend aot_eager   # a tiny size on any device: checks the suite only
 
 Training: target tokens per second of a training step (forward with each model's own cross-entropy, backward,
-clipping, a fused Adam update, as bench.py's step) on a token batch of --max-tokens source and as many target tokens,
-the forward under bf16 autocast with float32 weights (as `vanilla-transformer train --mixed-precision bf16`), eager
-and with the model under torch.compile; model FLOPs utilisation: the FLOPs of a forward and backward counted by
-torch's FlopCounterMode (as bench.py counts them) over the step time, as a fraction of the card's dense bf16 peak;
-the peak memory torch allocated for the step. Generation: greedy and beam-5 `generate()` sentences per second (bf16
-weights, a dynamic cache, a fixed number of new tokens). The two models alternate, as in bench.py.
+clipping, a fused Adam update, as the speed suite's step) on a token batch of --max-tokens source and as many target
+tokens, the forward under bf16 autocast with float32 weights (as `vanilla-transformer train --mixed-precision bf16`),
+eager and with the model under torch.compile; model FLOPs utilisation: the FLOPs of a forward and backward counted by
+torch's FlopCounterMode (as the speed suite counts them) over the step time, as a fraction of the card's dense bf16
+peak; the peak memory torch allocated for the step. Generation: greedy and beam-5 `generate()` sentences per second
+(bf16 weights, a dynamic cache, a fixed number of new tokens). The two models alternate, as in the speed suite.
 """
 
 import argparse
 import functools
 import gc
-import os
-import platform
-import subprocess
-import sys
 
 import torch
 import transformers
 
-import vanilla_transformer
+from . import models, report
+from .measure import compare, log_row, matmul_peak, training_batch, training_flops
 
-if __package__:  # imported as bench.gpu
-    from . import bench, common
-else:  # run as python bench/gpu.py, which puts this folder on sys.path
-    import common
+SUITE = "gpu"
 
-    import bench
-
-# the paper's Table 3 rows, and a size small enough to check the script on a CPU
+# the paper's Table 3 rows, and a size small enough to check the suite on a CPU
 SIZES = {
-    "base": dict(common.SIZES["base"], dropout=0.1),
+    "base": dict(models.SIZES["base"], dropout=0.1),
     "big": dict(d_model=1024, heads=16, d_ff=4096, layers=6, vocab=37000, dropout=0.3),
     "smoke": dict(d_model=64, heads=4, d_ff=128, layers=2, vocab=1000, dropout=0.1),
 }
@@ -54,7 +46,6 @@ BF16_PEAK_TFLOPS = {
     "A10G": 70.0,
     "A10": 125.0,
 }
-GPU_MARKER = "<!-- gpu: written by bench/gpu.py -->"
 
 
 def card_peak(device: str, given: float | None) -> tuple[float, str]:
@@ -67,20 +58,20 @@ def card_peak(device: str, given: float | None) -> tuple[float, str]:
             if key in name:
                 return tflops * 1e12, f"{tflops:g} TFLOP/s, the {key}'s dense bf16 peak"
         raise SystemExit(f"unknown card {name!r}: give its dense bf16 peak with --peak-tflops")
-    measured = bench.matmul_peak(device, 512, torch.bfloat16)
+    measured = matmul_peak(device, 512, torch.bfloat16)
     return measured, f"{measured / 1e12:.3f} TFLOP/s, this machine's measured bf16 matmul peak"
 
 
 class Step:
-    """One training step of one model: bench.py's step (forward with the model's own loss, backward, clipping, fused
-    Adam), with the forward under bf16 autocast and, if `backend` is given, the model under torch.compile."""
+    """One training step of one model: the speed suite's step (forward with the model's own loss, backward, clipping,
+    fused Adam), with the forward under bf16 autocast and, if `backend` is given, the model under torch.compile."""
 
     def __init__(self, kind: str, size: dict, device: str, batch: dict, backend: str | None):
-        self.model = common.build(kind, size, "sdpa", device, dropout=size["dropout"]).train()
+        self.model = models.build(kind, size, "sdpa", device, dropout=size["dropout"]).train()
         self.forward = torch.compile(self.model, backend=backend) if backend else self.model
         self.batch, self.device_type = batch, torch.device(device).type
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        self()  # compiles, where compiled; bench.compare warms up once more
+        self()  # compiles, where compiled; compare warms up once more
 
     def __call__(self):
         with torch.autocast(self.device_type, dtype=torch.bfloat16):
@@ -92,9 +83,9 @@ class Step:
 
 
 def step_flops(kind: str, size: dict, device: str, batch: dict) -> int:
-    """FLOPs of one forward and backward, counted as bench.py counts them."""
+    """FLOPs of one forward and backward, counted as the speed suite counts them."""
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-        return bench.training_flops(common.build(kind, size, "sdpa", device, dropout=size["dropout"]), batch)
+        return training_flops(models.build(kind, size, "sdpa", device, dropout=size["dropout"]), batch)
 
 
 def built_with_peak(make_step, device: str) -> tuple["Step", float | None]:
@@ -120,7 +111,7 @@ def train_rows(args, size_name: str, peak: float) -> list[dict]:
     """Eager and compiled training steps of both models at one size."""
     size, length = SIZES[size_name], args.length
     shape = (max(1, args.max_tokens // length), length, length)
-    batch = bench.training_batch(size, shape, args.device)
+    batch = training_batch(size, shape, args.device)
     flops = {kind: step_flops(kind, size, args.device, batch) for kind in ("vanilla", "marian")}
     rows = []
     for mode, backend in (("eager", None), ("compiled", args.compile_backend)):
@@ -128,7 +119,7 @@ def train_rows(args, size_name: str, peak: float) -> list[dict]:
         for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
             seconds = row[f"{name}_ms"] / 1e3
             row[f"{name}_tok_s"], row[f"{name}_mfu"] = shape[0] * shape[2] / seconds, flops[kind] / seconds / peak
-        bench.log_row(rows, row)
+        log_row(rows, row)
     return rows
 
 
@@ -140,7 +131,7 @@ def timed_steps(args, size: dict, batch: dict, backend: str | None) -> dict:
         built[kind] = built_with_peak(functools.partial(Step, kind, size, args.device, batch, backend), args.device)
     (ours, ours_peak), (theirs, theirs_peak) = built["vanilla"], built["marian"]
     del built
-    timed = bench.compare(lambda: ours, lambda: theirs, args.repeats, args.steps, args.device)
+    timed = compare(lambda: ours, lambda: theirs, args.repeats, args.steps, args.device)
     return {
         "ours_ms": timed["ours"] * 1e3,
         "theirs_ms": timed["theirs"] * 1e3,
@@ -153,67 +144,56 @@ def timed_steps(args, size: dict, batch: dict, backend: str | None) -> dict:
 def generate_rows(args, size_name: str) -> list[dict]:
     """Greedy and beam-5 generate() of both models, bf16 weights."""
     size = SIZES[size_name]
-    sources = bench.training_batch(size, (args.sentences, args.length, 1), args.device)["input_ids"]
+    sources = training_batch(size, (args.sentences, args.length, 1), args.device)["input_ids"]
 
     def make(kind: str, beams: int):
-        model = common.build(kind, size, "sdpa", args.device, dropout=0.0).to(torch.bfloat16)
-        return common.Generate(model, sources, beams, args.new_tokens)
+        model = models.build(kind, size, "sdpa", args.device, dropout=0.0).to(torch.bfloat16)
+        return models.Generate(model, sources, beams, args.new_tokens)
 
     rows = []
     for beams in (1, 5):
         ours, theirs = functools.partial(make, "vanilla", beams), functools.partial(make, "marian", beams)
-        timed = bench.compare(ours, theirs, args.repeats, 1, args.device)
+        timed = compare(ours, theirs, args.repeats, 1, args.device)
         release(args.device)
         row = {"size": size_name, "beams": beams, "ratio": timed["ratio"]}
         row.update({"ours_sent_s": args.sentences / timed["ours"], "theirs_sent_s": args.sentences / timed["theirs"]})
-        bench.log_row(rows, row)
+        log_row(rows, row)
     return rows
-
-
-def driver_version() -> str:
-    """The NVIDIA driver's version, as nvidia-smi reports it ('unknown' without nvidia-smi)."""
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        )
-        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
-    except OSError:
-        return "unknown"
-
-
-def card(device: str) -> str:
-    if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name()}, driver {driver_version()}, CUDA {torch.version.cuda}"
-    return bench.machine(device)
 
 
 def run(args) -> dict:
     peak, peak_source = card_peak(args.device, args.peak_tflops)
-    results = {"card": card(args.device), "peak": peak, "peak_source": peak_source, "train": [], "generate": []}
+    results = {
+        "card": report.machine(args.device, torch_threads=True),
+        "peak": peak,
+        "peak_source": peak_source,
+        "train": [],
+        "generate": [],
+    }
     for size_name in args.sizes:
         results["train"] += train_rows(args, size_name, peak)
         results["generate"] += generate_rows(args, size_name)
     return results
 
 
-def write_section(results: dict, args, command: str) -> str:
-    lines = [
-        GPU_MARKER,
-        "",
-        "## GPU: training and generation in bf16",
-        "",
-        "Generated by `bench/gpu.py`; do not edit by hand. This model against MarianMTModel of the same dimensions "
+def section(results: dict, args, command: str) -> str:
+    """The GPU section of BENCHMARKS.md."""
+    prose = (
+        "This model against MarianMTModel of the same dimensions "
         "in the same process, timed alternately; speed-up is the median over repeats of Marian's time / ours. "
         "Training: a step on a token batch under bf16 autocast (float32 weights), eager and with the model under "
-        "torch.compile; MFU: a forward and backward's FLOPs (torch's FlopCounterMode, as bench.py counts them) / "
-        "step time / the dense bf16 peak; peak: the memory torch allocated for the step. Generation: bf16 weights, "
-        f"{args.sentences} sentences of {args.length} tokens, {args.new_tokens} new tokens.",
-        "",
-        f"- command: `{command}`",
-        f"- card: {results['card']}; peak: {results['peak_source']}",
-        f"- torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"vanilla-transformer {vanilla_transformer.__version__}, Python {platform.python_version()}",
-        "",
+        "torch.compile; MFU: a forward and backward's FLOPs (torch's FlopCounterMode, as the speed suite counts "
+        "them) / step time / the dense bf16 peak; peak: the memory torch allocated for the step. Generation: bf16 "
+        f"weights, {args.sentences} sentences of {args.length} tokens, {args.new_tokens} new tokens."
+    )
+    facts = [
+        f"card: {results['card']}; peak: {results['peak_source']}",
+        report.versions("torch", "transformers", "vanilla-transformer"),
+    ]
+    lines = [
+        *report.header_lines(
+            "## GPU: training and generation in bf16", SUITE, [prose], command, facts, report.GPU_MARKER
+        ),
         "| size | mode | batch (sent x src x tgt) | target tok/s ours | Marian | speed-up | MFU ours | Marian "
         "| peak GiB ours | Marian |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -234,11 +214,9 @@ def write_section(results: dict, args, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_args(argv) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--smoke", action="store_true", help="a tiny size, small batches, one repeat: checks the script"
-    )
+def build_parser() -> argparse.ArgumentParser:
+    parser = report.suite_parser(SUITE, __doc__)
+    parser.add_argument("--smoke", action="store_true", help="a tiny size, small batches, one repeat: checks the suite")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), help="default: base big (smoke with --smoke)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per training batch (default 25000, the paper's)")
@@ -249,11 +227,14 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="timed training steps per repeat (default 5)")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend for the compiled rows")
     parser.add_argument("--peak-tflops", type=float, help="the card's dense bf16 peak, for a card not in the table")
-    parser.add_argument(
-        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
-    )
+    parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The flags, with the defaults that depend on --smoke filled in."""
+    args = build_parser().parse_args(argv)
     smoke = args.smoke
     args.sizes = args.sizes or (["smoke"] if smoke else ["base", "big"])
     args.length, args.max_tokens = args.length or (8 if smoke else 32), args.max_tokens or (32 if smoke else 25000)
@@ -263,18 +244,14 @@ def parse_args(argv) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
     transformers.logging.set_verbosity_error()
     if args.device.startswith("cuda"):  # as `vanilla-transformer train` on CUDA
         torch.set_float32_matmul_precision("high")
     results = run(args)
-    section = write_section(results, args, common.measuring_command("gpu.py", sys.argv[1:] if argv is None else argv))
-    common.replace_section(section, args.out, GPU_MARKER)
-    common.write_json(results, args.json)
-    print(section)
+    text = section(results, args, report.measuring_command(SUITE, argv))
+    report.replace_section(text, args.out, report.GPU_MARKER)
+    report.write_json(results, args.json)
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

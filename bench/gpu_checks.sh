@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, for a CUDA machine that has torch, transformers and accelerate but may lack the
-# rest and may have no network: the `gpu`-marked tests, then bench/gpu.py.
+# rest and may have no network: the `gpu`-marked tests, then `python -m bench gpu`.
 #
-#   bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]
+#   bash bench/gpu_checks.sh OUT [python -m bench gpu flags...]
 #
 # Wheels in .whl/ (or $WHEELS: packages the machine lacks, e.g. datasets and its pyarrow, or a setuptools recent
 # enough for pyproject.toml) are installed first, into a folder put on PYTHONPATH; the project, unless it imports
 # already, is installed editable without build isolation or an index. $PYTHON names the interpreter (default python3).
-# OUT receives the machine's description (machine.txt), each step's log, bench/gpu.py's raw results (gpu.json) and a
+# OUT receives the machine's description (machine.txt), each step's log, the GPU suite's raw results (gpu.json) and a
 # copy of BENCHMARKS.md with the GPU section written in. Both steps run even if the first fails; the exit status is
 # non-zero if either failed.
 set -uo pipefail
-out=${1:?usage: bash bench/gpu_checks.sh OUT [bench/gpu.py flags...]}
+out=${1:?usage: bash bench/gpu_checks.sh OUT [python -m bench gpu flags...]}
 shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -42,8 +42,8 @@ tail -n 1 "$out/machine.txt"
 tests=$?
 
 cp BENCHMARKS.md "$out/BENCHMARKS.md"
-"$python" bench/gpu.py --out "$out/BENCHMARKS.md" --json "$out/gpu.json" "$@" 2>&1 | tee "$out/gpu-bench.log"
+"$python" -m bench gpu --out "$out/BENCHMARKS.md" --json "$out/gpu.json" "$@" 2>&1 | tee "$out/gpu-bench.log"
 bench=$?
 
-echo "gpu-marked tests: exit status $tests; bench/gpu.py: exit status $bench"
+echo "gpu-marked tests: exit status $tests; python -m bench gpu: exit status $bench"
 [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

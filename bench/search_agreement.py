@@ -1,8 +1,8 @@
 """Where beam search through `generate()` and through the CTranslate2 export disagree, which translation does the model
 itself score higher?
 
-    python bench/search_agreement.py --model MODEL_FOLDER --exported CT2_FOLDER --data test.jsonl --source en
-    python bench/search_agreement.py ... --target de --patience 1 1.5 2   # several patience values, with BLEU
+    python -m bench search-agreement --model MODEL_FOLDER --exported CT2_FOLDER --data test.jsonl --source en
+    python -m bench search-agreement ... --target de --patience 1 1.5 2   # several patience values, with BLEU
 
 Both backends translate the source side of a datasets-translation JSON-lines file with the model's generation
 settings (beam size, length penalty). For every sentence where the two translations differ, the PyTorch model
@@ -19,6 +19,10 @@ import torch
 from vanilla_transformer.training.metrics import translation_metrics
 
 from vanilla_transformer.translators import load_translator
+
+from . import report
+
+SUITE = "search-agreement"
 
 
 def ranking_score(model, tokenizer, source: str, translation: str, length_penalty: float) -> float:
@@ -73,8 +77,8 @@ def disagreement(pytorch, sources, ours, theirs, length_penalty: float) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = report.suite_parser(SUITE, __doc__)
     parser.add_argument("--model", required=True, help="the PyTorch model folder")
     parser.add_argument("--exported", required=True, help="its CTranslate2 export (float32 for a fair comparison)")
     parser.add_argument("--data", required=True, help="a JSON-lines file in the datasets translation schema")
@@ -85,7 +89,11 @@ def main() -> None:
         "--patience", nargs="+", type=float, help="CTranslate2 patience values to compare (default: the translator's)"
     )
     parser.add_argument("--json", help="also write the results (a list, one per patience) to this file")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     with open(args.data, encoding="utf-8") as handle:
         pairs = [json.loads(line)["translation"] for line in handle if line.strip()]
@@ -97,7 +105,4 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,10 +1,10 @@
 """Serving speed: this model exported to CTranslate2 against its own `generate()` and against MarianMTModel, through
 `generate()` and converted to CTranslate2 as well, all at the same dimensions and measured in the same run. Writes
-the serving section of BENCHMARKS.md (the part after bench.py's report, which bench.py keeps).
+the serving section of BENCHMARKS.md (the part after the speed suite's report).
 
-    python bench/serving.py                       # tiny and base sizes, 1 and 2 threads
-    python bench/serving.py --quick               # fewer repeats
-    python bench/serving.py --bleu-model runs/m30k-tiny-de --bleu-data DATA_DIR   # also BLEU per backend
+    python -m bench serving                       # tiny and base sizes, 1 and 2 threads
+    python -m bench serving --quick               # fewer repeats
+    python -m bench serving --bleu-model runs/m30k-tiny-de --bleu-data DATA_DIR   # also BLEU per backend
 
 Every engine runs in a fresh process per measurement, which prints its times and its peak memory (VmHWM); the
 engines' processes alternate (A B C ..., then ... C B A) and the medians over repeats are reported. Each search
@@ -16,7 +16,6 @@ the same source tokens. MarianMTModel is converted with ctranslate2's own transf
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -24,10 +23,9 @@ import sys
 import tempfile
 import time
 
-if __package__:  # imported as bench.serving
-    from . import common
-else:  # run as python bench/serving.py, which puts this folder on sys.path
-    import common
+from . import memory, models, report
+
+SUITE = "serving"
 
 ENGINES = (
     "ours-ct2-float32",
@@ -39,7 +37,7 @@ ENGINES = (
 )
 PARALLEL = "-parallel"  # see engines_at
 SEARCHES = {"greedy": 1, "beam5": 5}
-SENTENCES = 32  # per call; source and output lengths are bench.py's per size
+SENTENCES = 32  # per call; source and output lengths are the speed suite's per size
 
 
 def word_tokenizer(vocab_size: int):
@@ -84,13 +82,13 @@ def convert(size_name: str, folder: str) -> dict:
 
     from vanilla_transformer import export_ctranslate2
 
-    size = common.SIZES[size_name]
-    _, src_len, new_tokens = common.BATCHES[size_name]
+    size = models.SIZES[size_name]
+    _, src_len, new_tokens = models.BATCHES[size_name]
     with open(os.path.join(folder, "shape.json"), "w") as handle:  # what the probes of this size read
         json.dump({"size": size, "src_len": src_len, "new_tokens": new_tokens}, handle)
     tokenizer = word_tokenizer(size["vocab"])
     for quantization in ("float32", "int8"):
-        ours = common.build("vanilla", size, "sdpa", "cpu", dropout=0.0).eval()
+        ours = models.build("vanilla", size, "sdpa", "cpu", dropout=0.0).eval()
         export_ctranslate2(
             ours,
             os.path.join(folder, f"ours-ct2-{quantization}"),
@@ -98,7 +96,7 @@ def convert(size_name: str, folder: str) -> dict:
             tokenizer=tokenizer,
             max_positions=512,
         )
-        marian = common.build("marian", size, "sdpa", "cpu", dropout=0.0).eval()
+        marian = models.build("marian", size, "sdpa", "cpu", dropout=0.0).eval()
         spec = MarianMTLoader()(marian, MarianVocabulary(size["vocab"]))
         spec.validate()
         spec.optimize(quantization=quantization)
@@ -134,7 +132,7 @@ def probe(engine: str, threads: int, folder: str, calls: int) -> dict:
         for _ in range(calls):
             run(beams)
         times[search] = (time.perf_counter() - start) / calls
-    return {"times": times, "peak_mib": common.peak_rss_mib()}
+    return {"times": times, "peak_mib": memory.peak_rss_mib()}
 
 
 def ct2_runner(path: str, ids: list[list[int]], new_tokens: int, threads: int, parallel: bool = False):
@@ -160,9 +158,9 @@ def generate_runner(kind: str, size: dict, ids: list[list[int]], new_tokens: int
     import torch
 
     torch.set_num_threads(threads)
-    model = common.build("vanilla" if kind == "ours" else "marian", size, "sdpa", "cpu", dropout=0.0)
+    model = models.build("vanilla" if kind == "ours" else "marian", size, "sdpa", "cpu", dropout=0.0)
     source = torch.tensor(ids)
-    return lambda beams: common.Generate(model, source, beams, new_tokens)()
+    return lambda beams: models.Generate(model, source, beams, new_tokens)()
 
 
 def measure(threads: int, folder: str, repeats: int, calls: int, engines) -> dict:
@@ -170,8 +168,8 @@ def measure(threads: int, folder: str, repeats: int, calls: int, engines) -> dic
     samples = {engine: [] for engine in engines}
     for repeat in range(repeats):
         for engine in engines if repeat % 2 == 0 else engines[::-1]:
-            command = [sys.executable, __file__, "--probe", engine, str(threads), folder, str(calls)]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            command = report.probe_command(sys.executable, SUITE, "--probe", engine, str(threads), folder, str(calls))
+            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=report.ROOT)
             samples[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
     return {
         engine: {
@@ -224,7 +222,8 @@ def evaluate_command(model: str, data: str, target_lang: str, threads: int, out:
     ]
 
 
-def write_section(results: dict, command: str) -> str:
+def section(results: dict, command: str) -> str:
+    """The serving section of BENCHMARKS.md."""
     lines = header_lines(results, command)
     for key, rows in results["speed"].items():
         lines += speed_lines(key, rows)
@@ -234,31 +233,22 @@ def write_section(results: dict, command: str) -> str:
 
 
 def header_lines(results: dict, command: str) -> list[str]:
-    import ctranslate2
-    import torch
-    import transformers
-
-    return [
-        common.SERVING_MARKER,
-        "",
-        "## Serving: CTranslate2 against generate() and against MarianMTModel",
-        "",
-        "Generated by `bench/serving.py`; do not edit by hand. Sentences per second translating "
-        f"{SENTENCES} random sentences of random weights, every engine decoding exactly the same number of "
-        "tokens (bench.py's source and output lengths per size); peak memory is the engine process's VmHWM. "
-        "Ratios are against MarianMTModel's `generate()` and against MarianMTModel converted to CTranslate2 "
-        "in the same precision (and the same layout), measured in the same run. At several threads, a "
-        "CTranslate2 engine runs one batch on all threads (ctranslate2's intra_threads); named `-parallel`, it "
-        "splits the sentences into one batch per thread and translates them at once, one thread each "
-        "(inter_threads).",
-        "",
-        f"- command: `{command}`",
-        f"- machine: {common.cpu_name()}, {os.cpu_count()} cores",
-        f"- ctranslate2 {ctranslate2.__version__}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, Python {platform.python_version()}; Marian converted with "
-        f"{results['marian_converter']}",
-        "",
+    prose = (
+        f"Sentences per second translating {SENTENCES} random sentences of random weights, every engine decoding "
+        "exactly the same number of tokens (the speed suite's source and output lengths per size); peak memory is "
+        "the engine process's VmHWM. Ratios are against MarianMTModel's `generate()` and against MarianMTModel "
+        "converted to CTranslate2 in the same precision (and the same layout), measured in the same run. At several "
+        "threads, a CTranslate2 engine runs one batch on all threads (ctranslate2's intra_threads); named "
+        "`-parallel`, it splits the sentences into one batch per thread and translates them at once, one thread "
+        "each (inter_threads)."
+    )
+    facts = [
+        f"machine: {report.machine()}",
+        report.versions("ctranslate2", "torch", "transformers")
+        + f"; Marian converted with {results['marian_converter']}",
     ]
+    heading = "## Serving: CTranslate2 against generate() and against MarianMTModel"
+    return report.header_lines(heading, SUITE, [prose], command, facts, report.SERVING_MARKER)
 
 
 def speed_lines(key: str, rows: dict) -> list[str]:
@@ -298,9 +288,9 @@ def bleu_lines(results: dict) -> list[str]:
     return lines
 
 
-def parse_args(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", choices=list(common.SIZES), default=["tiny", "base"])
+def build_parser() -> argparse.ArgumentParser:
+    parser = report.suite_parser(SUITE, __doc__)
+    parser.add_argument("--sizes", nargs="+", choices=list(models.SIZES), default=["tiny", "base"])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--quick", action="store_true", help="fewer repeats and calls")
@@ -308,11 +298,9 @@ def parse_args(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--bleu-model", help="a Multi30k recipe's model folder: also BLEU through each backend")
     parser.add_argument("--bleu-data", help="the folder holding test_2016_flickr.jsonl")
     parser.add_argument("--bleu-target-lang", default="de", help="the --bleu-model's target language")
-    parser.add_argument(
-        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "BENCHMARKS.md")
-    )
+    parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--probe", nargs=4, help=argparse.SUPPRESS)
-    return parser, parser.parse_args(argv)
+    return parser
 
 
 def run(args) -> dict:
@@ -336,19 +324,9 @@ def run(args) -> dict:
     return results
 
 
-def write_report(section: str, path: str) -> None:
-    """Put the section at the end of the report in `path`, in place of the one an earlier run wrote there, before
-    bench/data.py's section if the file holds one."""
-    report = open(path).read() if os.path.exists(path) else ""
-    data = common.kept_from(report, common.DATA_MARKER)  # kept as it is
-    head = report[: len(report) - len(common.kept_from(report, common.SERVING_MARKER, common.DATA_MARKER))]
-    report = head.rstrip("\n") + "\n\n" + section + ("\n" + data if data else "")
-    with open(path, "w") as handle:
-        handle.write(report)
-
-
-def main(argv=None) -> int:
-    parser, args = parse_args(argv)
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.probe:
         engine, threads, folder, calls = args.probe
         print(json.dumps(probe(engine, int(threads), folder, int(calls))))
@@ -356,12 +334,7 @@ def main(argv=None) -> int:
     if "marian-generate" not in args.engines:
         parser.error("--engines must include marian-generate, the reference of the ratios")
     results = run(args)
-    command = common.measuring_command("serving.py", sys.argv[1:] if argv is None else argv, files=("--out",))
-    section = write_section(results, command)
-    write_report(section, args.out)
-    print(section)
+    text = section(results, report.measuring_command(SUITE, argv, files=("--out",)))
+    report.replace_section(text, args.out, report.SERVING_MARKER)
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

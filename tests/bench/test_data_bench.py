@@ -1,19 +1,19 @@
-"""The data-pipeline benchmark end to end on a tiny corpus, so that the script cannot rot (its figures are not
-asserted: the targets live in BENCHMARKS.md). Its section replaces an older one in a copy of BENCHMARKS.md, up to
-the next script's marker, and bench.py and serving.py keep it when they rewrite their parts."""
+"""The data-pipeline suite end to end on a tiny corpus, so that the suite cannot rot (its figures are not asserted:
+the targets live in BENCHMARKS.md). Its section replaces an older one in a copy of BENCHMARKS.md, up to the next
+suite's marker, and the speed and serving suites keep it when they rewrite their parts."""
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
 from vanilla_transformer.training.tasks.numbers import english, german
 
-from bench import bench, common, serving
+from bench import report
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-DATA = os.path.join(ROOT, "bench", "data.py")
 TINY = "--d-model 32 --num-heads 4 --d-ff 64 --encoder-layers 1 --decoder-layers 1 --vocab-size 120 --max-tokens 512"
 
 
@@ -31,7 +31,8 @@ def fake_multi30k(folder) -> str:
 
 def run_data(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, DATA, *args],
+        [sys.executable, "-m", "bench", "data", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
@@ -43,14 +44,14 @@ def run_data(*args: str) -> str:
 
 def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_path):
     original = open(os.path.join(ROOT, "BENCHMARKS.md"), encoding="utf-8").read()
-    if common.DATA_MARKER in original:  # the repository's report without its own data section
-        original = original[: original.index(common.DATA_MARKER)].rstrip("\n") + "\n"
+    if report.DATA_MARKER in original:  # the repository's report without its own data section
+        original = original[: original.index(report.DATA_MARKER)].rstrip("\n") + "\n"
     later = "<!-- later: written by bench/later.py -->\n\nits section\n"
-    report = tmp_path / "BENCHMARKS.md"
-    report.write_text(original + "\n" + common.DATA_MARKER + "\n\nan older data section\n\n" + later, encoding="utf-8")
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(original + "\n" + report.DATA_MARKER + "\n\nan older data section\n\n" + later, encoding="utf-8")
     raw, data = tmp_path / "results.json", fake_multi30k(tmp_path / "multi30k")
     sizes = ["--sizes", "2000", "4000", "--warm-size", "4000", "--streaming-sizes", "4000", "--train-args", TINY]
-    run_data("--multi30k", data, *sizes, "--work", str(tmp_path / "work"), "--out", str(report), "--json", str(raw))
+    run_data("--multi30k", data, *sizes, "--work", str(tmp_path / "work"), "--out", str(out), "--json", str(raw))
 
     results = json.loads(raw.read_text())
     assert [(r["pairs"], r["mode"], r["cache"]) for r in results["runs"]] == [
@@ -72,12 +73,12 @@ def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_p
     assert math.isfinite(results["slope"]["seconds_per_million"])
     assert [(s["from"], s["to"], s["pairs_ratio"]) for s in results["doublings"]] == [(2000, 4000, 2.0)]
     assert results["targets"]["cold_s"]["verdict"].startswith("not measured")  # no run at 4.35 million pairs
-    assert results["targets"]["doubling"]["verdict"] in ("met", "missed")
-    assert results["command"].startswith("python bench/data.py --multi30k DIR --sizes 2000 4000")
+    assert re.fullmatch(r"met|missed by [\d.]+%", results["targets"]["doubling"]["verdict"])
+    assert results["command"].startswith("python -m bench data --multi30k DIR --sizes 2000 4000")
 
-    # the section replaced the older one, up to the next script's marker; the rest is byte-identical
-    text = report.read_text(encoding="utf-8")
-    assert text.startswith(original + "\n" + common.DATA_MARKER + "\n") and text.endswith("\n" + later)
+    # the section replaced the older one, up to the next suite's marker; the rest is byte-identical
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith(original + "\n" + report.DATA_MARKER + "\n") and text.endswith("\n" + later)
     section = text[len(original) + 1 : -len(later) - 1]
     assert "an older data section" not in section and str(tmp_path) not in section
     assert (
@@ -92,10 +93,10 @@ def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_p
     run_data("--report-from", str(raw), "--out", str(fresh))
     assert fresh.read_text(encoding="utf-8") == original.rstrip("\n") + "\n\n" + section
 
-    # bench.py and serving.py rewriting their parts keep it
-    bench.write_report("# a new report\n", str(fresh))
+    # the speed and serving suites rewriting their parts keep it
+    report.replace_section("# a new report\n", str(fresh))
     assert fresh.read_text(encoding="utf-8").endswith("\n" + section)
-    serving.write_report(common.SERVING_MARKER + "\n\nnew serving figures\n", str(fresh))
+    report.replace_section(report.SERVING_MARKER + "\n\nnew serving figures\n", str(fresh), report.SERVING_MARKER)
     assert fresh.read_text(encoding="utf-8") == (
-        "# a new report\n\n" + common.SERVING_MARKER + "\n\nnew serving figures\n\n" + section
+        "# a new report\n\n" + report.SERVING_MARKER + "\n\nnew serving figures\n\n" + section
     )

@@ -1,6 +1,6 @@
-"""bench/gpu.py's smoke setting, run once on whatever device the machine has, so that the script a GPU session runs
+"""The GPU suite's smoke setting, run once on whatever device the machine has, so that the suite a GPU machine runs
 in one command cannot rot (its figures are not asserted, and off a GPU they mean nothing). It writes its section at
-the end of BENCHMARKS.md, after the other scripts' sections, and replaces it when run again."""
+the end of BENCHMARKS.md, after the other suites' sections, and replaces it when run again."""
 
 import json
 import os
@@ -9,24 +9,25 @@ import sys
 
 import torch
 
-from bench.common import replace_section
-from bench.gpu import GPU_MARKER
+from bench.report import GPU_MARKER, replace_section
 
-GPU = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu.py")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def test_smoke_setting_writes_its_section_after_the_other_scripts_sections(tmp_path):
+def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "results.json"
-    earlier = "# Benchmarks\n\nbench.py's report\n\n<!-- data: written by bench/data.py -->\n\n## Data\n\nits figures\n"
+    earlier = "# Benchmarks\n\nthe speed suite's report\n\n"
+    earlier += "<!-- data: written by bench/data.py -->\n\n## Data\n\nits figures\n"
     out.write_text(earlier)
-    command = [sys.executable, GPU, "--smoke", "--compile-backend", "aot_eager", "--out", str(out), "--json", str(raw)]
+    command = [sys.executable, "-m", "bench", "gpu", "--smoke", "--compile-backend", "aot_eager"]
+    command += ["--out", str(out), "--json", str(raw)]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        command, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
     assert report.startswith(earlier) and report.count(GPU_MARKER) == 1
-    assert "- command: `python bench/gpu.py --smoke --compile-backend aot_eager`" in report
+    assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in report
     results = json.loads(raw.read_text())
     assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "eager"), ("smoke", "compiled")]
     assert [r["beams"] for r in results["generate"]] == [1, 5]
@@ -45,21 +46,20 @@ def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_fol
     """bench/gpu_checks.sh, the one command a GPU machine runs, on this machine: the gpu-marked tests run (skipped
     with their reason off CUDA), the benchmark writes its section into a copy of BENCHMARKS.md in the output folder,
     and the repository's BENCHMARKS.md is left as it was."""
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    report = os.path.join(root, "BENCHMARKS.md")
+    report = os.path.join(ROOT, "BENCHMARKS.md")
     before = open(report, encoding="utf-8").read()
     out = tmp_path / "gpu-results"
     command = ["bash", "bench/gpu_checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
     env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels")}
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "gpu-marked tests: exit status 0; bench/gpu.py: exit status 0" in done.stdout
+    assert "gpu-marked tests: exit status 0; python -m bench gpu: exit status 0" in done.stdout
     assert f"torch {torch.__version__}" in (out / "machine.txt").read_text()
     tests = (out / "gpu-tests.log").read_text()
     expected = "passed" if torch.cuda.is_available() else "skipped"
     assert f" {expected}" in tests and " failed" not in tests and " error" not in tests
     copy = (out / "BENCHMARKS.md").read_text(encoding="utf-8")
     assert copy.count(GPU_MARKER) == 1
-    assert "- command: `python bench/gpu.py --smoke --compile-backend aot_eager`" in copy
+    assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in copy
     assert [r["size"] for r in json.loads((out / "gpu.json").read_text())["train"]] == ["smoke", "smoke"]
     assert open(report, encoding="utf-8").read() == before

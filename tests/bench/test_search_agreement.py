@@ -1,5 +1,5 @@
-"""bench/search_agreement.py scores a translation exactly as beam search ranks it, and its count adds up; run once on
-the tests' trained model so that the script cannot rot."""
+"""The search-agreement suite scores a translation exactly as beam search ranks it, and its count adds up; run once
+on the tests' trained model so that the suite cannot rot."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from bench import search_agreement
 from vanilla_transformer import export_ctranslate2
 from vanilla_transformer.translators import load_translator
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "search_agreement.py")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 SOURCES = ["three hundred twelve", "two hundred five", "forty-one", "three hundred ninety-nine"]
 
@@ -27,7 +27,7 @@ def test_the_ranking_score_is_the_one_beam_search_reports(trained_folder):
                 assert abs(score - translation.score) < 1e-4, (source, translation)
 
 
-def test_the_script_compares_both_backends_on_a_data_file(trained_folder, tmp_path):
+def test_the_suite_compares_both_backends_on_a_data_file(trained_folder, tmp_path):
     exported = export_ctranslate2(str(trained_folder), str(tmp_path / "ct2"))
     data = tmp_path / "test.jsonl"
     references = [t[0].text for t in load_translator(str(trained_folder)).translate(SOURCES)]
@@ -35,9 +35,21 @@ def test_the_script_compares_both_backends_on_a_data_file(trained_folder, tmp_pa
         "".join(json.dumps({"translation": {"en": s, "de": r}}) + "\n" for s, r in zip(SOURCES, references))
     )
     out = tmp_path / "result.json"
-    command = [sys.executable, SCRIPT, "--model", str(trained_folder), "--exported", exported, "--data", str(data)]
-    command += ["--target", "de", "--patience", "1", "2", "--json", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "bench", "search-agreement", "--model", str(trained_folder)]
+    command += [
+        "--exported",
+        exported,
+        "--data",
+        str(data),
+        "--target",
+        "de",
+        "--patience",
+        "1",
+        "2",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert [result["patience"] for result in results] == [1.0, 2.0]

@@ -1,24 +1,37 @@
-"""The serving benchmark's smallest setting, run once so that the script cannot rot (its figures are not asserted:
-the targets live in BENCHMARKS.md). It writes its section after bench.py's report and keeps that report."""
+"""The serving suite's smallest setting, run once so that the suite cannot rot (its figures are not asserted: the
+targets live in BENCHMARKS.md). It writes its section after the speed suite's report and keeps that report."""
 
 import os
 import subprocess
 import sys
 
-SERVING = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "serving.py")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def test_smallest_serving_setting_writes_its_section_after_the_main_report(tmp_path):
     out = tmp_path / "BENCHMARKS.md"
-    out.write_text("# Benchmarks\n\nbench.py's report\n")
-    command = [sys.executable, SERVING, "--sizes", "numbers", "--threads", "2", "--repeats", "1", "--out", str(out)]
+    out.write_text("# Benchmarks\n\nthe speed suite's report\n")
+    command = [
+        sys.executable,
+        "-m",
+        "bench",
+        "serving",
+        "--sizes",
+        "numbers",
+        "--threads",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
     for _ in range(2):  # a second run replaces the section, it does not add another
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+            command, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
         )
         assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
-    assert report.startswith("# Benchmarks\n\nbench.py's report\n")
+    assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
     assert report.count("<!-- serving: written by bench/serving.py -->") == 1
     rows = [line for line in report.splitlines() if line.startswith("| ours-") or line.startswith("| marian-")]
     assert [row.split(" | ")[0] for row in rows] == [

@@ -1,4 +1,4 @@
-"""The benchmark's smallest setting, run once so that the script cannot rot (its figures are not asserted: speed
+"""The speed suite's smallest setting, run once so that the suite cannot rot (its figures are not asserted: speed
 targets live in BENCHMARKS.md, not in tests)."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 from bench.generation_split import split
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench.py")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def test_smallest_benchmark_setting_writes_its_report(tmp_path):
@@ -39,19 +39,20 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
 
     # the report can be written again from the raw results, measuring nothing; output file names are not part of
     # the recorded command
-    # into a file that holds bench/serving.py's section: the section is kept, after the new report
+    # into a file that holds the serving suite's section: the section is kept, after the new report
     again = tmp_path / "again.md"
     serving = "<!-- serving: written by bench/serving.py -->\n\n## Serving\n\nits figures\n"
     again.write_text("# an older report\n\n" + serving)
     run_bench("--report-from", str(raw), "--out", str(again), "--plot", str(plot), timeout=300)
     assert again.read_text() == report + "\n" + serving
-    assert "- command: `python bench/bench.py --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report
+    assert "- command: `python -m bench speed --quick --sizes numbers --attn sdpa --repeats 1 --steps 1`" in report
 
 
 def run_bench(*args: str, timeout: int) -> None:
-    """Run bench/bench.py as its documented command does, from its path, and check that it succeeded."""
+    """Run the speed suite as its documented command does, from the repository root, and check that it succeeded."""
     done = subprocess.run(
-        [sys.executable, BENCH, *args],
+        [sys.executable, "-m", "bench", "speed", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,

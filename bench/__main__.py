@@ -1,0 +1,39 @@
+"""`python -m bench SUITE [flags]`: run one benchmark suite from the repository root. `python -m bench SUITE --help`
+shows that suite's flags; a suite's module is imported only when that suite runs."""
+
+import argparse
+import importlib
+import sys
+
+# suite -> (its module in this package, what it measures)
+SUITES = {
+    "speed": ("speed", "training, generation, memory and utilisation against MarianMTModel: BENCHMARKS.md's head"),
+    "serving": ("serving", "CTranslate2 exports against generate() and MarianMTModel: the serving section"),
+    "data": ("data", "the data pipeline at scale, time to the first update and peak memory: the data section"),
+    "gpu": ("gpu", "training and generation in bf16 on a CUDA GPU: the GPU section"),
+    "generation-split": ("generation_split", "where generate()'s time goes: encoder, decoder, search (printed)"),
+    "search-agreement": ("search_agreement", "generate() against CTranslate2 beam search, scored by the model"),
+}
+
+
+def overview() -> argparse.ArgumentParser:
+    """The parser that lists the suites, a line each."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    suites = parser.add_subparsers(title="suites", metavar="SUITE", required=True)
+    for name, (_, summary) in SUITES.items():
+        suites.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in SUITES:
+        parser = overview()
+        parser.parse_args(argv)  # --help lists the suites; anything else is an error
+        parser.error("name a suite first")
+    module = importlib.import_module(f".{SUITES[argv[0]][0]}", __package__)
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
