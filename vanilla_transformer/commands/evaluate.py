@@ -6,11 +6,16 @@ training stack's evaluation as those dataclasses."""
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from ..errors import CommandError
 from ..training.arguments import DataArguments, GenerationArguments
+from ..translators import CTranslate2Translator
 from .backend import add_backend_arguments, runs_on_pytorch, translator_for
 from .failures import reported_as
+
+if TYPE_CHECKING:
+    import datasets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +45,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
     from ..training.data import DataError
 
     arguments = EvaluateArguments.from_namespace(args)
@@ -57,7 +63,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluation_split(raw, split: str):
+def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Dataset":
     """The split `--split` names, or a `CommandError` listing the data's splits."""
     if split not in raw:
         raise CommandError(f"--split {split}: the data has splits {sorted(raw)}", exit_code=2)
@@ -102,7 +108,7 @@ def evaluate_pytorch(
     return metrics if accelerator.is_main_process else None
 
 
-def evaluate_exported(translator, split_name: str, arguments: EvaluateArguments) -> dict:
+def evaluate_exported(translator: CTranslate2Translator, split_name: str, arguments: EvaluateArguments) -> dict:
     """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments."""
     from ..training.data import load_raw_datasets
     from ..training.evaluation import cross_entropy_figures, split_metrics
