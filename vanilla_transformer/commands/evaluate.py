@@ -6,11 +6,16 @@ training stack's evaluation as those dataclasses."""
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from ..errors import CommandError
 from ..training.arguments import DataArguments, GenerationArguments
+from ..translators import CTranslate2Translator
 from .backend import add_backend_arguments, runs_on_pytorch, translator_for
 from .failures import reported_as
+
+if TYPE_CHECKING:
+    import datasets
 
 
 def group_from(kind: type, namespace: argparse.Namespace):
@@ -34,6 +39,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
     from ..model_folder import load_model_folder
     from ..training.data import DataError, load_raw_datasets
 
@@ -55,7 +61,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluation_split(raw, split: str):
+def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Dataset":
     """The split `--split` names, or a `CommandError` listing the data's splits."""
     if split not in raw:
         raise CommandError(f"--split {split}: the data has splits {sorted(raw)}", exit_code=2)
@@ -88,8 +94,12 @@ def evaluate_pytorch(
     metrics.update(reference_cross_entropy(model, tokenizer, split, tokenized, accelerator, **settings))
     return metrics if accelerator.is_main_process else None
 
+    """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
 
-def evaluate_exported(translator, split, data: DataArguments, generation: GenerationArguments) -> dict:
+
+def evaluate_exported(
+    translator: CTranslate2Translator, split: "datasets.Dataset", data: DataArguments, generation: GenerationArguments
+) -> dict:
     """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments."""
     from ..training.evaluation import cross_entropy_figures, split_metrics
 
