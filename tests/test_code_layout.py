@@ -251,3 +251,21 @@ def test_files_hold_one_concern_each_and_stay_short(folder):
         and len(path.read_text(encoding="utf-8").splitlines()) > LONGEST_FILE
     ]
     assert not long, "\n".join(long)
+
+
+def test_only_the_entry_point_and_the_run_builder_take_the_whole_training_arguments():
+    """Below `train`, the one function that reads every group is `setup_run`; the others take the group they read
+    (or plain values). arguments.py, where the groups are made and checked against each other, is the exception."""
+    takers = set()
+    for path in sorted((ROOT / "training").rglob("*.py")):
+        if path.name == "arguments.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for argument in node.args.args + node.args.kwonlyargs:
+                    whole = argument.annotation is not None and "TrainArguments" in ast.unparse(argument.annotation)
+                    if whole:
+                        takers.add(f"{path.relative_to(ROOT / 'training')}:{node.name}")
+                    elif argument.arg == "args":
+                        takers.add(f"{path.relative_to(ROOT / 'training')}:{node.name} (a parameter named args)")
+    assert takers == {"loop.py:train", "startup.py:setup_run"}
