@@ -223,7 +223,9 @@ def test_the_table_of_importers_is_the_one_list_of_kinds(imported, monkeypatch, 
         return copy.deepcopy(case.model), case.tokenizer, None
 
     for kind, hub_base_model in (("opennmt", False), ("opennmt-hub", True)):
-        monkeypatch.setitem(IMPORTERS, kind, Importer(read, f"an {kind} checkpoint", hub_base_model=hub_base_model))
+        monkeypatch.setitem(
+            IMPORTERS, kind, Importer(read, f"an {kind} checkpoint", hub_base_model=hub_base_model, model_type=None)
+        )
     with pytest.raises(CheckpointImportError, match=r"expected one of marian, fsmt, fairseq, opennmt, opennmt-hub\.$"):
         import_checkpoint("anything", "moses")
     import_checkpoint(tmp_path / "model.pt", "opennmt", out=tmp_path / "out")
@@ -298,6 +300,15 @@ def test_a_model_folder_of_another_type_names_the_import_that_brings_it_in(impor
     assert len(error.splitlines()) == 1 and "import --from fsmt" in error
     assert main(["translate", "--model", imported["fairseq"].source, "w5"]) == 1
     assert "import --from fairseq" in capsys.readouterr().err
+
+
+def test_a_model_folder_of_a_type_no_importer_reads_names_the_kinds_that_can_be(tmp_path):
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    expected = "vanilla-transformer import brings in marian, fsmt and fairseq models only."
+    with pytest.raises(ModelFolderError, match=f"a 'bert' model folder, not a vanilla_transformer one; {expected}"):
+        load_model_folder(str(folder))
 
 
 def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):

@@ -6,6 +6,7 @@ import sys
 
 from .configuration import check_tokenizer_matches
 from .errors import ModelFolderError
+from .importers import IMPORTERS, KINDS
 
 
 def load_model_folder(path: str, where: str | None = None):
@@ -51,8 +52,10 @@ def source_tokens(tokenizer, ids: list[int]) -> list[str]:
     return [by_id.get(i, tokenizer.unk_token) for i in ids]
 
 
-# model types of other implementations that `vanilla-transformer import --from KIND` brings in
-IMPORTABLE = {"marian": "marian", "fsmt": "fsmt"}
+def importable() -> dict[str, str]:
+    """The model types of other implementations' folders -> the `vanilla-transformer import --from KIND` that brings
+    them in, from the importers' table."""
+    return {importer.model_type: kind for kind, importer in IMPORTERS.items() if importer.model_type}
 
 
 def check_model_type(path, where: str) -> None:
@@ -74,14 +77,15 @@ def check_model_type(path, where: str) -> None:
     model_type = config.get("model_type")
     if model_type in (None, "vanilla_transformer"):
         return
-    if model_type in IMPORTABLE:
+    kinds = importable()
+    if model_type in kinds:
         raise ModelFolderError(
             f"{where}: a {model_type!r} model folder, not a vanilla_transformer one; bring it in with: "
-            f"vanilla-transformer import --from {IMPORTABLE[model_type]} {path} --out DIR"
+            f"vanilla-transformer import --from {kinds[model_type]} {path} --out DIR"
         )
     raise ModelFolderError(
         f"{where}: a {model_type!r} model folder, not a vanilla_transformer one; vanilla-transformer import brings in "
-        "marian, fsmt and fairseq models only."
+        f"{', '.join(KINDS[:-1])} and {KINDS[-1]} models only."
     )
 
 

@@ -15,17 +15,24 @@ from .marian import import_marian
 class Importer(NamedTuple):
     """One source: `read(source, trust_pickle)` returns the model, its tokenizer and the source's generation
     settings; `description` names the source in the model card; `hub_base_model` says whether a SOURCE that is no
-    local path is a Hub id the card names as its base model (the Hub repository of a transformers model)."""
+    local path is a Hub id the card names as its base model (the Hub repository of a transformers model);
+    `model_type` is the `model_type` of a model folder that this importer brings in (None: the source is no model
+    folder)."""
 
     read: Callable
     description: str
     hub_base_model: bool
+    model_type: str | None
 
 
 IMPORTERS = {
-    "marian": Importer(import_marian, "MarianMTModel (transformers)", hub_base_model=True),
-    "fsmt": Importer(import_fsmt, "FSMTForConditionalGeneration (transformers)", hub_base_model=True),
-    "fairseq": Importer(import_fairseq, "a fairseq translation Transformer checkpoint", hub_base_model=False),
+    "marian": Importer(import_marian, "MarianMTModel (transformers)", hub_base_model=True, model_type="marian"),
+    "fsmt": Importer(
+        import_fsmt, "FSMTForConditionalGeneration (transformers)", hub_base_model=True, model_type="fsmt"
+    ),
+    "fairseq": Importer(
+        import_fairseq, "a fairseq translation Transformer checkpoint", hub_base_model=False, model_type=None
+    ),
 }
 KINDS = tuple(IMPORTERS)
 
