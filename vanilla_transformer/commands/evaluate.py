@@ -40,25 +40,28 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
-    from ..model_folder import load_model_folder
-    from ..training.data import DataError, load_raw_datasets
+    from ..training.data import DataError
 
     data, generation = group_from(DataArguments, args), group_from(GenerationArguments, args)
     with reported_as(2, DataError):
         if runs_on_pytorch(args.model, args.backend, args.inter_threads):
-            model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
-            split = evaluation_split(load_raw_datasets(data, args.seed, require_train=False), args.split)
-            metrics = evaluate_pytorch(model, tokenizer, args.threads, split, data, generation)
+            metrics = evaluate_pytorch(args.model, args.threads, (args.split, args.seed), data, generation)
         else:
             translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
-            split = evaluation_split(load_raw_datasets(data, args.seed, require_train=False), args.split)
-            metrics = evaluate_exported(translator, split, data, generation)
+            metrics = evaluate_exported(translator, split_of(data, args.split, args.seed), data, generation)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
             with open(args.output, "w") as handle:
                 json.dump(metrics, handle, indent=2)
     return 0
+
+
+def split_of(data: DataArguments, split: str, seed: int) -> "datasets.Dataset":
+    """The split `--split` of the data (`seed` draws the embedded task's numbers); a `DataError` for bad data."""
+    from ..training.data import load_raw_datasets
+
+    return evaluation_split(load_raw_datasets(data, seed, require_train=False), split)
 
 
 def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Dataset":
@@ -69,19 +72,22 @@ def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Datas
 
 
 def evaluate_pytorch(
-    model, tokenizer, threads: int | None, split, data: DataArguments, generation: GenerationArguments
+    model_name: str, threads: int | None, where: tuple[str, int], data: DataArguments, generation: GenerationArguments
 ) -> dict | None:
-    """Scores of a model folder's model on `split` through `generate()`, data-parallel over the processes Accelerate
-    starts."""
+    """Scores of a model folder on a split (`where`: its name and the embedded task's seed) through `generate()`,
+    data-parallel over the processes Accelerate starts."""
     import torch
     from accelerate import Accelerator
 
     from ..configuration import position_limit
+    from ..model_folder import load_model_folder
     from ..training.evaluation import evaluate_split, reference_cross_entropy
     from ..training.tokenizing import tokenize_pairs
 
+    model, tokenizer = load_model_folder(model_name, f"--model {model_name}")
     if threads:
         torch.set_num_threads(threads)
+    split = split_of(data, *where)
     max_new_tokens = data.max_target_length or model.generation_config.max_new_tokens or 256
     tokenized = tokenize_pairs(split, tokenizer, data, max_length=position_limit(model.config))
     accelerator = Accelerator()
