@@ -3,6 +3,7 @@ FSMT and fairseq, built with random weights by each source's own implementation 
 out computing the source's logits and generating its tokens, and then work with everything this package has."""
 
 import copy
+import json
 import os
 from dataclasses import dataclass
 
@@ -334,3 +335,46 @@ def test_import_then_translate_export_and_demo_from_the_command_line(imported, t
     assert stages.source_tokens == case.tokenizer.tokenize(texts[0]) + ["</s>"]  # the source vocabulary's tokens
     positions = demo.model.model.encoder.embed.embed_positions.table(len(stages.source_tokens))
     torch.testing.assert_close(stages.embeddings["encoder"].positions, positions)  # fairseq's, from position 2
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [
+        "#version: 0.2\n8 7\n6 9</w>\ne r</w>\n1 9\n",  # subword-nmt: a merge's second symbol may be digits
+        "8 7 120\n6 9</w> 80\ne r</w> 75\n1 9 12\n",  # fastBPE: each merge with its count
+    ],
+)
+def test_bpe_codes_keep_every_merge_whose_symbols_are_digits(tmp_path, codes):
+    from transformers import FSMTTokenizer
+
+    from vanilla_transformer.importers.fairseq import bpe_merges
+
+    (tmp_path / "bpecodes").write_text(codes, encoding="utf-8")
+    merges = [line for line in bpe_merges(str(tmp_path)).splitlines() if not line.startswith("#")]
+    assert merges == ["8 7", "6 9</w>", "e r</w>", "1 9"]
+    vocabulary = {token: i for i, token in enumerate(["<s>", "<pad>", "</s>", "<unk>", "87@@", "69</w>", "8769</w>"])}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text(bpe_merges(str(tmp_path)), encoding="utf-8")
+    tokenizer = FSMTTokenizer(
+        langs=["en", "de"],
+        src_vocab_file=str(tmp_path / "vocab.json"),
+        tgt_vocab_file=str(tmp_path / "vocab.json"),
+        merges_file=str(tmp_path / "merges.txt"),
+    )
+    assert tokenizer.tokenize("8769") == ["87", "69</w>"]  # as subword-nmt segments it: 87@@ 69
+
+
+@pytest.mark.parametrize("kind", ["marian-separate", "fsmt", "fairseq"])
+def test_translating_with_an_imported_folder_warns_of_no_length_clash(imported, kind, capfd):
+    """The source's total length limit is kept as new tokens: translate asks for new tokens, and a config holding
+    both would make generate() warn on every batch."""
+    case = imported[kind]
+    config = load_model_folder(case.folder)[0].generation_config
+    assert config.max_length is None and config.max_new_tokens > 0  # the source's limit, counted in new tokens
+    if kind == "fsmt":
+        assert config.max_new_tokens == case.reference.generation_config.max_length - 1
+    texts = sources.sentences(3, seed=5)
+    capfd.readouterr()
+    assert main(["translate", "--model", case.folder, "--batch-size", "1", "--num-beams", "2", *texts]) == 0
+    printed = capfd.readouterr()
+    assert len(printed.out.splitlines()) == 3 and "seem to have been set" not in printed.err

@@ -35,6 +35,11 @@ def generation_settings(source_generation_config, config: VanillaTransformerConf
     generation_config = copy.deepcopy(source_generation_config) if source_generation_config else GenerationConfig()
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         setattr(generation_config, name, getattr(config, name))
+    if generation_config.max_length is not None and generation_config.max_new_tokens is None:
+        # the same limit counted in new tokens (the decoder starts from one token): translate and evaluate ask for
+        # new tokens, and generate() warns on every call where a model's config also holds a total length
+        generation_config.max_new_tokens = generation_config.max_length - 1
+        generation_config.max_length = None
     return generation_config
 
 

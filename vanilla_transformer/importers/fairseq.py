@@ -16,7 +16,6 @@ but needs its own preprocessing before the tokenizer's BPE.
 import argparse
 import json
 import os
-import re
 import tempfile
 
 from ..configuration import VanillaTransformerConfig
@@ -304,15 +303,23 @@ def fsmt_vocabulary(symbols: list[str], size: int) -> dict[str, int]:
 
 
 def bpe_merges(folder: str) -> str:
-    """The BPE codes without their counts, as FSMTTokenizer reads them."""
+    """The BPE codes as FSMTTokenizer reads them: one merge a line, its two symbols. fastBPE writes each merge with
+    its count (`e r 1234`), subword-nmt without (`e r</w>`, and `8 7`: a second symbol of digits is a symbol, not a
+    count); the count is dropped, the version line of subword-nmt kept (it ranks below every merge)."""
     for name in ("bpecodes", "code"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
-                return re.sub(r" \d+$", "", handle.read(), flags=re.MULTILINE)
+                return "".join(merge_line(line) + "\n" for line in handle.read().splitlines() if line.strip())
     raise CheckpointImportError(
         f"{folder}: no BPE codes ('bpecodes' or 'code') beside the checkpoint; the tokenizer is built from them."
     )
+
+
+def merge_line(line: str) -> str:
+    """A line of BPE codes without fastBPE's count: the first two symbols of a line of three."""
+    symbols = line.split()
+    return " ".join(symbols[:2]) if len(symbols) == 3 and symbols[2].isdigit() else line
 
 
 def fsmt_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target_vocab_size: int | None):
