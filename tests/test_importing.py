@@ -131,7 +131,9 @@ def test_what_each_source_carries_over(imported):
         assert (config.position_layout, config.pad_token_id, config.decoder_start_token_id) == ("fairseq", 1, 2)
         assert config.vocab_size != config.target_vocab_size and not config.share_decoder_embeddings
     generation = imported["marian-shared"].model.generation_config
-    assert (generation.bad_words_ids, generation.num_beams, generation.max_length) == ([[2]], 4, 64)
+    # the source's max_length 64, as the same limit in new tokens (the decoder starts from one token)
+    assert (generation.bad_words_ids, generation.num_beams, generation.max_new_tokens) == ([[2]], 4, 63)
+    assert generation.max_length is None
     card = open(os.path.join(imported["fairseq"].folder, "README.md"), encoding="utf-8").read()
     assert "checkpoint_best.pt" in card and "fairseq" in card and "imported" in card
 
