@@ -51,8 +51,8 @@ def fairseq(request, tmp_path_factory):
     """Every variant's fairseq reference (tests/fairseq_reference/recipe.py), made once per recipe."""
     if PYTHON is None:  # only where the tests are required
         pytest.fail(MISSING_FAIRSEQ)
-    cache = request.config.cache.mkdir("fairseq-reference") if request.config.cache else tmp_path_factory.mktemp("f")
-    return references(PYTHON, cache)
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: made again in each session
+    return references(PYTHON, cache.mkdir("fairseq-reference") if cache else tmp_path_factory.mktemp("fairseq"))
 
 
 def fairseq_dictionary(path) -> list[str]:
@@ -87,6 +87,7 @@ def right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.T
 @pytest.mark.parametrize("name", VARIANTS)
 def test_the_checkpoint_imports_as_the_architecture_it_was_trained_with(fairseq, imported, name):
     flags, config = fairseq[name].variant.flags, imported(name).model.config
+    assert {"config.json", "generation_config.json", "model.safetensors"} <= set(os.listdir(imported(name).folder))
     assert config.model_type == "vanilla_transformer"
     assert config.norm_position == ("pre" if "--encoder-normalize-before" in flags else "post")
     assert config.position_encoding == ("learned" if "--encoder-learned-pos" in flags else "sinusoidal")
