@@ -188,22 +188,20 @@ def agreement(case: Imported, reference, rows: list[list[int]]) -> tuple[int, st
 
 @pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("name", VARIANTS)
-def test_beam_search_writes_fairseq_interactives_translations(
-    fairseq, imported, translations, name, search, record_property
-):
+def test_beam_search_writes_fairseq_interactives_translations(fairseq, imported, translations, name, search, request):
     agreeing, report = agreement(imported(name), fairseq[name], translations(name, search))
-    record_property("agreement", report.split("\n")[0])  # in --junitxml's report, passed or failed
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))  # in --junitxml's report
     assert agreeing >= AGREEMENT * len(fairseq[name].pairs), report
 
 
 @pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_beam_search_from_fairseqs_source_ids_writes_its_translations(
-    fairseq, imported, translations, name, search, record_property
+    fairseq, imported, translations, name, search, request
 ):
     """The same, from the ids fairseq encodes the source to: the search alone, whatever the tokenizer does."""
     agreeing, report = agreement(imported(name), fairseq[name], translations(name, search, "fairseq_ids"))
-    record_property("agreement", report.split("\n")[0])
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))
     assert agreeing >= AGREEMENT * len(fairseq[name].pairs), report
 
 
