@@ -1,0 +1,74 @@
+"""The Python side of fairseq's reference, run by the fairseq environment's Python (not imported by the tests):
+
+python fairseq_side.py tokenize FOLDER SPLIT...
+    Moses-tokenises FOLDER/SPLIT.en and FOLDER/SPLIT.de into SPLIT.tok.en and SPLIT.tok.de with fairseq's own
+    `--tokenizer moses` (each side in its own language), as a corpus is prepared for fairseq-preprocess.
+python fairseq_side.py reference MODEL_FOLDER BPE PAIRS OUT
+    Loads the model as fairseq's hub interface does (`--tokenizer moses --bpe BPE --bpe-codes bpecodes`) and
+    writes to OUT, as JSON, fairseq's encoding of the (English, German) pairs in the JSON file PAIRS (source ids as
+    fairseq-interactive encodes raw text; target ids as the target side was prepared for training) and its logits
+    for the first LOGIT_PAIRS pairs, decoding from </s> as fairseq does in training.
+"""
+
+import json
+import sys
+
+import torch
+from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
+from fairseq.models.transformer import TransformerModel
+
+LOGIT_PAIRS = 8
+
+
+def moses(language: str) -> MosesTokenizer:
+    return MosesTokenizer(MosesTokenizerConfig(source_lang=language, target_lang=language))
+
+
+def tokenize(folder: str, *splits: str) -> None:
+    for language in ("en", "de"):
+        tokenizer = moses(language)
+        for split in splits:
+            with open(f"{folder}/{split}.{language}", encoding="utf-8") as lines:
+                tokenized = "".join(tokenizer.encode(line.rstrip("\n")) + "\n" for line in lines)
+            with open(f"{folder}/{split}.tok.{language}", "w", encoding="utf-8") as out:
+                out.write(tokenized)
+
+
+def reference(folder: str, bpe: str, pairs_file: str, out: str) -> None:
+    hub = TransformerModel.from_pretrained(
+        folder,
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=folder,
+        tokenizer="moses",
+        bpe=bpe,
+        bpe_codes=f"{folder}/bpecodes",
+        source_lang="en",
+        target_lang="de",
+    ).eval()
+    with open(pairs_file, encoding="utf-8") as handle:
+        pairs = json.load(handle)
+    german = moses("de")
+    sources = [hub.encode(english) for english, _ in pairs]
+    targets = [
+        hub.tgt_dict.encode_line(hub.apply_bpe(german.encode(text)), add_if_not_exist=False, append_eos=True).long()
+        for _, text in pairs
+    ]
+    model = hub.models[0]
+    logits = []
+    with torch.no_grad():
+        for source, target in list(zip(sources, targets))[:LOGIT_PAIRS]:
+            previous = torch.cat([target.new_tensor([hub.tgt_dict.eos()]), target[:-1]])
+            output, _ = model(source[None], torch.tensor([len(source)]), previous[None])
+            logits.append(output[0].tolist())
+    result = {
+        "source_ids": [ids.tolist() for ids in sources],
+        "target_ids": [ids.tolist() for ids in targets],
+        "decoder_input_ids": [[hub.tgt_dict.eos()] + ids.tolist()[:-1] for ids in targets[:LOGIT_PAIRS]],
+        "logits": logits,
+    }
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+
+
+if __name__ == "__main__":
+    {"tokenize": tokenize, "reference": reference}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,219 @@
+"""The fairseq import against real fairseq: five tiny models that `fairseq-train` trained on a small English-German
+corpus (tests/fairseq_reference: Moses tokenisation, 400 joint subword-nmt merges, joined and separate dictionaries;
+post-norm and pre-norm, sinusoidal and learned positions, each way of sharing the embeddings, bpecodes in subword-nmt's
+and in fastBPE's format), imported with `import_checkpoint(..., kind="fairseq")`.
+
+An imported model computes fairseq's logits on the same ids; its tokenizer gives the ids that fairseq gives the same
+raw text (the source as fairseq-interactive encodes it with `--tokenizer moses --bpe ...`, the target as the corpus
+was prepared for training); and `generate()` writes fairseq-interactive's beam-5 translations of 300 held-out
+sentences, token for token, for at least 99% of them.
+
+fairseq needs numpy < 2 and runs in its own environment: `.venv-fairseq` at the repository root, or the Python that
+VANILLA_TRANSFORMER_FAIRSEQ_PYTHON names (`bash tests/fairseq_reference/make_env.sh` builds `.venv-fairseq`). Without
+it these tests are skipped, with that reason, unless VANILLA_TRANSFORMER_FAIRSEQ is `required`.
+The models and fairseq's outputs are made once (a few minutes) and kept in pytest's cache folder.
+"""
+
+import os
+from dataclasses import dataclass
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from tests.fairseq_reference.recipe import VARIANTS, fairseq_python, references
+from vanilla_transformer import import_checkpoint
+
+MISSING_FAIRSEQ = (
+    "needs fairseq in an environment of its own: .venv-fairseq (tests/fairseq_reference/make_env.sh builds it), or "
+    "its Python named by "
+    "VANILLA_TRANSFORMER_FAIRSEQ_PYTHON"
+)
+PYTHON = fairseq_python()
+REQUIRED = os.environ.get("VANILLA_TRANSFORMER_FAIRSEQ") == "required"
+LOGITS_TOLERANCE = 1e-4
+AGREEMENT = 0.99  # the share of held-out sentences whose beam-5 translation must equal fairseq's, token for token
+SEARCHES = {"default": {}, "early_stopping": {"early_stopping": True}}  # generate()'s settings beyond the model's own
+BATCH = 50
+
+pytestmark = pytest.mark.skipif(PYTHON is None and not REQUIRED, reason=MISSING_FAIRSEQ)
+
+
+@dataclass
+class Imported:
+    model: torch.nn.Module
+    tokenizer: object
+    folder: str  # what import_checkpoint wrote
+    target_symbols: list[str]  # fairseq's target dictionary, by id
+
+
+@pytest.fixture(scope="session")
+def fairseq(request, tmp_path_factory):
+    """Every variant's fairseq reference (tests/fairseq_reference/recipe.py), made once per recipe."""
+    if PYTHON is None:  # only where the tests are required
+        pytest.fail(MISSING_FAIRSEQ)
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: made again in each session
+    return references(PYTHON, cache.mkdir("fairseq-reference") if cache else tmp_path_factory.mktemp("fairseq"))
+
+
+def fairseq_dictionary(path) -> list[str]:
+    """fairseq's Dictionary, by id: <s> <pad> </s> <unk>, then the first field of each line of dict.LANG.txt."""
+    with open(path, encoding="utf-8") as lines:
+        return ["<s>", "<pad>", "</s>", "<unk>"] + [line.split(" ")[0] for line in lines]
+
+
+@pytest.fixture(scope="session")
+def imported(fairseq, tmp_path_factory):
+    """Each variant imported into a model folder and loaded back from it, as a user would."""
+    done = {}
+
+    def load(name: str) -> Imported:
+        if name not in done:
+            out = tmp_path_factory.mktemp("fairseq-import") / name
+            import_checkpoint(fairseq[name].folder, kind="fairseq", out=out, trust_pickle=True)
+            model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+            symbols = fairseq_dictionary(fairseq[name].folder / "dict.de.txt")
+            done[name] = Imported(model, AutoTokenizer.from_pretrained(out), str(out), symbols)
+        return done[name]
+
+    return load
+
+
+def right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+    return ids, (ids != pad).long()
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_checkpoint_imports_as_the_architecture_it_was_trained_with(fairseq, imported, name):
+    flags, config = fairseq[name].variant.flags, imported(name).model.config
+    assert {"config.json", "generation_config.json", "model.safetensors"} <= set(os.listdir(imported(name).folder))
+    assert config.model_type == "vanilla_transformer"
+    assert config.norm_position == ("pre" if "--encoder-normalize-before" in flags else "post")
+    assert config.position_encoding == ("learned" if "--encoder-learned-pos" in flags else "sinusoidal")
+    assert config.share_embeddings == ("--share-all-embeddings" in flags)
+    if not config.share_embeddings:
+        assert config.share_decoder_embeddings == ("--share-decoder-input-output-embed" in flags)
+    assert (config.d_model, config.num_heads, config.d_ff, config.encoder_layers) == (48, 4, 96, 2)
+
+
+def test_a_checkpoint_trained_without_naming_its_languages_imports(fairseq, tmp_path):
+    """fairseq-train infers --source-lang and --target-lang from the data folder, and its checkpoint names neither;
+    the dictionaries beside it (dict.en.txt, dict.de.txt) say which they are."""
+    folder = fairseq["post-norm-shared-all"].folder.parent / "languages-inferred"
+    model, tokenizer = import_checkpoint(folder, kind="fairseq", out=tmp_path / "model", trust_pickle=True)
+    assert (tokenizer.src_lang, tokenizer.tgt_lang) == ("en", "de")
+    assert model.config.share_embeddings
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_imported_model_computes_fairseqs_logits(fairseq, imported, name):
+    reference, model = fairseq[name].encodings, imported(name).model
+    count = len(reference["logits"])
+    input_ids, attention_mask = right_padded(reference["source_ids"][:count], model.config.pad_token_id)
+    decoder_input_ids, decoder_mask = right_padded(reference["decoder_input_ids"], model.config.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    differences = [
+        (logits[row, : len(expected)] - torch.tensor(expected)).abs().max().item()
+        for row, expected in enumerate(reference["logits"])
+    ]
+    assert max(differences) < LOGITS_TOLERANCE, f"largest difference {max(differences):.3g}"
+
+
+def mismatches(ours: list[list[int]], theirs: list[list[int]], texts: list[str], symbols: list[str]) -> str:
+    """'' where every row is equal, else how many differ and the first three, spelled in fairseq's symbols."""
+    differ = [(text, a, b) for text, a, b in zip(texts, ours, theirs) if a != b]
+    spell = lambda ids: " ".join(symbols[i] if i < len(symbols) else str(i) for i in ids)  # noqa: E731
+    examples = "".join(f"\n  {text!r}:\n    ours   {spell(a)}\n    fairseq {spell(b)}" for text, a, b in differ[:3])
+    return f"{len(differ)} of {len(texts)} differ{examples}" if differ else ""
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_tokenizer_encodes_the_source_as_fairseq_interactive_does(fairseq, imported, name):
+    case, reference = imported(name), fairseq[name]
+    english = [pair[0] for pair in reference.pairs]
+    ours = case.tokenizer(english)["input_ids"]
+    symbols = fairseq_dictionary(reference.folder / "dict.en.txt")
+    differences = mismatches(ours, reference.encodings["source_ids"], english, symbols)
+    assert not differences, differences
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_tokenizer_encodes_the_target_as_fairseqs_target_dictionary_does(fairseq, imported, name):
+    case, reference = imported(name), fairseq[name]
+    german = [pair[1] for pair in reference.pairs]
+    ours = case.tokenizer(text_target=german)["input_ids"]
+    differences = mismatches(ours, reference.encodings["target_ids"], german, case.target_symbols)
+    assert not differences, differences
+
+
+@pytest.fixture(scope="session")
+def translations(fairseq, imported):
+    """generate()'s translations of the held-out sentences, by (variant, search, input): token ids without the
+    decoder's first token, </s> and padding. The input is the raw text through the imported tokenizer (`text`) or
+    fairseq's own encoding of it (`fairseq_ids`), which leaves the search alone to compare."""
+    done = {}
+
+    def translate(name: str, search: str, given: str = "text") -> list[list[int]]:
+        if (name, search, given) not in done:
+            case, reference = imported(name), fairseq[name]
+            config, rows = case.model.config, []
+            for start in range(0, len(reference.pairs), BATCH):
+                if given == "text":
+                    english = [pair[0] for pair in reference.pairs[start : start + BATCH]]
+                    batch = dict(case.tokenizer(english, padding=True, return_tensors="pt"))
+                else:
+                    ids = reference.encodings["source_ids"][start : start + BATCH]
+                    batch = dict(zip(("input_ids", "attention_mask"), right_padded(ids, config.pad_token_id)))
+                with torch.no_grad():
+                    output = case.model.generate(**batch, **SEARCHES[search])
+                special = {config.pad_token_id, config.eos_token_id}
+                rows += [[i for i in row[1:] if i not in special] for row in output.tolist()]
+            done[name, search, given] = rows
+        return done[name, search, given]
+
+    return translate
+
+
+def agreement(case: Imported, reference, rows: list[list[int]]) -> tuple[int, str]:
+    """How many translations are fairseq-interactive's, token for token, and the first three that are not."""
+    ours = [[case.target_symbols[i] for i in row] for row in rows]
+    english = [pair[0] for pair in reference.pairs]
+    differ = [(text, a, b) for text, a, b in zip(english, ours, reference.translations) if a != b]
+    examples = "".join(f"\n  {t!r}:\n    ours    {' '.join(a)}\n    fairseq {' '.join(b)}" for t, a, b in differ[:3])
+    agreeing = len(ours) - len(differ)
+    return agreeing, f"{agreeing} of {len(ours)} agree ({agreeing / len(ours):.2%}){examples}"
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_beam_search_writes_fairseq_interactives_translations(fairseq, imported, translations, name, search, request):
+    agreeing, report = agreement(imported(name), fairseq[name], translations(name, search))
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))  # in --junitxml's report
+    assert agreeing >= AGREEMENT * len(fairseq[name].pairs), report
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_beam_search_from_fairseqs_source_ids_writes_its_translations(
+    fairseq, imported, translations, name, search, request
+):
+    """The same, from the ids fairseq encodes the source to: the search alone, whatever the tokenizer does."""
+    agreeing, report = agreement(imported(name), fairseq[name], translations(name, search, "fairseq_ids"))
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))
+    assert agreeing >= AGREEMENT * len(fairseq[name].pairs), report
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_tokenizer_detokenizes_as_fairseq_interactive_does(fairseq, imported, translations, name):
+    """Where the tokens agree, the decoded text is fairseq-interactive's (its D- lines: BPE joined, Moses detok)."""
+    case, reference = imported(name), fairseq[name]
+    rows, decoded = translations(name, "early_stopping"), []
+    for row, tokens, text in zip(rows, reference.translations, reference.detokenized):
+        if [case.target_symbols[i] for i in row] == tokens:
+            decoded.append((case.tokenizer.decode(row, skip_special_tokens=True), text))
+    assert decoded and all(ours == theirs for ours, theirs in decoded), [
+        pair for pair in decoded if pair[0] != pair[1]
+    ][:3]
