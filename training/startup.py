@@ -71,19 +71,29 @@ def start_accelerator(run: RunArguments, optimisation: OptimisationArguments, re
     return accelerator
 
 
-def training_loader(raw, tokenized, rows: TrainingRows | None, tokenizer, model, accelerator, **batching) -> tuple:
+def training_loader(
+    raw,
+    tokenized,
+    rows: TrainingRows | None,
+    tokenizer,
+    model,
+    accelerator,
+    *,
+    data: DataArguments,
+    bpe_dropout: float,
+    max_tokens: int,
+    seed: int,
+) -> tuple:
     """The training pairs (re-segmented every epoch with BPE dropout), their token-budget sampler and loader; when
-    streamed, no pairs held, and the stream's batches as both sampler and loader. `batching`: the run's `data`
-    (DataArguments), `bpe_dropout`, `max_tokens` and `seed`."""
-    data, max_tokens, seed = batching["data"], batching["max_tokens"], batching["seed"]
+    streamed, no pairs held, and the stream's batches as both sampler and loader."""
     if data.streaming:
         collate = make_collator(tokenizer, model)
         batches = StreamingBatches(*train_stream_source(data), tokenizer, collate, data, max_tokens, seed, accelerator)
         return None, batches, batches
     indices = None
-    if batching["bpe_dropout"]:
+    if bpe_dropout:
         # segmented anew every epoch; the first draw also sizes the epochs that --num-epochs counts
-        train_data = BpeDropoutPairs(raw["train"], tokenizer, data, batching["bpe_dropout"])
+        train_data = BpeDropoutPairs(raw["train"], tokenizer, data, bpe_dropout)
         train_data.resegment(0, accelerator)
         lengths = train_data.lengths()
     else:
@@ -131,11 +141,20 @@ def prepare_data(
     return raw, tokenizer, tokenized, rows, {reason: counts for reason, counts in dropped.items() if counts}
 
 
-def prepare_training(model, train_loader, accelerator, optimisation: OptimisationArguments, **sizing) -> tuple:
+def prepare_training(
+    model,
+    train_loader,
+    accelerator,
+    optimisation: OptimisationArguments,
+    *,
+    d_model: int,
+    streaming: bool,
+    bpe_dropout: float,
+    resume_state: dict | None,
+) -> tuple:
     """Adam with the run's settings, the model, optimizer and (unless streamed) loader prepared by accelerate, and
-    the learning-rate schedule of §5.3 over the run's updates. `sizing`: `d_model`, `streaming`, `bpe_dropout` and
-    `resume_state` (a resumed BPE-dropout run keeps its first epoch size). Returns (model, optimizer, schedule,
-    loader, batches per epoch, updates)."""
+    the learning-rate schedule of §5.3 over the run's updates (a resumed BPE-dropout run keeps the epoch size of its
+    first draw, `resume_state`'s). Returns (model, optimizer, schedule, loader, batches per epoch, updates)."""
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(
         model.parameters(),
@@ -146,19 +165,19 @@ def prepare_training(model, train_loader, accelerator, optimisation: Optimisatio
         fused=accelerator.device.type in ("cpu", "cuda"),
     )
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
-    if sizing["streaming"]:  # every process reads the stream and takes its share of the batches (streaming.py)
+    if streaming:  # every process reads the stream and takes its share of the batches (streaming.py)
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    batches_per_epoch = 0 if sizing["streaming"] else len(train_loader)  # a stream's is unknown: --max-steps is given
-    if sizing["resume_state"] and sizing["bpe_dropout"]:
+    batches_per_epoch = 0 if streaming else len(train_loader)  # a stream's is unknown: --max-steps is given
+    if resume_state and bpe_dropout:
         # each draw batches a little differently: a resumed run keeps the epoch size, so the length and the schedule,
         # of its first draw
-        batches_per_epoch = sizing["resume_state"].get("batches_per_epoch", batches_per_epoch)
+        batches_per_epoch = resume_state.get("batches_per_epoch", batches_per_epoch)
     max_steps = updates_in_run(optimisation, batches_per_epoch)
     # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
     schedule = lr_lambda(
-        sizing["d_model"],
+        d_model,
         optimisation.warmup_steps,
         optimisation.lr,
         total_steps=max_steps,
