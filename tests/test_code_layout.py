@@ -269,3 +269,17 @@ def test_only_the_entry_point_and_the_run_builder_take_the_whole_training_argume
                     elif argument.arg == "args":
                         takers.add(f"{path.relative_to(ROOT / 'training')}:{node.name} (a parameter named args)")
     assert takers == {"loop.py:train", "startup.py:setup_run"}
+
+
+def test_every_package_folder_is_installed():
+    """A subpackage missing from pyproject.toml works in an editable install and is absent from the wheel."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {package: ROOT / folder for package, folder in setuptools["package-dir"].items()}
+    found = {
+        ".".join((package, *init.parent.relative_to(folder).parts))
+        for package, folder in folders.items()
+        for init in folder.rglob("__init__.py")
+    }
+    assert found == set(setuptools["packages"])
