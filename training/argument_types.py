@@ -100,6 +100,11 @@ class ArgumentParser(HfArgumentParser):
 class Checked:
     """Values given in Python are checked by the same types as the command line's, naming the flag."""
 
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace):
+        """The group of a command's parsed flags: each of its options, by name."""
+        return cls(**{item.name: getattr(namespace, item.name) for item in dataclasses.fields(cls)})
+
     def __post_init__(self):
         for item in dataclasses.fields(self):
             kinds = item.type.__args__ if isinstance(item.type, types.UnionType) else (item.type,)

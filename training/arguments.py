@@ -285,8 +285,8 @@ class TrainArguments:
 
     @classmethod
     def from_namespace(cls, namespace) -> "TrainArguments":
-        """The arguments of the train command's parsed flags."""
-        return cls.from_options(**{name: getattr(namespace, name) for name in option_groups()})
+        """The arguments of the train command's parsed flags, each group built from its own."""
+        return cls(**{group.name: group.default_factory.from_namespace(namespace) for group in dataclasses.fields(cls)})
 
     def replace(self, **options) -> "TrainArguments":
         """A copy with these options changed, each in its group; a `TypeError` names an option that is not one."""

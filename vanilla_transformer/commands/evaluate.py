@@ -4,7 +4,6 @@ flags are `train`'s own groups (`DataArguments`, `GenerationArguments`), read by
 training stack's evaluation as those dataclasses."""
 
 import argparse
-import dataclasses
 import json
 from typing import TYPE_CHECKING
 
@@ -16,11 +15,6 @@ from .failures import reported_as
 
 if TYPE_CHECKING:
     import datasets
-
-
-def group_from(kind: type, namespace: argparse.Namespace):
-    """One of `train`'s argument groups, built from the parsed flags of its options."""
-    return kind(**{item.name: getattr(namespace, item.name) for item in dataclasses.fields(kind)})
 
 
 def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -42,7 +36,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
     from ..training.data import DataError
 
-    data, generation = group_from(DataArguments, args), group_from(GenerationArguments, args)
+    data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     with reported_as(2, DataError):
         if runs_on_pytorch(args.model, args.backend, args.inter_threads):
             metrics = evaluate_pytorch(args.model, args.threads, (args.split, args.seed), data, generation)
