@@ -115,6 +115,8 @@ def train_rows(args, size_name: str, peak: float) -> list[dict]:
     flops = {kind: step_flops(kind, size, args.device, batch) for kind in ("vanilla", "marian")}
     rows = []
     for mode, backend in (("eager", None), ("compiled", args.compile_backend)):
+        if mode not in args.modes:
+            continue
         row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend)}
         for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
             seconds = row[f"{name}_ms"] / 1e3
@@ -225,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens every sentence decodes")
     parser.add_argument("--repeats", type=int, help="alternating repeats per comparison (default 5)")
     parser.add_argument("--steps", type=int, help="timed training steps per repeat (default 5)")
+    parser.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager", "compiled"])
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend for the compiled rows")
     parser.add_argument("--peak-tflops", type=float, help="the card's dense bf16 peak, for a card not in the table")
     parser.add_argument("--out", default=report.REPORT)

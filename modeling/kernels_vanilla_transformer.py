@@ -33,6 +33,10 @@ class Dropout(nn.Dropout):
 
 
 CROSS_ENTROPY_CHUNK_ELEMENTS = 2**20  # logits per pass (4 MiB in float32): each chunk is read once and stays cached
+# on a GPU a pass is a handful of kernel launches whatever its size: 128 MiB of float32 per pass keeps them few (a
+# base-size batch of 25,000 tokens and 37,000 types is 28 passes, not 900) and still far below the whole logits'
+# float32 copy (3.4 GiB there) that a plain cross-entropy makes
+ACCELERATOR_CHUNK_ELEMENTS = 2**25
 
 
 class TokenCrossEntropy(torch.autograd.Function):
@@ -78,8 +82,9 @@ class TokenCrossEntropy(torch.autograd.Function):
 
 
 def chunks(logits: torch.Tensor):
-    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each."""
-    rows = max(1, CROSS_ENTROPY_CHUNK_ELEMENTS // logits.shape[-1])
+    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each (ACCELERATOR_CHUNK_ELEMENTS off the CPU)."""
+    elements = CROSS_ENTROPY_CHUNK_ELEMENTS if logits.device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
+    rows = max(1, elements // logits.shape[-1])
     return (slice(start, start + rows) for start in range(0, logits.shape[0], rows))
 
 

@@ -20,8 +20,11 @@ def padded_batch(device: str) -> dict:
 
 def decoding_steps(model, batch: dict, steps: int) -> torch.Tensor:
     """The encoder once, then `steps` decoding steps of one token each through the cache; the last step's logits."""
-    start = torch.full((batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id)
-    return greedy_steps(model, batch, start.to(batch["input_ids"].device), steps)[-1]
+    # made where the batch is: a copy from the host would be a synchronisation of the test's own
+    start = torch.full(
+        (batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id, device=batch["input_ids"].device
+    )
+    return greedy_steps(model, batch, start, steps)[-1]
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])

@@ -160,3 +160,14 @@ def test_rdrop_term_is_the_symmetric_kl_of_the_two_passes_over_the_target_tokens
     assert grad[:3].abs().max() > 0 and grad[3:].abs().max() > 0  # both passes are pulled together
     same = torch.cat([logits[:3], logits[:3]]).detach()
     assert rdrop_kl_sum(same, doubled).item() == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])  # the meta device stands in for a GPU: anything but the CPU
+def test_the_cross_entropy_takes_cache_sized_passes_on_the_cpu_and_few_large_ones_on_an_accelerator(device):
+    """On the CPU a pass over the logits fits the cache; on a GPU every pass costs kernel launches whatever its size,
+    so a base-size batch (25,000 tokens, 37,000 types) is cut into a few dozen passes, not hundreds."""
+    logits = torch.empty(25_000, 1, device=device).expand(25_000, 37_000)  # the shape, without 3.4 GiB behind it
+    rows = [len(range(25_000)[part]) for part in kernels_vanilla_transformer.chunks(logits)]
+    most = kernels_vanilla_transformer.CROSS_ENTROPY_CHUNK_ELEMENTS if device == "cpu" else 2**25
+    assert sum(rows) == 25_000 and max(rows) * 37_000 <= most
+    assert len(rows) > 800 if device == "cpu" else len(rows) < 50
