@@ -55,6 +55,10 @@ class NonNegativeFloat(float):
 CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat)
 
 
+class ArgumentsError(ValueError):
+    """Flags that cannot be used together; the message names them."""
+
+
 def option(default=None, help: str = "", **argparse_kwargs):
     """A field of an arguments dataclass: its default and help line (and any choices, metavar, ...)."""
     if isinstance(default, list):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ..configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
 from .argument_types import (
     ArgumentParser,
+    ArgumentsError,
     Checked,
     NonNegativeFloat,
     NonNegativeInt,
@@ -22,6 +23,7 @@ from .argument_types import (
     Probability,
     option,
 )
+from .finetuning import options_from_folder
 from .presets import PRESETS
 
 PRESET_HELP = "(default: the preset's)"
@@ -110,6 +112,10 @@ class ModelArguments(Checked):
     )
     share_embeddings: bool = option(
         True, help="one matrix for both embeddings and the output projection (§3.4); --no-share-embeddings: three"
+    )
+    init_from: str | None = option(
+        help="fine-tune: start from this model folder (trained here or brought in by `import`), its weights, "
+        "architecture and tokenizer, instead of a new model"
     )
 
 
@@ -319,10 +325,6 @@ def option_groups() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class ArgumentsError(ValueError):
-    """Flags that cannot be used together; the message names them."""
-
-
 def check_sources(data: DataArguments, tokenizer: TokenizerArguments) -> None:
     """The data and tokenizer flags, each pair that cannot go together named."""
     if data.dataset_name and data.train_file:
@@ -411,6 +413,8 @@ def resolve(args: TrainArguments) -> TrainArguments:
     check_sources(data, args.tokenizer)
     check_outputs(args.hub, evaluation, args.checkpoints, data)
     preset = args.run.preset or ("numbers" if data.uses_embedded_task else "small")
+    if args.model.init_from:  # the folder's architecture and tokenizer
+        args = args.replace(**options_from_folder(args.model.init_from, args.options(), TrainArguments().options()))
     given = args.options()
     from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}
     task = "numbers-en-de" if data.uses_embedded_task else f"{data.source_lang}-{data.target_lang}"

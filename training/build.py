@@ -10,7 +10,9 @@ from transformers import GenerationConfig
 
 from ..configuration import VanillaTransformerConfig
 from ..modeling import VanillaTransformerForConditionalGeneration
+from .argument_types import ArgumentsError
 from .arguments import DataArguments, GenerationArguments, ModelArguments, TokenizerArguments
+from .finetuning import DROPOUTS, model_from_folder
 from .streaming import stream_bpe_texts, stream_identity
 from .tokenizer import (
     bpe_cache_folder,
@@ -102,8 +104,18 @@ def bpe_settings(data: DataArguments, options: TokenizerArguments, seed: int, pa
 def build_model(
     sizes: ModelArguments, data: DataArguments, generation: GenerationArguments, tokenizer
 ) -> VanillaTransformerForConditionalGeneration:
-    """A new model of these sizes for `tokenizer`, its positions covering `data`'s length limits, and its generation
-    config the evaluation's beam search."""
+    """A new model of these sizes for `tokenizer` (with --init-from: the folder's model), its positions covering
+    `data`'s length limits, and its generation config the evaluation's beam search."""
+    if sizes.init_from:
+        model = model_from_folder(sizes.init_from, {name: getattr(sizes, name) for name in DROPOUTS}, tokenizer)
+        covered, needed = model.config.max_position_embeddings, trained_positions(data)
+        if model.config.position_encoding == "learned" and needed > covered:
+            raise ArgumentsError(
+                f"--max-source-length/--max-target-length: {needed} positions, but the learned positions of "
+                f"--init-from {sizes.init_from} cover {covered}"
+            )
+        model.generation_config = generation_config(generation, data.max_target_length, model.config)
+        return model
     config = VanillaTransformerConfig(
         vocab_size=len(tokenizer),
         d_model=sizes.d_model,

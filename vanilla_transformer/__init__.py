@@ -11,6 +11,7 @@ imported only by the command line (`vanilla_transformer.cli` and its `commands`)
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.models.auto import tokenization_auto
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .ctranslate2_export import export_ctranslate2
@@ -23,6 +24,7 @@ from .modeling import (
 )
 from .pipeline import TranslationPipeline
 from .pipeline import register as register_translation_pipeline
+from .tokenization_fairseq import FairseqTokenizer
 from .translators import Translation, load_translator
 
 __version__ = "0.1.0"
@@ -31,6 +33,9 @@ AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfi
 AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
 register_translation_pipeline()
+# by name, as AutoTokenizer.register records a class, without making it the default tokenizer of the model type: a
+# folder whose tokenizer_config.json names FairseqTokenizer then loads it from here, not as remote code
+tokenization_auto.REGISTERED_TOKENIZER_CLASSES.setdefault(FairseqTokenizer.__name__, FairseqTokenizer)
 
 __all__ = [
     "VanillaTransformerConfig",
@@ -45,4 +50,5 @@ __all__ = [
     "CheckpointImportError",
     "load_translator",
     "Translation",
+    "FairseqTokenizer",
 ]

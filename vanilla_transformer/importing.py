@@ -43,17 +43,21 @@ def generation_settings(source_generation_config, config: VanillaTransformerConf
     return generation_config
 
 
-def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, overwrite: bool = False):
+def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, overwrite: bool = False, languages=None):
     """Import `source` (see the module's docstring for what each `kind` reads) as a
     `VanillaTransformerForConditionalGeneration` with its tokenizer; with `out`, also write them as a model folder
     (weights in safetensors, config.json, the tokenizer, the generation config, a model card naming the source).
-    `out` must be new or empty unless `overwrite`. Returns (model, tokenizer)."""
+    `out` must be new or empty unless `overwrite`. `languages`, (source, target), names the languages of a fairseq
+    checkpoint that does not name them itself. Returns (model, tokenizer)."""
     if kind not in IMPORTERS:
         raise CheckpointImportError(f"kind {kind!r}: expected one of {', '.join(IMPORTERS)}.")
+    if languages is not None and not IMPORTERS[kind].takes_languages:
+        raise CheckpointImportError(f"languages: a {kind} source names its own; they are given for fairseq only.")
     source = str(source)
     if out is not None:
         check_writable(str(out), overwrite, CheckpointImportError)
-    model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle)
+    options = {"languages": tuple(languages)} if languages is not None else {}
+    model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)
     try:
         check_tokenizer_matches(model.config, tokenizer, source)
     except ValueError as error:

@@ -24,6 +24,13 @@ def import_command_parser(subparsers) -> argparse.ArgumentParser:
         help="read pickled weights (a fairseq checkpoint, a pytorch_model.bin), which can run code when loaded",
     )
     imports.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+    imports.add_argument(
+        "--languages",
+        nargs=2,
+        metavar=("SRC", "TGT"),
+        help="fairseq: the source and target language, for a checkpoint trained without --source-lang and "
+        "--target-lang whose data folder is no longer where the checkpoint says",
+    )
     imports.set_defaults(func=import_command)
     return imports
 
@@ -33,7 +40,12 @@ def import_command(args: argparse.Namespace) -> int:
 
     try:
         model, _ = import_checkpoint(
-            args.source, args.kind, out=args.out, trust_pickle=args.trust_pickle, overwrite=args.overwrite
+            args.source,
+            args.kind,
+            out=args.out,
+            trust_pickle=args.trust_pickle,
+            overwrite=args.overwrite,
+            languages=args.languages,
         )
     except CheckpointImportError as error:
         raise CommandError(f"import --from {args.kind}: {error}", exit_code=2) from error

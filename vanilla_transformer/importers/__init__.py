@@ -17,12 +17,13 @@ class Importer(NamedTuple):
     settings; `description` names the source in the model card; `hub_base_model` says whether a SOURCE that is no
     local path is a Hub id the card names as its base model (the Hub repository of a transformers model);
     `model_type` is the `model_type` of a model folder that this importer brings in (None: the source is no model
-    folder)."""
+    folder); `takes_languages`: `read` also takes `languages`, (source, target), for a source that may not name them."""
 
     read: Callable
     description: str
     hub_base_model: bool
     model_type: str | None
+    takes_languages: bool = False
 
 
 IMPORTERS = {
@@ -31,7 +32,11 @@ IMPORTERS = {
         import_fsmt, "FSMTForConditionalGeneration (transformers)", hub_base_model=True, model_type="fsmt"
     ),
     "fairseq": Importer(
-        import_fairseq, "a fairseq translation Transformer checkpoint", hub_base_model=False, model_type=None
+        import_fairseq,
+        "a fairseq translation Transformer checkpoint",
+        hub_base_model=False,
+        model_type=None,
+        takes_languages=True,
     ),
 }
 KINDS = tuple(IMPORTERS)

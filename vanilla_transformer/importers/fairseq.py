@@ -7,10 +7,10 @@ codes (`bpecodes`, or `code`). SOURCE is the checkpoint file with those files be
 A pickle can run code when it is read: it is read only with `trust_pickle=True` (`--trust-pickle`).
 
 fairseq numbers its vocabulary <s>=0, <pad>=1, </s>=2, <unk>=3, then the dictionary's lines; a source sentence ends in
-</s>, and decoding starts from </s>. The tokenizer written with the model is transformers' FSMTTokenizer (Moses
-tokenisation and subword-nmt BPE, as fairseq's WMT models use), built from the dictionaries and BPE codes the way
-transformers' FSMT converter builds it; a model trained on text prepared otherwise keeps its ids and weights exactly,
-but needs its own preprocessing before the tokenizer's BPE.
+</s>, and decoding starts from </s>. The tokenizer written with the model is `FairseqTokenizer`: transformers'
+FSMTTokenizer (Moses tokenisation and subword-nmt BPE, as fairseq's WMT models use) with a target side of its own,
+built from the dictionaries and BPE codes the way transformers' FSMT converter builds it. A model trained on text
+prepared otherwise keeps its ids and weights exactly, but needs its own preprocessing before the tokenizer's BPE.
 """
 
 import argparse
@@ -195,15 +195,14 @@ def read_dictionary(path: str) -> list[str]:
     return symbols
 
 
-def import_fairseq(source: str, trust_pickle: bool = False):
-    """The model, an FSMTTokenizer and the generation settings of a fairseq checkpoint (see the module docstring)."""
+def import_fairseq(source: str, trust_pickle: bool = False, languages: tuple[str, str] | None = None):
+    """The model, a FairseqTokenizer and the generation settings of a fairseq checkpoint (see the module docstring).
+    `languages`, (source, target), for a checkpoint that names none (see `checkpoint_languages`)."""
     path = checkpoint_path(source)
     settings, tensors = read_checkpoint(path, trust_pickle)
     check_settings(settings, path)
     folder = os.path.dirname(os.path.abspath(path))
-    languages = settings.get("source_lang"), settings.get("target_lang")
-    if not all(languages):
-        raise CheckpointImportError(f"{path}: the checkpoint's arguments name no source_lang and target_lang.")
+    languages = checkpoint_languages(settings, path, languages)
     vocabularies = [read_dictionary(os.path.join(folder, f"dict.{language}.txt")) for language in languages]
     weights = SourceWeights(tensors, path)
     matrices = fairseq_matrices(weights, vocabularies, path)
@@ -216,6 +215,36 @@ def import_fairseq(source: str, trust_pickle: bool = False):
     model = model_from_state(config, state, weights)
     tokenizer = fsmt_tokenizer(folder, vocabularies, languages, config.vocab_size, config.target_vocab_size)
     return model, tokenizer, fairseq_generation_config(config)
+
+
+def checkpoint_languages(settings: dict, path: str, given: tuple[str, str] | None) -> tuple[str, str]:
+    """The source and target languages: as the checkpoint's arguments name them (`given` must agree), else `given`,
+    else as fairseq-train inferred them when they were left out: from the data folder's file names
+    (`train.en-de.en.bin`: en to de)."""
+    named = settings.get("source_lang"), settings.get("target_lang")
+    if all(named):
+        if given is not None and tuple(given) != named:
+            raise CheckpointImportError(
+                f"{path}: the checkpoint is {named[0]} to {named[1]}, not {given[0]} to {given[1]}."
+            )
+        return named
+    if given is not None:
+        return tuple(given)
+    data = str(settings.get("data") or "").split(os.pathsep)[0]
+    pairs = set()
+    if data and os.path.isdir(data):
+        for name in os.listdir(data):
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[0] == "train" and len(parts[1].split("-")) == 2:
+                pairs.add(tuple(parts[1].split("-")))
+    if len(pairs) == 1:
+        return pairs.pop()
+    found = f"{data!r} names {len(pairs)} language pairs" if data and os.path.isdir(data) else f"{data!r} is absent"
+    raise CheckpointImportError(
+        f"{path}: the checkpoint's arguments name no source_lang and target_lang, and its data folder {found}; "
+        "give them (import --languages SRC TGT, or languages=(SRC, TGT)), or put the data folder of "
+        "fairseq-preprocess (train.SRC-TGT.* files) where the checkpoint says it is."
+    )
 
 
 def fairseq_matrices(weights: SourceWeights, vocabularies: list[list[str]], where: str):
@@ -323,10 +352,8 @@ def merge_line(line: str) -> str:
 
 
 def fsmt_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target_vocab_size: int | None):
-    try:
-        from transformers import FSMTTokenizer
-    except ImportError as error:
-        raise MissingDependencyError(f"{MISSING_TOKENIZER_PACKAGES} ({error})") from error
+    from ..tokenization_fairseq import FairseqTokenizer
+
     sizes = (vocab_size, target_vocab_size or vocab_size)
     with tempfile.TemporaryDirectory() as scratch:
         files = {}
@@ -338,7 +365,7 @@ def fsmt_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target
         with open(files["merges.txt"], "w", encoding="utf-8") as handle:
             handle.write(bpe_merges(folder))
         try:
-            return FSMTTokenizer(
+            return FairseqTokenizer(
                 langs=list(languages),
                 src_vocab_file=files["vocab-src.json"],
                 tgt_vocab_file=files["vocab-tgt.json"],

@@ -1,0 +1,86 @@
+"""`train --init-from FOLDER` fine-tunes a model folder, an imported one included: the run starts from the folder's
+weights, architecture and tokenizer, trains on the target side's ids (an import with separate source and target
+dictionaries encodes `text_target` with the target one), and writes a model folder of the same architecture."""
+
+import json
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from vanilla_transformer.training.arguments import ArgumentsError, TrainArguments, resolve
+
+from tests import importing_sources as sources
+from vanilla_transformer import import_checkpoint
+from vanilla_transformer.cli import main
+
+GERMAN = list(reversed(sources.TARGET_WORDS))  # the target dictionary's order: no id is the source dictionary's
+
+
+@pytest.fixture(scope="module")
+def imported_fairseq(tmp_path_factory):
+    """A fairseq checkpoint (English to German) whose target dictionary orders its words otherwise than the source
+    dictionary, imported into a model folder, and the pairs to fine-tune it on."""
+    root = tmp_path_factory.mktemp("finetune")
+    folder, _, _ = sources.fairseq_folder(root / "fairseq")
+    (folder / "dict.de.txt").write_text("".join(f"{word} {100 - i}\n" for i, word in enumerate(GERMAN)))
+    import_checkpoint(folder / "checkpoint_best.pt", "fairseq", out=root / "imported", trust_pickle=True)
+    english, german = sources.sentences(16, seed=20), sources.sentences(16, sources.TARGET_WORDS, seed=21)
+    data = root / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"translation": {"en": e, "de": g}}) + "\n" for e, g in zip(english, german)))
+    return root / "imported", data, english, german
+
+
+def target_ids(sentence: str) -> list[int]:
+    """fairseq's ids of a target sentence: each word's line in dict.de.txt after the four special symbols, then </s>."""
+    return [4 + GERMAN.index(word) for word in sentence.split()] + [2]
+
+
+def test_the_imported_tokenizer_encodes_targets_with_the_target_dictionary(imported_fairseq):
+    folder, _, english, german = imported_fairseq
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer(text_target=german)["input_ids"] == [target_ids(sentence) for sentence in german]
+    assert tokenizer(english)["input_ids"] != tokenizer(text_target=english)["input_ids"]  # two dictionaries
+
+
+def target_loss(folder, english: list[str], german: list[str]) -> float:
+    """The model's mean cross-entropy of the German sentences as fairseq's target ids."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    batch = AutoTokenizer.from_pretrained(folder)(english, padding=True, return_tensors="pt")
+    rows = [target_ids(sentence) for sentence in german]
+    labels = torch.tensor([row + [-100] * (max(map(len, rows)) - len(row)) for row in rows])
+    with torch.no_grad():
+        return model(**batch, labels=labels).loss.item()
+
+
+def train(*flags: str) -> int:
+    AcceleratorState._reset_state(True)
+    try:
+        return main(["train", "--cpu", "--report-to", "none", *flags])
+    finally:
+        AcceleratorState._reset_state(True)
+
+
+def test_fine_tuning_an_import_with_separate_dictionaries_lowers_the_loss_on_the_target_ids(imported_fairseq, tmp_path):
+    folder, data, english, german = imported_fairseq
+    before = target_loss(folder, english, german)
+    out = tmp_path / "run"
+    flags = ["--train-file", str(data), "--source-lang", "en", "--target-lang", "de", "--init-from", str(folder)]
+    flags += ["--output-dir", str(out), "--max-steps", "8", "--warmup-steps", "2", "--lr", "3e-3"]
+    flags += ["--max-tokens", "512", "--eval-steps", "0", "--save-steps", "0", "--num-beams", "1", "--dropout", "0"]
+    assert train(*flags) == 0
+    # by more than a fifth in 8 updates (labels of source-dictionary ids, as FSMTTokenizer gives, lower it by less)
+    assert target_loss(out, english, german) < 0.8 * before
+    tuned, original = (AutoModelForSeq2SeqLM.from_pretrained(path).config for path in (out, folder))
+    keys = ("d_model", "num_heads", "d_ff", "vocab_size", "target_vocab_size", "position_layout", "norm_position")
+    assert {key: getattr(tuned, key) for key in keys} == {key: getattr(original, key) for key in keys}
+    assert type(AutoTokenizer.from_pretrained(out)).__name__ == "FairseqTokenizer"
+
+
+def test_a_size_flag_that_disagrees_with_the_folder_is_named(imported_fairseq):
+    folder = imported_fairseq[0]
+    args = TrainArguments.from_options(init_from=str(folder), d_model=512, max_steps=1)
+    with pytest.raises(ArgumentsError, match=r"--d-model 512: the model of --init-from .* has 16"):
+        resolve(args)
+    resolved = resolve(TrainArguments.from_options(init_from=str(folder), max_steps=1))
+    assert resolved.model.d_model == 16 and resolved.tokenizer.tokenizer_name == str(folder)

@@ -1,0 +1,67 @@
+"""Fine-tuning: `train --init-from FOLDER` starts from a model folder (one this command wrote, or one that
+`vanilla-transformer import` brought in from Marian, FSMT or fairseq) instead of a new model. The folder gives the
+weights, the architecture and the tokenizer; the run's data, schedule and evaluation are the command's as usual.
+
+The architecture's flags take the folder's values (so that the schedule's d_model, the length limits of learned
+positions and the card describe the model trained); one given on the command line must agree with the folder. The
+dropout flags, where given, replace the folder's rates for this run.
+"""
+
+import os
+
+from ..configuration import VanillaTransformerConfig, check_tokenizer_matches
+from ..modeling import VanillaTransformerForConditionalGeneration
+from .argument_types import ArgumentsError
+
+# ModelArguments' architecture fields, and the configuration's field each reads
+ARCHITECTURE = {
+    "d_model": "d_model",
+    "num_heads": "num_heads",
+    "d_ff": "d_ff",
+    "encoder_layers": "encoder_layers",
+    "decoder_layers": "decoder_layers",
+    "norm_position": "norm_position",
+    "position_encoding": "position_encoding",
+    "share_embeddings": "share_embeddings",
+}
+DROPOUTS = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def folder_config(folder: str) -> VanillaTransformerConfig:
+    """The configuration of the model folder `folder`; an `ArgumentsError` naming --init-from if it has none."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise ArgumentsError(f"--init-from {folder}: expected a model folder with a config.json")
+    try:
+        return VanillaTransformerConfig.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise ArgumentsError(f"--init-from {folder}: {error}") from error
+
+
+def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
+    """The model options of a run that starts from `folder`: its architecture (a flag the command line gave must
+    agree) and dropout rates (unless given), and its tokenizer."""
+    if given.get("tokenizer_name") not in (None, folder):
+        raise ArgumentsError("--tokenizer-name: a run with --init-from uses the folder's tokenizer")
+    config = folder_config(folder)
+    options = {"tokenizer_name": folder}
+    for option, field in ARCHITECTURE.items():
+        value = getattr(config, field)
+        named = given.get(option)
+        if named is not None and named != defaults.get(option) and named != value:
+            flag = "--" + option.replace("_", "-")
+            raise ArgumentsError(f"{flag} {named}: the model of --init-from {folder} has {value}")
+        options[option] = value
+    for option in DROPOUTS:
+        if given.get(option) is None:
+            options[option] = getattr(config, option)
+    return options
+
+
+def model_from_folder(folder: str, dropouts: dict, tokenizer) -> VanillaTransformerForConditionalGeneration:
+    """The folder's model with the run's dropout rates, checked against the tokenizer the run encodes with."""
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **dropouts)
+    try:
+        check_tokenizer_matches(model.config, tokenizer, folder)
+    except ValueError as error:
+        raise ArgumentsError(f"--init-from {folder}: {error}") from error
+    return model
