@@ -23,7 +23,6 @@ from .argument_types import (
     Probability,
     option,
 )
-from .finetuning import options_from_folder
 from .presets import PRESETS
 
 PRESET_HELP = "(default: the preset's)"
@@ -414,6 +413,8 @@ def resolve(args: TrainArguments) -> TrainArguments:
     check_outputs(args.hub, evaluation, args.checkpoints, data)
     preset = args.run.preset or ("numbers" if data.uses_embedded_task else "small")
     if args.model.init_from:  # the folder's architecture and tokenizer
+        from .finetuning import options_from_folder  # the command line's parsers load this file alone
+
         args = args.replace(**options_from_folder(args.model.init_from, args.options(), TrainArguments().options()))
     given = args.options()
     from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}

@@ -8,6 +8,6 @@ cd "$(dirname "$0")/../.."
 pip install torch==2.13.0
 python -m venv --system-site-packages .venv-fairseq
 .venv-fairseq/bin/pip install "numpy<2" "cython<3.1" wheel setuptools hydra-core==1.3.2 omegaconf==2.3.0 bitarray \
-  sacrebleu subword-nmt sacremoses scikit-learn
+  sacrebleu subword-nmt sacremoses scikit-learn regex tqdm cffi
 .venv-fairseq/bin/pip install --no-build-isolation fastBPE
 .venv-fairseq/bin/pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
