@@ -148,13 +148,13 @@ def fsmt_model(seed: int = 0, **overrides):
     return randomise(FSMTForConditionalGeneration(FSMTConfig(**values)), seed)
 
 
-def fsmt_folder(folder, seed: int = 0):
+def fsmt_folder(folder, seed: int = 0, target_words=TARGET_WORDS):
     """An FSMTForConditionalGeneration and FSMTTokenizer as `save_pretrained` writes them: separate source and
-    target vocabularies, fairseq's positions and special tokens."""
+    target vocabularies (the target's of `target_words`, in that order), fairseq's positions and special tokens."""
     from transformers import FSMTTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    files = fsmt_files(folder)
+    files = fsmt_files(folder, target_words=target_words)
     tokenizer = FSMTTokenizer(
         langs=["en", "de"],
         src_vocab_file=str(files["vocab-src.json"]),

@@ -183,6 +183,27 @@ def test_an_imported_model_exports_to_ctranslate2_with_the_same_translations(imp
         torch.testing.assert_close(torch.tensor(scores), expected, atol=1e-4, rtol=1e-4)
 
 
+def test_an_fsmt_import_encodes_targets_with_the_target_vocabulary(tmp_path):
+    """FSMT's own tokenizer encodes `text_target` with the source vocabulary; the import's gives the target
+    vocabulary's ids (here the two order their words differently, so no id is shared by chance)."""
+    german = list(reversed(sources.TARGET_WORDS))
+    _, reference = sources.fsmt_folder(tmp_path / "fsmt", target_words=german)
+    _, tokenizer = import_checkpoint(tmp_path / "fsmt", "fsmt", out=tmp_path / "imported")
+    targets = sources.sentences(6, sources.TARGET_WORDS, seed=30)
+    expected = [[4 + german.index(word) for word in sentence.split()] + [2] for sentence in targets]
+    assert AutoTokenizer.from_pretrained(tmp_path / "imported")(text_target=targets)["input_ids"] == expected
+    assert tokenizer(text_target=targets)["input_ids"] == expected != reference(text_target=targets)["input_ids"]
+    assert tokenizer(targets)["input_ids"] == reference(targets)["input_ids"]  # sources as FSMT encodes them
+    assert tokenizer.batch_decode(expected, skip_special_tokens=True) == targets
+
+
+def test_a_marian_import_with_separate_vocabularies_encodes_targets_as_marian_does(imported):
+    case = imported["marian-separate"]
+    targets = sources.sentences(6, sources.TARGET_WORDS, seed=31)
+    expected = case.reference_tokenizer(text_target=targets)["input_ids"]
+    assert AutoTokenizer.from_pretrained(case.folder)(text_target=targets)["input_ids"] == expected
+
+
 @pytest.mark.parametrize("kind", ["marian-separate", "fsmt"])
 def test_an_imported_model_fine_tunes_one_seq2seq_trainer_step(imported, kind, tmp_path):
     from datasets import Dataset
