@@ -68,6 +68,8 @@ def start_accelerator(run: RunArguments, optimisation: OptimisationArguments, re
     if accelerator.device.type == "cuda":  # float32 matmuls on the tensor cores (TF32), as GPU training expects
         torch.set_float32_matmul_precision("high")
     set_seed(run.seed)
+    count = accelerator.num_processes
+    accelerator.print(f"Training with {count} process{'es' if count > 1 else ''} on {accelerator.device.type}")
     return accelerator
 
 
@@ -210,11 +212,13 @@ def setup_run(args: TrainArguments) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
     checkpoints, optimisation, data, output_dir = args.checkpoints, args.optimisation, args.data, args.run.output_dir
     prepare_output_dir(output_dir, args.run.overwrite_output_dir, checkpoints.resume_from)
-    if args.run.overwrite_output_dir and not checkpoints.resume_from and os.path.isdir(output_dir):
-        clear_output_dir(output_dir)
+    accelerator = start_accelerator(args.run, optimisation, checkpoints.report_to)
+    if args.run.overwrite_output_dir and not checkpoints.resume_from:
+        if accelerator.is_main_process:  # one process clears the earlier run; the others wait for it
+            clear_output_dir(output_dir)
+        accelerator.wait_for_everyone()
     resume_checkpoint = resolve_resume(checkpoints.resume_from) if checkpoints.resume_from else None
     resume_state = read_state(resume_checkpoint) if resume_checkpoint else None
-    accelerator = start_accelerator(args.run, optimisation, checkpoints.report_to)
     learned = args.model.position_encoding == "learned"
     prepared = prepare_data(data, args.tokenizer, args.run, learned, bool(checkpoints.resume_from), accelerator)
     raw, tokenizer, tokenized, rows, dropped = prepared

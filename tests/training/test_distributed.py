@@ -120,3 +120,23 @@ def test_bpe_dropout_gives_every_process_the_same_segmentation(tmp_path):
     assert rank0["drawn"] == rank1["drawn"]  # the segmentations the two processes batch are the same draw
     assert rank0["drawn"][0] != rank0["drawn"][1]  # a new draw per epoch
     assert rank0["drawn"][0][1] != rank0["plain"][1]
+
+
+def test_repeated_runs_over_the_same_folder_on_two_processes_all_succeed(tmp_path, data_files):
+    """--overwrite-output-dir under two processes: one process clears the earlier run (its checkpoints'
+    optimizer.bin and random_states_1.pkl included), the other waits for it; every run says how many processes it
+    trains with."""
+    out = tmp_path / "run"
+    flags = [*data_flags(data_files), "--max-steps", "2", "--save-steps", "1", "--eval-steps", "0", "--cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for attempt in range(3):
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+             str(29541 + attempt), "-m", "vanilla_transformer.cli", "train", *flags, *TINY_MODEL_FLAGS,
+             "--output-dir", str(out), "--overwrite-output-dir"],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("Training with 2 processes on cpu") == 1
+        assert json.loads((out / "eval_results.json").read_text())["processes"] == 2
+        assert (out / "checkpoints" / "checkpoint-2" / "random_states_1.pkl").is_file()

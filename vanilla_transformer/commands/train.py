@@ -6,6 +6,7 @@ import argparse
 
 from ..training.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from .failures import reported_as
+from .launch_check import check_launched_processes
 from .process_settings import apply_cpu_process_settings
 
 
@@ -32,5 +33,6 @@ def train_command(namespace: argparse.Namespace) -> int:
 
     apply_cpu_process_settings(args.optimisation.cpu)
     with reported_as(1, TrainingStopped), reported_as(2, ValueError):
+        check_launched_processes()
         train(args)
     return 0
