@@ -269,6 +269,20 @@ def test_a_fairseq_checkpoint_is_read_only_when_the_pickle_is_trusted(imported):
         import_checkpoint(imported["fairseq"].source, "fairseq")
 
 
+def test_languages_are_given_for_a_fairseq_checkpoint_only(imported, tmp_path, capsys):
+    """A fairseq checkpoint that names its languages takes the same ones (or none); a Marian or FSMT source names
+    its own, and `import --languages` for one is an error of one line."""
+    case = imported["marian-separate"]
+    command = ["import", "--from", "marian", case.source, "--out", str(tmp_path / "m"), "--languages", "en", "de"]
+    assert main(command) == 2
+    assert "languages: a marian source names its own; they are given for fairseq only." in capsys.readouterr().err
+    source = imported["fairseq"].source
+    _, tokenizer = import_checkpoint(source, "fairseq", trust_pickle=True, languages=("en", "de"))
+    assert (tokenizer.src_lang, tokenizer.tgt_lang) == ("en", "de")
+    with pytest.raises(CheckpointImportError, match="is en to de, not fr to de"):
+        import_checkpoint(source, "fairseq", trust_pickle=True, languages=("fr", "de"))
+
+
 @pytest.mark.parametrize(
     "settings, extra, named",
     [
