@@ -28,6 +28,7 @@ def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_pa
     report = out.read_text()
     assert report.startswith(earlier) and report.count(GPU_MARKER) == 1
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in report
+    assert "- base, compiled: MFU at least 40%: not measured (no compiled base row in this run)" in report
     results = json.loads(raw.read_text())
     assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "eager"), ("smoke", "compiled")]
     assert [r["beams"] for r in results["generate"]] == [1, 5]
