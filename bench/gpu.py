@@ -204,7 +204,8 @@ def section(results: dict, args, command: str) -> str:
         "This model against MarianMTModel of the same dimensions "
         "in the same process, timed alternately; speed-up is the median over repeats of Marian's time / ours. "
         f"Training: a step on a token batch under bf16 autocast (float32 weights), {modes}; MFU: a forward and "
-        "backward's FLOPs (torch's FlopCounterMode, as the speed suite counts them) / step time / the dense bf16 peak; peak: the memory torch allocated for the step. Generation: bf16 "
+        "backward's FLOPs (torch's FlopCounterMode, as the speed suite counts them) / step time / the dense bf16 "
+        "peak; peak: the memory torch allocated for the step. Generation: bf16 "
         f"weights, {args.sentences} sentences of {args.length} tokens, {args.new_tokens} new tokens."
     )
     facts = [
