@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import datasets
 from transformers import GenerationConfig
 
-from ..configuration import VanillaTransformerConfig
+from ..configuration import VanillaTransformerConfig, position_limit
 from ..modeling import VanillaTransformerForConditionalGeneration
 from .argument_types import ArgumentsError
 from .arguments import DataArguments, GenerationArguments, ModelArguments, TokenizerArguments
@@ -108,11 +108,11 @@ def build_model(
     `data`'s length limits, and its generation config the evaluation's beam search."""
     if sizes.init_from:
         model = model_from_folder(sizes.init_from, {name: getattr(sizes, name) for name in DROPOUTS}, tokenizer)
-        covered, needed = model.config.max_position_embeddings, trained_positions(data)
-        if model.config.position_encoding == "learned" and needed > covered:
+        limit, needed = position_limit(model.config), trained_positions(data)
+        if limit is not None and needed > limit:
             raise ArgumentsError(
                 f"--max-source-length/--max-target-length: {needed} positions, but the learned positions of "
-                f"--init-from {sizes.init_from} cover {covered}"
+                f"--init-from {sizes.init_from} cover {limit}"
             )
         model.generation_config = generation_config(generation, data.max_target_length, model.config)
         return model

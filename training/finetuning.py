@@ -11,19 +11,19 @@ import os
 
 from ..configuration import VanillaTransformerConfig, check_tokenizer_matches
 from ..modeling import VanillaTransformerForConditionalGeneration
-from .argument_types import ArgumentsError
+from .argument_types import ArgumentsError, flag_name
 
-# ModelArguments' architecture fields, and the configuration's field each reads
-ARCHITECTURE = {
-    "d_model": "d_model",
-    "num_heads": "num_heads",
-    "d_ff": "d_ff",
-    "encoder_layers": "encoder_layers",
-    "decoder_layers": "decoder_layers",
-    "norm_position": "norm_position",
-    "position_encoding": "position_encoding",
-    "share_embeddings": "share_embeddings",
-}
+# ModelArguments' architecture fields, each named as the configuration's field it sets
+ARCHITECTURE = (
+    "d_model",
+    "num_heads",
+    "d_ff",
+    "encoder_layers",
+    "decoder_layers",
+    "norm_position",
+    "position_encoding",
+    "share_embeddings",
+)
 DROPOUTS = ("dropout", "attention_dropout", "activation_dropout")
 
 
@@ -44,12 +44,11 @@ def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
         raise ArgumentsError("--tokenizer-name: a run with --init-from uses the folder's tokenizer")
     config = folder_config(folder)
     options = {"tokenizer_name": folder}
-    for option, field in ARCHITECTURE.items():
-        value = getattr(config, field)
+    for option in ARCHITECTURE:
+        value = getattr(config, option)
         named = given.get(option)
         if named is not None and named != defaults.get(option) and named != value:
-            flag = "--" + option.replace("_", "-")
-            raise ArgumentsError(f"{flag} {named}: the model of --init-from {folder} has {value}")
+            raise ArgumentsError(f"{flag_name(option)} {named}: the model of --init-from {folder} has {value}")
         options[option] = value
     for option in DROPOUTS:
         if given.get(option) is None:

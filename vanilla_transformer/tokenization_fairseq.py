@@ -3,10 +3,10 @@ prepares text, with the source and the target side each in its own language and 
 
 transformers' `FSMTTokenizer` encodes every text as a source sentence: the source language's Moses rules and the
 source dictionary, `text_target` included. Where the two dictionaries differ, the ids of a target sentence are then
-source ids, and a model fine-tuned on them learns wrong labels. `FairseqTokenizer` encodes `text_target` (and text
-inside `as_target_tokenizer()`) as fairseq prepares a target sentence: the target language's Moses rules (German keeps
-the period of "13." at the end of a sentence, English splits it off) and the target dictionary. Decoding reads the
-target dictionary, as FSMTTokenizer's does.
+source ids, and a model fine-tuned on them learns wrong labels. `FairseqTokenizer` encodes `text_target` as fairseq
+prepares a target sentence: the target language's Moses rules (German keeps the period of "13." at the end of a
+sentence, English splits it off) and the target dictionary. Decoding reads the target dictionary, as FSMTTokenizer's
+does.
 
 This file imports nothing from the vanilla-transformer package: a model folder carries a copy of it, named in
 tokenizer_config.json's `auto_map`, so that the folder's tokenizer also loads without the package
@@ -32,17 +32,13 @@ class FairseqTokenizer(FSMTTokenizer):
     def target_side(self) -> bool:
         return getattr(self, "_target_side", False)
 
-    def _tokenize(self, text, lang="en", bypass_tokenizer=False):
-        """Moses (in the language of the side being encoded), then BPE."""
-        if not self.target_side:
-            return super()._tokenize(text, lang=lang, bypass_tokenizer=bypass_tokenizer)
-        if self.do_lower_case:
-            text = text.lower()
-        if bypass_tokenizer:
-            words = text.split()
-        else:
-            words = self.moses_tokenize(self.moses_pipeline(text, lang=self.tgt_lang), lang=self.tgt_lang)
-        return [piece for word in words if word for piece in self.bpe(word).split(" ")]
+    # FSMTTokenizer's tokenisation runs Moses in the source language whatever it encodes: here, in the target's when
+    # it encodes a target
+    def moses_pipeline(self, text, lang):
+        return super().moses_pipeline(text, lang=self.tgt_lang if self.target_side else lang)
+
+    def moses_tokenize(self, text, lang):
+        return super().moses_tokenize(text, lang=self.tgt_lang if self.target_side else lang)
 
     def _convert_token_to_id(self, token):
         """The token's id in the dictionary of the side being encoded; <unk>'s where it has none."""

@@ -213,7 +213,7 @@ def import_fairseq(source: str, trust_pickle: bool = False, languages: tuple[str
     state.update(stack_extras(weights, settings, config))
     weights.drop(*(name for name in weights.tensors if name.endswith((".version", "._float_tensor"))))
     model = model_from_state(config, state, weights)
-    tokenizer = fsmt_tokenizer(folder, vocabularies, languages, config.vocab_size, config.target_vocab_size)
+    tokenizer = fairseq_tokenizer(folder, vocabularies, languages, config.vocab_size, config.target_vocab_size)
     return model, tokenizer, fairseq_generation_config(config)
 
 
@@ -235,8 +235,9 @@ def checkpoint_languages(settings: dict, path: str, given: tuple[str, str] | Non
     if data and os.path.isdir(data):
         for name in os.listdir(data):
             parts = name.split(".")
-            if len(parts) >= 3 and parts[0] == "train" and len(parts[1].split("-")) == 2:
-                pairs.add(tuple(parts[1].split("-")))
+            languages = parts[1].split("-") if len(parts) >= 3 and parts[0] == "train" else []
+            if len(languages) == 2:
+                pairs.add(tuple(languages))
     if len(pairs) == 1:
         return pairs.pop()
     found = f"{data!r} names {len(pairs)} language pairs" if data and os.path.isdir(data) else f"{data!r} is absent"
@@ -351,7 +352,7 @@ def merge_line(line: str) -> str:
     return " ".join(symbols[:2]) if len(symbols) == 3 and symbols[2].isdigit() else line
 
 
-def fsmt_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target_vocab_size: int | None):
+def fairseq_tokenizer(folder: str, vocabularies, languages, vocab_size: int, target_vocab_size: int | None):
     from ..tokenization_fairseq import FairseqTokenizer
 
     sizes = (vocab_size, target_vocab_size or vocab_size)

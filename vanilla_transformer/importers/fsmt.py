@@ -44,10 +44,10 @@ def import_fsmt(source: str, trust_pickle: bool = False):
     state = embeddings_and_output(*(weights.take(name) for name in names))
     state.update(layers(weights, "model.encoder", "model.encoder", c.encoder_layers, cross=False))
     state.update(layers(weights, "model.decoder", "model.decoder", c.decoder_layers, cross=True))
-    return model_from_state(config, state, weights), fairseq_tokenizer(source_tokenizer(source)), fsmt.generation_config
+    return model_from_state(config, state, weights), with_target_side(source_tokenizer(source)), fsmt.generation_config
 
 
-def fairseq_tokenizer(tokenizer):
+def with_target_side(tokenizer):
     """FSMT's tokenizer with its target side (`text_target` in the target language and dictionary)."""
     from transformers import FSMTTokenizer
 
