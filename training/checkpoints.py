@@ -14,7 +14,7 @@ import shutil
 import torch
 from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from .argument_types import flag_name
 from .arguments import TokenizerArguments
@@ -75,10 +75,14 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, no permission); the earlier checkpoints are untouched."""
 
 
-def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, keep: int) -> str | None:
+def save_checkpoint(
+    accelerator, output_dir: str, step: int, state: dict, keep: int, weights: dict | None = None
+) -> str | None:
     """Write `checkpoint-STEP` under a temporary name, fsync it, then rename it into place, so that a checkpoint on
     disk is always whole: a crash or a kill at any moment leaves the earlier checkpoints and at most a temporary
-    folder, which the next write removes. Keeps the last `keep` checkpoints. Called on every process."""
+    folder, which the next write removes. Keeps the last `keep` checkpoints. Called on every process. `weights`:
+    the whole weights of a model that accelerate saves in its engine's own files (FSDP, DeepSpeed), written beside
+    them as model.safetensors by the main process."""
     folder = checkpoint_dir(output_dir)
     final = os.path.join(folder, f"checkpoint-{step}")
     temporary = os.path.join(folder, f"{TEMPORARY_PREFIX}{step}")
@@ -89,12 +93,17 @@ def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, keep: 
                 if name.startswith(TEMPORARY_PREFIX):
                     shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         accelerator.wait_for_everyone()
-        hook = accelerator.register_save_state_pre_hook(drop_tied_copies)
+        # a whole model's weights are accelerate's to write (`drop_tied_copies`); a sharded one's, its engine's
+        hook = accelerator.register_save_state_pre_hook(drop_tied_copies) if weights is None else None
         try:
             accelerator.save_state(temporary, safe_serialization=True)
         finally:
-            hook.remove()
+            if hook is not None:
+                hook.remove()
         if accelerator.is_main_process:
+            if weights is not None:
+                weights = {name: value.contiguous() for name, value in weights.items()}
+                save_file(weights, os.path.join(temporary, WEIGHTS_FILE), metadata={"format": "pt"})
             with open(os.path.join(temporary, STATE_FILE), "w") as handle:
                 json.dump(state, handle, indent=2)
             _fsync_tree(temporary)

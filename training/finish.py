@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .arguments import HubArguments
 from .checkpoints import average_checkpoints, list_checkpoints
+from .engines import describe_engine, engine_record
 from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .run import Run, TrainingStopped
 
@@ -18,6 +19,9 @@ def finish(run: Run) -> tuple:
     without accelerate's wrappers and the results (eval_results.json)."""
     accelerator = run.accelerator
     accelerator.wait_for_everyone()
+    if run.full_copy is not None:
+        # FSDP, DeepSpeed: training is over, and the rest works on a whole copy of the weights on each process
+        run.model = run.evaluation_model()
     # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,
     # the final scores and the saved model all use the float32 weights in float32
     unwrapped = accelerator.unwrap_model(run.model, keep_fp32_wrapper=False)
@@ -25,6 +29,7 @@ def finish(run: Run) -> tuple:
         "train_steps": run.step,
         "train_seconds": round(run.train_seconds(), 3),  # to the millisecond: a tiny run's updates take under 0.1 s
         "processes": accelerator.num_processes,
+        "engine": describe_engine(engine_record(accelerator)),
     }
     dropped = {**run.dropped, **run.sampler.dropped_pairs()} if run.data.streaming else run.dropped
     if dropped:

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from .arguments import TrainArguments
 from .card import RunDescription, write_run_card
 from .checkpoints import CheckpointWriteError, built_with, list_checkpoints, save_checkpoint
+from .engines import deepspeed_boundary, engine_record, full_weights
 from .evaluation import evaluate_split, reference_cross_entropy, summary
 from .finish import end_process_group, finish, upload, write_final_model
 from .run import Run, TrainingStopped, log_metrics
@@ -77,7 +78,7 @@ def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> to
     totals = torch.zeros(3)
     for index, batch in enumerate(group):
         last = index == len(group) - 1
-        with contextlib.nullcontext() if last else accelerator.no_sync(model):
+        with contextlib.nullcontext() if last else accelerator.no_sync(model), deepspeed_boundary(accelerator, last):
             loss, _, logging = criterion(model, batch)
             micro = accelerator.reduce(
                 torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()]), reduction="sum"
@@ -148,8 +149,9 @@ def validate(run: Run, record: dict) -> None:
         run.split_settings(),
     )
     greedy = {"num_beams": 1, "max_new_tokens": run.data.max_target_length}
-    metrics, _ = evaluate_split(run.model, run.tokenizer, raw, tokenized, accelerator, **settings, **greedy)
-    metrics.update(reference_cross_entropy(run.model, run.tokenizer, raw, tokenized, accelerator, **settings))
+    model = run.evaluation_model()
+    metrics, _ = evaluate_split(model, run.tokenizer, raw, tokenized, accelerator, **settings, **greedy)
+    metrics.update(reference_cross_entropy(model, run.tokenizer, raw, tokenized, accelerator, **settings))
     record.update({f"validation_{k}": v for k, v in metrics.items() if not k.endswith("signature")})
     accelerator.print(f"step {run.step}: {summary('validation', metrics)}")
 
@@ -165,11 +167,14 @@ def save_run(run: Run) -> None:
         "batches_per_epoch": run.batches_per_epoch,
         "train_seconds": run.train_seconds(),  # unrounded: a short run's first updates may take under 0.05 s
         "built_with": built_with(run.model, run.tokenizer_identity),
+        "engine": engine_record(run.accelerator),
     }
     if run.data.streaming:
         state["stream"] = run.sampler.position(run.batches_done)
+    # a sharded model's engine writes its own files; its whole weights go beside them, for averaging and resuming
+    weights = full_weights(run.accelerator, run.model) if run.full_copy is not None else None
     try:
-        save_checkpoint(run.accelerator, run.output_dir, run.step, state, run.checkpoints.keep_checkpoints)
+        save_checkpoint(run.accelerator, run.output_dir, run.step, state, run.checkpoints.keep_checkpoints, weights)
     except CheckpointWriteError as error:
         raise TrainingStopped(str(error)) from error
 

@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerBase
 from .arguments import CheckpointArguments, DataArguments, EvaluationArguments, OptimisationArguments
 from .batching import TokenBatchSampler
 from .criterion import TranslationCriterion
+from .engines import FullCopy
 from .streaming import StreamingBatches
 from .tokenizing import BpeDropoutPairs
 
@@ -82,6 +83,7 @@ class Run:
     max_steps: int
     dropped: dict[str, dict[str, int]]  # pairs left out of the data: {reason: {split: count}}
     resume_checkpoint: str | None = None
+    full_copy: FullCopy | None = None  # a sharded model's whole copy, for evaluation (engines.py); None under DDP
     step: int = 0
     epoch: int = 0
     batches_done: int = 0  # of the current epoch
@@ -92,6 +94,11 @@ class Run:
         """Seconds of training behind the current weights, over every resumed run: each run's time up to the
         checkpoint the next one resumed from, and this run's so far."""
         return self.seconds_before + time.time() - self.started
+
+    def evaluation_model(self) -> torch.nn.Module:
+        """The model to translate and score with: the prepared one, or under FSDP and DeepSpeed a whole copy of its
+        current weights (every process must call this at the same point)."""
+        return self.model if self.full_copy is None else self.full_copy.refreshed(self.accelerator, self.model)
 
     def split_settings(self) -> dict:
         """How a split is evaluated: its batch size and the language of its references (`evaluate_split`)."""

@@ -18,6 +18,15 @@ from .build import bpe_corpus, build_model, build_tokenizer
 from .checkpoints import check_resume_matches, read_state, resolve_resume, tokenizer_identity
 from .criterion import TranslationCriterion
 from .data import load_pairs
+from .engines import (
+    FullCopy,
+    check_engine,
+    check_resume_engine,
+    fit_deepspeed_config,
+    process_group_kwargs,
+    shard_tied_weights,
+    shards_model,
+)
 from .memory import release_file_pages, trim_freed_memory
 from .run import RUN_MARKERS, Run, forget_metrics_after
 from .schedule import lr_lambda
@@ -64,7 +73,9 @@ def start_accelerator(run: RunArguments, optimisation: OptimisationArguments, re
         cpu=optimisation.cpu,
         # batches are copied to the GPU without waiting (from page-locked memory: see setup_run)
         dataloader_config=DataLoaderConfiguration(non_blocking=True),
+        kwargs_handlers=process_group_kwargs(optimisation.cpu),
     )
+    check_engine(accelerator, optimisation.cpu)
     if accelerator.device.type == "cuda":  # float32 matmuls on the tensor cores (TF32), as GPU training expects
         torch.set_float32_matmul_precision("high")
     set_seed(run.seed)
@@ -157,6 +168,7 @@ def prepare_training(
     """Adam with the run's settings, the model, optimizer and (unless streamed) loader prepared by accelerate, and
     the learning-rate schedule of §5.3 over the run's updates (a resumed BPE-dropout run keeps the epoch size of its
     first draw, `resume_state`'s). Returns (model, optimizer, schedule, loader, batches per epoch, updates)."""
+    shard_tied_weights(accelerator, model)  # FSDP2: before the optimizer takes the parameters
     # fused: one kernel updates every parameter (CPU and CUDA), instead of a handful of small ops per tensor
     optimizer = torch.optim.Adam(
         model.parameters(),
@@ -166,6 +178,7 @@ def prepare_training(
         weight_decay=optimisation.weight_decay,
         fused=accelerator.device.type in ("cpu", "cuda"),
     )
+    fit_deepspeed_config(accelerator, optimisation.clip_norm)
     schedule_optimizer = optimizer  # the schedule drives the parameter groups, shared with the prepared wrapper
     if streaming:  # every process reads the stream and takes its share of the batches (streaming.py)
         model, optimizer = accelerator.prepare(model, optimizer)
@@ -224,6 +237,11 @@ def setup_run(args: TrainArguments) -> Run:
     raw, tokenizer, tokenized, rows, dropped = prepared
     trim_freed_memory()
     model = build_model(args.model, data, args.evaluation, tokenizer)
+    identity = tokenizer_identity(tokenizer, args.tokenizer)
+    if resume_checkpoint:  # refused before any engine wraps the model: its sizes, tokenizer, engine
+        longest = max(data.max_source_length, data.max_target_length)
+        check_resume_matches(resume_checkpoint, resume_state, model, identity, longest)
+        check_resume_engine(resume_checkpoint, resume_state.get("engine"), accelerator)
     bpe_dropout = args.tokenizer.bpe_dropout
     batching = {"data": data, "bpe_dropout": bpe_dropout, "max_tokens": optimisation.max_tokens, "seed": args.run.seed}
     train_data, sampler, train_loader = training_loader(raw, tokenized, rows, tokenizer, model, accelerator, **batching)
@@ -242,7 +260,7 @@ def setup_run(args: TrainArguments) -> Run:
         validation_score="bleu_lowercase" if args.tokenizer.lowercase else "bleu",  # a lowercasing model writes so
         accelerator=accelerator,
         tokenizer=tokenizer,
-        tokenizer_identity=tokenizer_identity(tokenizer, args.tokenizer),
+        tokenizer_identity=identity,
         raw=raw,
         tokenized=tokenized,
         model=model,
@@ -256,6 +274,7 @@ def setup_run(args: TrainArguments) -> Run:
         max_steps=max_steps,
         dropped=dropped,
         resume_checkpoint=resume_checkpoint,
+        full_copy=FullCopy() if shards_model(accelerator) else None,
     )
     if resume_checkpoint:
         resume(run, resume_state)
@@ -263,10 +282,9 @@ def setup_run(args: TrainArguments) -> Run:
 
 
 def resume(run: Run, state: dict) -> None:
-    """Load the checkpoint's weights, optimizer, schedule and RNG states, and go on from its update. A model or
-    tokenizer that differs from the checkpoint's is refused first, in one line naming the setting."""
-    longest = max(run.data.max_source_length, run.data.max_target_length)
-    check_resume_matches(run.resume_checkpoint, state, run.model, run.tokenizer_identity, longest)
+    """Load the checkpoint's weights, optimizer, schedule and RNG states (accelerate's `load_state`, whatever the
+    engine wrote), and go on from its update. (A model, tokenizer or engine that differs from the checkpoint's has
+    been refused already, in `setup_run`.)"""
     if run.data.streaming != ("stream" in state):
         written = "with" if "stream" in state else "without"
         raise ValueError(

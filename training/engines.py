@@ -1,0 +1,185 @@
+"""What accelerate's engines change for a run. Plain DDP (and a single process) keeps the whole model on every
+process. FSDP (1 and 2) and DeepSpeed ZeRO shard it, or wrap it in an engine of their own, so that:
+
+- the engine a run trains with is the one its launch asked for, on as many processes (`check_engine`);
+- FSDP2 puts the tied embedding matrix (§3.4) and every module that holds it in one group (`shard_tied_weights`);
+- DeepSpeed is given the batch size and clipping it asks for (`fit_deepspeed_config`), and told which micro-batch
+  ends an update (`deepspeed_boundary`);
+- evaluation, averaging and the saved folder use a whole copy of the weights on each process (`FullCopy`),
+  gathered as accelerate documents: `get_state_dict` on every process, whole on the main one;
+- a checkpoint records the engine and the process count it was written with (`engine_record`), so that a resume
+  under another engine is refused in one line."""
+
+import contextlib
+import copy
+import os
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, extract_model_from_parallel
+
+from ..modeling.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+ENGINE_VARIABLES = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}
+
+
+def requested_engine() -> str | None:
+    """The sharding engine `accelerate launch` (its config file) asked for: "FSDP", "DeepSpeed" or None."""
+    for engine, variable in ENGINE_VARIABLES.items():
+        if os.environ.get(variable, "false").lower() == "true":
+            return engine
+    return None
+
+
+def process_group_kwargs(cpu: bool) -> list:
+    """accelerate's kwargs handlers for the process group. DeepSpeed on a machine without a GPU (DS_ACCELERATOR=cpu)
+    needs the gloo backend named: accelerate would otherwise count each process as a run of its own."""
+    if requested_engine() == "DeepSpeed" and not cpu and not torch.cuda.is_available():
+        return [InitProcessGroupKwargs(backend="gloo")]
+    return []
+
+
+def check_engine(accelerator: Accelerator, cpu: bool) -> None:
+    """A ValueError where the launch asked for more processes (WORLD_SIZE) or another engine than accelerate runs."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > accelerator.num_processes:
+        raise ValueError(
+            f"the launcher started {launched} processes, but accelerate trains with {accelerator.num_processes}, each "
+            "on its own: without a GPU, pass --cpu (torchrun --nproc_per_node N -m vanilla_transformer.cli train ... "
+            "--cpu)"
+        )
+    engine = requested_engine()
+    running = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}.get(accelerator.distributed_type)
+    if engine and launched > 1 and engine != running:
+        hint = "accelerate runs FSDP on GPU processes only"
+        if cpu and engine == "DeepSpeed":
+            hint = "leave out --cpu: DeepSpeed runs on the CPU with DS_ACCELERATOR=cpu"
+        raise ValueError(
+            f"the launch asked for {engine}, but accelerate trains with {accelerator.distributed_type.value} ({hint})"
+        )
+
+
+def shards_model(accelerator: Accelerator) -> bool:
+    """Whether the prepared model is sharded or wrapped by an engine (FSDP, DeepSpeed) rather than whole (DDP)."""
+    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+
+def engine_record(accelerator: Accelerator) -> dict:
+    """The engine a checkpoint is written with, and over how many processes (recorded in trainer_state.json)."""
+    record = {"processes": accelerator.num_processes, "engine": "DDP" if accelerator.num_processes > 1 else "none"}
+    if accelerator.distributed_type == DistributedType.FSDP:
+        plugin = accelerator.state.fsdp_plugin
+        record.update(engine=f"FSDP{plugin.fsdp_version}", state_dict_type=plugin.state_dict_type.name)
+    elif accelerator.distributed_type == DistributedType.DEEPSPEED:
+        record.update(engine="DeepSpeed", zero_stage=accelerator.state.deepspeed_plugin.zero_stage)
+    return record
+
+
+def describe_engine(record: dict) -> str:
+    """`engine_record` in words: "FSDP2 (SHARDED_STATE_DICT) on 2 processes", "one process"."""
+    processes = record.get("processes", 1)
+    if record.get("engine", "none") == "none":
+        return "one process"
+    detail = f" ({record['state_dict_type']})" if "state_dict_type" in record else ""
+    detail = f" ZeRO-{record['zero_stage']}" if "zero_stage" in record else detail
+    return f"{record['engine']}{detail} on {processes} processes"
+
+
+def check_resume_engine(checkpoint: str, recorded: dict | None, accelerator: Accelerator) -> None:
+    """Refuse a checkpoint written under another engine or process count (checkpoints without a record pass)."""
+    current = engine_record(accelerator)
+    if recorded is not None and recorded != current:
+        raise ValueError(
+            f"--resume-from {checkpoint}: the checkpoint was written by {describe_engine(recorded)}, this run trains "
+            f"with {describe_engine(current)}; resume it under the launch that wrote it (the same accelerate config "
+            "and process count)"
+        )
+
+
+def shard_tied_weights(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """FSDP2: shard every module that holds the shared embedding matrix (source and target embeddings, the
+    pre-softmax projection: §3.4) as one group, before accelerate wraps the layers. accelerate's own wrapping puts
+    the input embedding and the output projection in a group and leaves the other holders to the root, which FSDP2
+    refuses ("shared with a parameter already managed by another FSDP group")."""
+    if not getattr(accelerator, "is_fsdp2", False):
+        return
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    weight = model.get_input_embeddings().weight
+    holders = [m for m in model.modules() if any(p is weight for p in m.parameters(recurse=False))]
+    if len(holders) < 2:
+        return
+    plugin = accelerator.state.fsdp_plugin
+    mesh = getattr(accelerator, "torch_device_mesh", None)
+    fully_shard(
+        holders,
+        # used at the start of the forward pass (the embeddings) and at its end (the projection): kept gathered
+        reshard_after_forward=False,
+        mp_policy=plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+        offload_policy=plugin.cpu_offload,
+        mesh=mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)] if mesh is not None else None,
+    )
+
+
+def fit_deepspeed_config(accelerator: Accelerator, clip_norm: float) -> None:
+    """Under DeepSpeed, before `prepare`: the values its config leaves to the program. Token-budget batches have no
+    fixed size, so each micro-batch counts as one (`train_micro_batch_size_per_gpu`, which DeepSpeed uses only for
+    its logs); clipping is --clip-norm (0: none), as under DDP; ZeRO-3 gathers whole weights when asked for them."""
+    if accelerator.distributed_type != DistributedType.DEEPSPEED:
+        return
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        config["train_micro_batch_size_per_gpu"] = 1
+    if config.get("gradient_clipping", "auto") == "auto":
+        config["gradient_clipping"] = clip_norm
+    config.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
+
+
+@contextlib.contextmanager
+def deepspeed_boundary(accelerator: Accelerator, last: bool):
+    """Under DeepSpeed, tell the engine whether this micro-batch's backward pass ends the update: its
+    `accelerator.backward` steps the optimizer there (the loop's own `optimizer.step()` is then a no-op)."""
+    if accelerator.distributed_type != DistributedType.DEEPSPEED:
+        yield
+        return
+    accelerator.sync_gradients = last
+    try:
+        yield
+    finally:
+        accelerator.sync_gradients = True
+
+
+def full_weights(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole weights, gathered by accelerate's `get_state_dict` (called on every process): complete on
+    the main process, the tied copies left out as in a saved folder."""
+    weights = accelerator.get_state_dict(model) or {}  # ZeRO-3 gives None off the main process
+    tied = getattr(extract_model_from_parallel(model), "all_tied_weights_keys", None) or {}
+    return {name: value for name, value in weights.items() if name not in tied}
+
+
+class FullCopy:
+    """A whole, unsharded copy of a sharded model on each process, for what needs every weight at once: beam search,
+    averaging, `save_pretrained`. `refreshed` gathers the current weights into it."""
+
+    def __init__(self):
+        self.model = None
+
+    def refreshed(self, accelerator: Accelerator, model: torch.nn.Module) -> VanillaTransformerForConditionalGeneration:
+        weights = full_weights(accelerator, model)  # every process takes part
+        if self.model is None:
+            source = extract_model_from_parallel(model)
+            self.model = VanillaTransformerForConditionalGeneration(copy.deepcopy(source.config))
+            self.model.generation_config = copy.deepcopy(source.generation_config)
+            self.model.to(accelerator.device)
+        if accelerator.is_main_process:
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            if unexpected or set(missing) - set(self.model.all_tied_weights_keys):
+                raise RuntimeError(f"the gathered weights do not fit the model ({missing}, {unexpected})")
+        self.model.tie_weights()
+        if accelerator.num_processes > 1:  # the main process's copy to the others, tensor by tensor
+            seen = set()
+            for tensor in self.model.state_dict().values():
+                if tensor.data_ptr() not in seen:
+                    seen.add(tensor.data_ptr())
+                    torch.distributed.broadcast(tensor, src=0)
+        return self.model
