@@ -1,0 +1,214 @@
+"""The training command under accelerate's sharding engines, on two CPU processes (gloo), with the repository's
+accelerate config files (examples/accelerate/): FSDP2, with sharded and with full state dicts (accelerate selects
+FSDP on GPU processes only; fsdp_on_cpu.py lifts that one choice), and DeepSpeed ZeRO-2 and ZeRO-3
+(DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run trains,
+checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder of one
+process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it ended.
+FSDP1, and FSDP as accelerate runs it on CUDA, are `gpu` tests.
+
+DeepSpeed is an optional dependency (`pip install "vanilla-transformer[deepspeed]"`): without it its cases are
+skipped, saying so, unless VANILLA_TRANSFORMER_DEEPSPEED is `required` (as in CI)."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.cli import main
+
+from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "examples" / "accelerate"
+FSDP_ON_CPU = str(Path(__file__).with_name("fsdp_on_cpu.py"))
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+NEEDS_DEEPSPEED = pytest.mark.skipif(
+    not HAS_DEEPSPEED and os.environ.get("VANILLA_TRANSFORMER_DEEPSPEED") != "required",
+    reason="DeepSpeed is not installed (pip install 'vanilla-transformer[deepspeed]')",
+)
+# name: (config file, extra `accelerate launch` flags, what runs in each process, extra `train` flags, environment)
+ENGINES = {
+    "fsdp2": ("fsdp2.yaml", [], [FSDP_ON_CPU], ["--cpu"], {}),
+    "fsdp2-full": ("fsdp2.yaml", ["--fsdp_state_dict_type", "FULL_STATE_DICT"], [FSDP_ON_CPU], ["--cpu"], {}),
+    "zero2": ("zero2.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
+    "zero3": ("zero3.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
+}
+PORTS = {name: 29561 + index for index, name in enumerate(ENGINES)}
+
+
+def flags(files) -> list[str]:
+    """Four updates of two micro-batches on each of two processes, all within the first epoch; checkpoints at 2
+    and 4, averaged at the end."""
+    return [
+        *data_flags(files),
+        *TINY_MODEL_FLAGS,
+        "--max-steps", "4", "--save-steps", "2", "--average-checkpoints", "2", "--eval-steps", "0", "--dropout", "0",
+    ]  # fmt: skip
+
+
+def launch(engine: str, arguments: list[str], port: int) -> subprocess.CompletedProcess:
+    config, launch_flags, program, train_flags, environment = ENGINES[engine]
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
+        "--num_processes", "2", "--main_process_port", str(port), *launch_flags, *program, "train", *arguments,
+        *train_flags,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **environment}
+    return subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return {
+        "train": write_jsonl(folder / "train.jsonl", pairs(range(100, 1000))),
+        "validation": write_jsonl(folder / "validation.jsonl", pairs(range(20, 36))),
+        "test": write_jsonl(folder / "test.jsonl", pairs(range(40, 56))),
+    }
+
+
+@pytest.fixture(scope="module")
+def one_process(files, tmp_path_factory):
+    """The reference: one process, four micro-batches an update (the two processes' two each)."""
+    out = tmp_path_factory.mktemp("one") / "run"
+    assert main(["train", *flags(files), "--cpu", "--gradient-accumulation-steps", "4", "--output-dir", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine_runs(files, tmp_path_factory):
+    """Each engine's run, trained once for the module's tests (`run(name)` gives its folder)."""
+    done = {}
+
+    def run(engine: str) -> Path:
+        if engine not in done:
+            out = tmp_path_factory.mktemp(engine) / "run"
+            arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--output-dir", str(out)]
+            finished = launch(engine, arguments, PORTS[engine])
+            assert finished.returncode == 0, finished.stderr[-3000:]
+            assert finished.stdout.count("Training with 2 processes on cpu") == 1
+            done[engine] = out
+        return done[engine]
+
+    return run
+
+
+def translations(folder: Path, sources: list[str]) -> list[str]:
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    return tokenizer.batch_decode(model.generate(**batch, num_beams=2, max_new_tokens=16), skip_special_tokens=True)
+
+
+@pytest.mark.parametrize(
+    "engine", [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ENGINES]
+)
+def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engine, engine_runs, one_process):
+    out = engine_runs(engine)
+    sharded, whole = load_file(out / "model.safetensors"), load_file(one_process / "model.safetensors")
+    assert sharded.keys() == whole.keys()  # the shared embedding saved once, as one process saves it
+    for name in whole:
+        torch.testing.assert_close(sharded[name], whole[name], atol=1e-5, rtol=1e-4)
+    tokens = [[json.loads(line)["target_tokens"] for line in (r / "metrics.jsonl").open()] for r in (out, one_process)]
+    assert tokens[0] == tokens[1]  # the same batches, from both processes
+    results = json.loads((out / "eval_results.json").read_text())
+    reference = json.loads((one_process / "eval_results.json").read_text())
+    assert results["processes"] == 2 and results["engine"].startswith(("FSDP2", "DeepSpeed"))
+    assert results["test"]["chrf"] == reference["test"]["chrf"]  # beam search on every process, gathered in order
+    assert "checkpoints_averaged" not in results and (out / "checkpoints" / "checkpoint-2").is_dir()
+    for checkpoint in ("checkpoint-2", "checkpoint-4"):  # the whole weights beside the engine's own files
+        state = json.loads((out / "checkpoints" / checkpoint / "trainer_state.json").read_text())
+        assert state["engine"]["processes"] == 2
+        assert load_file(out / "checkpoints" / checkpoint / "model.safetensors").keys() == whole.keys()
+    sources = [pair["translation"]["en"] for pair in pairs(range(20, 28))]
+    assert translations(out, sources) == translations(one_process, sources)
+
+
+@pytest.mark.parametrize(
+    "engine", [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ("fsdp2", "zero3")]
+)
+def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, engine_runs, files, tmp_path):
+    out = engine_runs(engine)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out / "checkpoints", resumed / "checkpoints")
+    arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--output-dir", str(resumed)]
+    finished = launch(engine, [*arguments, "--resume-from", str(resumed / "checkpoints" / "checkpoint-2")], 29571)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "Resumed from" in finished.stdout
+    for name in ("checkpoints/checkpoint-4/model.safetensors", "model.safetensors"):
+        first, again = load_file(out / name), load_file(resumed / name)
+        assert all(torch.equal(first[key], again[key]) for key in first), name
+
+
+@NEEDS_DEEPSPEED
+def test_a_checkpoint_resumes_only_under_the_engine_and_process_count_that_wrote_it(engine_runs, files, tmp_path):
+    checkpoint = engine_runs("zero2") / "checkpoints" / "checkpoint-2"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29572",
+        "-m", "vanilla_transformer.cli", "train", *flags(files), "--cpu", "--output-dir", str(tmp_path / "ddp"),
+        "--resume-from", str(checkpoint),
+    ]  # fmt: skip
+    finished = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert finished.returncode != 0
+    assert (
+        f"error: --resume-from {checkpoint}: the checkpoint was written by DeepSpeed ZeRO-2 on 2 processes, this run "
+        "trains with DDP on 2 processes; resume it under the launch that wrote it" in finished.stderr
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a launch without --cpu on a machine with no GPU")
+def test_a_launch_of_two_processes_that_would_train_each_alone_stops(files, tmp_path):
+    """Without --cpu and without a GPU, accelerate would train each process as a run of its own."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29573",
+        "-m", "vanilla_transformer.cli", "train", *flags(files), "--output-dir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    finished = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert finished.returncode != 0
+    assert "error: the launcher started 2 processes, but accelerate trains with 1, each on its own" in finished.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@NEEDS_DEEPSPEED
+def test_deepspeed_with_the_cpu_flag_stops_instead_of_training_without_it(files, tmp_path):
+    finished = launch("zero2", [*flags(files), "--cpu", "--output-dir", str(tmp_path / "run")], 29574)
+    assert finished.returncode != 0
+    assert "error: the launch asked for DeepSpeed, but accelerate trains with MULTI_CPU (leave out --cpu" in (
+        finished.stderr
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state_dict_type", ["SHARDED_STATE_DICT", "FULL_STATE_DICT"])
+@pytest.mark.parametrize("config", ["fsdp1.yaml", "fsdp2.yaml"])
+def test_fsdp_on_cuda_trains_resumes_and_writes_the_folder_one_process_writes(config, state_dict_type, files, tmp_path):
+    """accelerate's own FSDP on the GPUs there are (one is enough: a group of one shards nothing, but wraps, gathers,
+    saves and loads as a larger one does), against one process on one GPU without it."""
+    processes = torch.cuda.device_count()
+    arguments = [*flags(files), "--gradient-accumulation-steps", str(max(1, 4 // processes))]
+    plain = tmp_path / "plain"
+    assert main(["train", *arguments, "--gradient-accumulation-steps", "4", "--output-dir", str(plain)]) == 0
+    out, resumed = tmp_path / "fsdp", tmp_path / "resumed"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
+        "--num_processes", str(processes), "--fsdp_state_dict_type", state_dict_type, "-m", "vanilla_transformer.cli",
+        "train", *arguments,
+    ]  # fmt: skip
+    for folder, extra in ((out, []), (resumed, ["--resume-from", str(resumed / "checkpoints" / "checkpoint-2")])):
+        if extra:
+            shutil.copytree(out / "checkpoints", resumed / "checkpoints")
+        finished = subprocess.run([*command, "--output-dir", str(folder), *extra], capture_output=True, text=True)
+        assert finished.returncode == 0, finished.stderr[-3000:]
+    first, again, reference = (load_file(folder / "model.safetensors") for folder in (out, resumed, plain))
+    assert all(torch.equal(first[key], again[key]) for key in first)
+    for key in reference:
+        torch.testing.assert_close(first[key], reference[key], atol=1e-4, rtol=1e-3)
+    sources = [pair["translation"]["en"] for pair in pairs(range(20, 28))]
+    assert translations(out, sources) == translations(plain, sources)
