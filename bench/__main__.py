@@ -11,6 +11,7 @@ SUITES = {
     "serving": ("serving", "CTranslate2 exports against generate() and MarianMTModel: the serving section"),
     "data": ("data", "the data pipeline at scale, time to the first update and peak memory: the data section"),
     "gpu": ("gpu", "training and generation in bf16 on a CUDA GPU: the GPU section"),
+    "engines": ("engines", "peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO: the engines section"),
     "generation-split": ("generation_split", "where generate()'s time goes: encoder, decoder, search (printed)"),
     "search-agreement": ("search_agreement", "generate() against CTranslate2 beam search, scored by the model"),
 }

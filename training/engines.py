@@ -50,7 +50,7 @@ def check_engine(accelerator: Accelerator, cpu: bool) -> None:
         )
     engine = requested_engine()
     running = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}.get(accelerator.distributed_type)
-    if engine and launched > 1 and engine != running:
+    if engine and engine != running:
         hint = "accelerate runs FSDP on GPU processes only"
         if cpu and engine == "DeepSpeed":
             hint = "leave out --cpu: DeepSpeed runs on the CPU with DS_ACCELERATOR=cpu"
@@ -124,7 +124,8 @@ def shard_tied_weights(accelerator: Accelerator, model: torch.nn.Module) -> None
 def fit_deepspeed_config(accelerator: Accelerator, clip_norm: float) -> None:
     """Under DeepSpeed, before `prepare`: the values its config leaves to the program. Token-budget batches have no
     fixed size, so each micro-batch counts as one (`train_micro_batch_size_per_gpu`, which DeepSpeed uses only for
-    its logs); clipping is --clip-norm (0: none), as under DDP; ZeRO-3 gathers whole weights when asked for them."""
+    its logs); clipping is --clip-norm (0: none), as under DDP; ZeRO-3 gathers whole weights when asked for them; the
+    communication buffers are sized from d_model."""
     if accelerator.distributed_type != DistributedType.DEEPSPEED:
         return
     config = accelerator.state.deepspeed_plugin.deepspeed_config
@@ -132,7 +133,12 @@ def fit_deepspeed_config(accelerator: Accelerator, clip_norm: float) -> None:
         config["train_micro_batch_size_per_gpu"] = 1
     if config.get("gradient_clipping", "auto") == "auto":
         config["gradient_clipping"] = clip_norm
-    config.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
+    zero = config.setdefault("zero_optimization", {})
+    zero["stage3_gather_16bit_weights_on_model_save"] = True
+    # left unset, DeepSpeed's buffers take its defaults (ZeRO-3: a bucket of 5e8 float32 numbers, 1.9 GiB, on every
+    # process, whatever the model's size); "auto" lets accelerate size them from d_model, as it does for its models
+    for key in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"):
+        zero.setdefault(key, "auto")
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 def test_help_lists_every_suite_with_a_line_each():
     done = bench("--help")
     assert done.returncode == 0, done.stderr
-    for name in ("speed", "serving", "data", "gpu", "generation-split", "search-agreement"):
+    for name in ("speed", "serving", "data", "gpu", "engines", "generation-split", "search-agreement"):
         assert name in SUITES and f"    {name}" in done.stdout
     assert bench().returncode == 2 and bench("nonsense").returncode == 2
 

@@ -1,6 +1,6 @@
 """The training command under accelerate's sharding engines, on two CPU processes (gloo), with the repository's
 accelerate config files (examples/accelerate/): FSDP2, with sharded and with full state dicts (accelerate selects
-FSDP on GPU processes only; fsdp_on_cpu.py lifts that one choice), and DeepSpeed ZeRO-2 and ZeRO-3
+FSDP on GPU processes only; bench/fsdp_on_cpu.py lifts that one choice), and DeepSpeed ZeRO-2 and ZeRO-3
 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run trains,
 checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder of one
 process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it ended.
@@ -28,7 +28,7 @@ from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "accelerate"
-FSDP_ON_CPU = str(Path(__file__).with_name("fsdp_on_cpu.py"))
+FSDP_ON_CPU = str(ROOT / "bench" / "fsdp_on_cpu.py")
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 NEEDS_DEEPSPEED = pytest.mark.skipif(
     not HAS_DEEPSPEED and os.environ.get("VANILLA_TRANSFORMER_DEEPSPEED") != "required",
@@ -45,12 +45,12 @@ PORTS = {name: 29561 + index for index, name in enumerate(ENGINES)}
 
 
 def flags(files) -> list[str]:
-    """Four updates of two micro-batches on each of two processes, all within the first epoch; checkpoints at 2
-    and 4, averaged at the end."""
+    """Four updates of two micro-batches on each of two processes, all within the first epoch; validation and a
+    checkpoint at 2 and 4, the checkpoints averaged at the end."""
     return [
         *data_flags(files),
         *TINY_MODEL_FLAGS,
-        "--max-steps", "4", "--save-steps", "2", "--average-checkpoints", "2", "--eval-steps", "0", "--dropout", "0",
+        "--max-steps", "4", "--save-steps", "2", "--average-checkpoints", "2", "--eval-steps", "2", "--dropout", "0",
     ]  # fmt: skip
 
 
@@ -116,8 +116,11 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
     assert sharded.keys() == whole.keys()  # the shared embedding saved once, as one process saves it
     for name in whole:
         torch.testing.assert_close(sharded[name], whole[name], atol=1e-5, rtol=1e-4)
-    tokens = [[json.loads(line)["target_tokens"] for line in (r / "metrics.jsonl").open()] for r in (out, one_process)]
-    assert tokens[0] == tokens[1]  # the same batches, from both processes
+    records = [[json.loads(line) for line in (run / "metrics.jsonl").open()] for run in (out, one_process)]
+    assert [r["target_tokens"] for r in records[0]] == [r["target_tokens"] for r in records[1]]  # the same batches
+    for key in ("validation_chrf", "validation_cross_entropy"):  # validation during training, on a whole copy
+        scores = [[r[key] for r in run if key in r] for run in records]
+        assert len(scores[0]) == 2 and scores[0] == pytest.approx(scores[1], abs=1e-3)
     results = json.loads((out / "eval_results.json").read_text())
     reference = json.loads((one_process / "eval_results.json").read_text())
     assert results["processes"] == 2 and results["engine"].startswith(("FSDP2", "DeepSpeed"))

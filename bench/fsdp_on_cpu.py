@@ -1,11 +1,11 @@
-"""`vanilla_transformer.cli`, with accelerate's FSDP selectable on CPU processes (gloo): for the tests of the training
-command under accelerate's FSDP2 on a machine without a GPU.
+"""`vanilla_transformer.cli`, with accelerate's FSDP selectable on CPU processes (gloo): for the engines suite and the
+tests of the training command under accelerate's FSDP2 on a machine without a GPU.
 
 accelerate picks FSDP only for GPU-like processes: with `cpu=True` it sets up plain CPU data parallelism and keeps
 the FSDP plugin unused. This script lifts that one choice and nothing else: where accelerate built an FSDP plugin
 from the launch's config and chose MULTI_CPU, the state says FSDP, as it does on GPUs (accelerate mirrors the type
 into `PartialState` the same way). Preparing, sharding, saving and loading are accelerate's and torch's own code.
-Run it as `accelerate launch --config_file examples/accelerate/fsdp2.yaml tests/training/fsdp_on_cpu.py train ...
+Run it as `accelerate launch --config_file examples/accelerate/fsdp2.yaml bench/fsdp_on_cpu.py train ...
 --cpu`."""
 
 import sys
