@@ -82,6 +82,8 @@ def schedule(optimisation: OptimisationArguments) -> str:
 def data_lines(tokenizer: TokenizerArguments, optimisation: OptimisationArguments, results: dict) -> list[str]:
     """What the model was fed: the vocabulary, lowercasing, and the batches."""
     processes = results.get("processes", 1)
+    engine = results.get("engine", "")  # "FSDP2 (SHARDED_STATE_DICT) on 2 processes", "DDP on 2 processes"
+    sharded = f", sharded with {engine.split(' on ')[0]}" if engine.startswith(("FSDP", "DeepSpeed")) else ""
     lines = [
         "`vanilla-transformer train` (Accelerate): a joint source-target BPE vocabulary trained with `tokenizers`"
         + ("" if tokenizer.tokenizer_name else f" ({tokenizer.vocab_size} tokens)")
@@ -92,7 +94,7 @@ def data_lines(tokenizer: TokenizerArguments, optimisation: OptimisationArgument
         )
         + ";",
         f"batches of similar-length sentence pairs up to {optimisation.max_tokens} tokens per process"
-        + (f", {processes} data-parallel processes" if processes > 1 else "")
+        + (f", {processes} data-parallel processes{sharded}" if processes > 1 else "")
         + (
             f", {optimisation.gradient_accumulation_steps} accumulated per update"
             if optimisation.gradient_accumulation_steps > 1

@@ -124,6 +124,8 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
     results = json.loads((out / "eval_results.json").read_text())
     reference = json.loads((one_process / "eval_results.json").read_text())
     assert results["processes"] == 2 and results["engine"].startswith(("FSDP2", "DeepSpeed"))
+    card = (out / "README.md").read_text()
+    assert f"2 data-parallel processes, sharded with {results['engine'].split(' on ')[0]}" in card
     assert results["test"]["chrf"] == reference["test"]["chrf"]  # beam search on every process, gathered in order
     assert "checkpoints_averaged" not in results and (out / "checkpoints" / "checkpoint-2").is_dir()
     for checkpoint in ("checkpoint-2", "checkpoint-4"):  # the whole weights beside the engine's own files
