@@ -100,6 +100,7 @@ def save_checkpoint(
         finally:
             if hook is not None:
                 hook.remove()
+        accelerator.wait_for_everyone()  # every process has written its files (random states, shards) before renaming
         if accelerator.is_main_process:
             if weights is not None:
                 weights = {name: value.contiguous() for name, value in weights.items()}

@@ -5,7 +5,7 @@ process. FSDP (1 and 2) and DeepSpeed ZeRO shard it, or wrap it in an engine of 
 - FSDP2 puts the tied embedding matrix (§3.4) and every module that holds it in one group (`shard_tied_weights`);
 - DeepSpeed is given the batch size and clipping it asks for (`fit_deepspeed_config`), and told which micro-batch
   ends an update (`deepspeed_boundary`);
-- evaluation, averaging and the saved folder use a whole copy of the weights on each process (`FullCopy`),
+- evaluation, averaging and the saved folder use a whole copy of the weights on each process (`whole_copy`),
   gathered as accelerate documents: `get_state_dict` on every process, whole on the main one;
 - a checkpoint records the engine and the process count it was written with (`engine_record`), so that a resume
   under another engine is refused in one line."""
@@ -40,22 +40,23 @@ def process_group_kwargs(cpu: bool) -> list:
 
 
 def check_engine(accelerator: Accelerator, cpu: bool) -> None:
-    """A ValueError where the launch asked for more processes (WORLD_SIZE) or another engine than accelerate runs."""
+    """A ValueError where the launch asked for another engine (an accelerate config with FSDP or DeepSpeed) or more
+    processes (WORLD_SIZE) than accelerate trains with."""
+    engine = requested_engine()
+    running = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}.get(accelerator.distributed_type)
+    if engine and engine != running:
+        if engine == "DeepSpeed":
+            hint = "leave out --cpu (DeepSpeed runs on the CPU with DS_ACCELERATOR=cpu)" if cpu else "install deepspeed"
+        else:
+            hint = "accelerate runs FSDP on GPUs only; launch on GPUs, or on CPUs with examples/accelerate/zero3.yaml"
+        asked = f"the launch's accelerate config asks for {engine}, but this run would train without it"
+        raise ValueError(f"{asked}; {hint}")
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > accelerator.num_processes:
         raise ValueError(
             f"the launcher started {launched} processes, but accelerate trains with {accelerator.num_processes}, each "
             "on its own: without a GPU, pass --cpu (torchrun --nproc_per_node N -m vanilla_transformer.cli train ... "
             "--cpu)"
-        )
-    engine = requested_engine()
-    running = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}.get(accelerator.distributed_type)
-    if engine and engine != running:
-        hint = "accelerate runs FSDP on GPU processes only"
-        if cpu and engine == "DeepSpeed":
-            hint = "leave out --cpu: DeepSpeed runs on the CPU with DS_ACCELERATOR=cpu"
-        raise ValueError(
-            f"the launch asked for {engine}, but accelerate trains with {accelerator.distributed_type.value} ({hint})"
         )
 
 
@@ -97,28 +98,29 @@ def check_resume_engine(checkpoint: str, recorded: dict | None, accelerator: Acc
 
 
 def shard_tied_weights(accelerator: Accelerator, model: torch.nn.Module) -> None:
-    """FSDP2: shard every module that holds the shared embedding matrix (source and target embeddings, the
-    pre-softmax projection: §3.4) as one group, before accelerate wraps the layers. accelerate's own wrapping puts
-    the input embedding and the output projection in a group and leaves the other holders to the root, which FSDP2
-    refuses ("shared with a parameter already managed by another FSDP group")."""
+    """FSDP2: shard the modules that hold one tied matrix (the shared embeddings and the pre-softmax projection of
+    §3.4, or the target embedding and the projection alone) as one group each, before accelerate wraps the layers.
+    accelerate's own wrapping puts the input embedding and the output projection in a group and leaves the other
+    holders to the root, which FSDP2 refuses ("shared with a parameter already managed by another FSDP group")."""
     if not getattr(accelerator, "is_fsdp2", False):
         return
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    weight = model.get_input_embeddings().weight
-    holders = [m for m in model.modules() if any(p is weight for p in m.parameters(recurse=False))]
-    if len(holders) < 2:
-        return
+    holders = {}  # parameter -> the modules that hold it themselves
+    for module in model.modules():
+        for parameter in module.parameters(recurse=False):
+            holders.setdefault(id(parameter), []).append(module)
     plugin = accelerator.state.fsdp_plugin
     mesh = getattr(accelerator, "torch_device_mesh", None)
-    fully_shard(
-        holders,
-        # used at the start of the forward pass (the embeddings) and at its end (the projection): kept gathered
-        reshard_after_forward=False,
-        mp_policy=plugin.mixed_precision_policy or MixedPrecisionPolicy(),
-        offload_policy=plugin.cpu_offload,
-        mesh=mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)] if mesh is not None else None,
-    )
+    for group in (modules for modules in holders.values() if len(modules) > 1):
+        fully_shard(
+            group,
+            # used at the start of the forward pass (the embeddings) and at its end (the projection): kept gathered
+            reshard_after_forward=False,
+            mp_policy=plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+            offload_policy=plugin.cpu_offload,
+            mesh=mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)] if mesh is not None else None,
+        )
 
 
 def fit_deepspeed_config(accelerator: Accelerator, clip_norm: float) -> None:
@@ -128,6 +130,12 @@ def fit_deepspeed_config(accelerator: Accelerator, clip_norm: float) -> None:
     communication buffers are sized from d_model."""
     if accelerator.distributed_type != DistributedType.DEEPSPEED:
         return
+    if accelerator.mixed_precision != "no":
+        raise ValueError(
+            f"--mixed-precision {accelerator.mixed_precision} under DeepSpeed: its engine keeps the model's weights in "
+            f"{accelerator.mixed_precision}, so the saved folder would be rounded; train in float32 under DeepSpeed, "
+            "or use FSDP2 (examples/accelerate/fsdp2.yaml), which keeps float32 weights"
+        )
     config = accelerator.state.deepspeed_plugin.deepspeed_config
     if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
         config["train_micro_batch_size_per_gpu"] = 1
@@ -163,29 +171,26 @@ def full_weights(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, 
     return {name: value for name, value in weights.items() if name not in tied}
 
 
-class FullCopy:
-    """A whole, unsharded copy of a sharded model on each process, for what needs every weight at once: beam search,
-    averaging, `save_pretrained`. `refreshed` gathers the current weights into it."""
-
-    def __init__(self):
-        self.model = None
-
-    def refreshed(self, accelerator: Accelerator, model: torch.nn.Module) -> VanillaTransformerForConditionalGeneration:
-        weights = full_weights(accelerator, model)  # every process takes part
-        if self.model is None:
-            source = extract_model_from_parallel(model)
-            self.model = VanillaTransformerForConditionalGeneration(copy.deepcopy(source.config))
-            self.model.generation_config = copy.deepcopy(source.generation_config)
-            self.model.to(accelerator.device)
-        if accelerator.is_main_process:
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-            if unexpected or set(missing) - set(self.model.all_tied_weights_keys):
-                raise RuntimeError(f"the gathered weights do not fit the model ({missing}, {unexpected})")
-        self.model.tie_weights()
-        if accelerator.num_processes > 1:  # the main process's copy to the others, tensor by tensor
-            seen = set()
-            for tensor in self.model.state_dict().values():
-                if tensor.data_ptr() not in seen:
-                    seen.add(tensor.data_ptr())
-                    torch.distributed.broadcast(tensor, src=0)
-        return self.model
+def whole_copy(accelerator: Accelerator, model: torch.nn.Module) -> VanillaTransformerForConditionalGeneration:
+    """A whole, unsharded copy of a sharded model on each process, holding its current weights, for what needs every
+    weight at once: beam search, averaging, `save_pretrained`. Every process must call it (it gathers). Building it
+    draws nothing from the random generators, so that a resumed run's dropout masks stay those of an uninterrupted
+    one; it is dropped after use, so that it takes no memory through the updates."""
+    weights = full_weights(accelerator, model)
+    source = extract_model_from_parallel(model)
+    with torch.random.fork_rng(devices=[]):
+        copied = VanillaTransformerForConditionalGeneration(copy.deepcopy(source.config))
+    copied.generation_config = copy.deepcopy(source.generation_config)
+    copied.to(accelerator.device)
+    if accelerator.is_main_process:
+        missing, unexpected = copied.load_state_dict(weights, strict=False)
+        if unexpected or set(missing) - set(copied.all_tied_weights_keys):
+            raise RuntimeError(f"the gathered weights do not fit the model ({missing}, {unexpected})")
+    copied.tie_weights()
+    if accelerator.num_processes > 1:  # the main process's copy to the others, tensor by tensor
+        seen = set()
+        for tensor in copied.state_dict().values():
+            if tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                torch.distributed.broadcast(tensor, src=0)
+    return copied

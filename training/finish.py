@@ -19,7 +19,7 @@ def finish(run: Run) -> tuple:
     without accelerate's wrappers and the results (eval_results.json)."""
     accelerator = run.accelerator
     accelerator.wait_for_everyone()
-    if run.full_copy is not None:
+    if run.sharded:
         # FSDP, DeepSpeed: training is over, and the rest works on a whole copy of the weights on each process
         run.model = run.evaluation_model()
     # training is over: drop accelerate's autocast wrapper, so that with --mixed-precision the length-penalty search,

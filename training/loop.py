@@ -172,7 +172,7 @@ def save_run(run: Run) -> None:
     if run.data.streaming:
         state["stream"] = run.sampler.position(run.batches_done)
     # a sharded model's engine writes its own files; its whole weights go beside them, for averaging and resuming
-    weights = full_weights(run.accelerator, run.model) if run.full_copy is not None else None
+    weights = full_weights(run.accelerator, run.model) if run.sharded else None
     try:
         save_checkpoint(run.accelerator, run.output_dir, run.step, state, run.checkpoints.keep_checkpoints, weights)
     except CheckpointWriteError as error:

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 from .arguments import CheckpointArguments, DataArguments, EvaluationArguments, OptimisationArguments
 from .batching import TokenBatchSampler
 from .criterion import TranslationCriterion
-from .engines import FullCopy
+from .engines import whole_copy
 from .streaming import StreamingBatches
 from .tokenizing import BpeDropoutPairs
 
@@ -83,7 +83,7 @@ class Run:
     max_steps: int
     dropped: dict[str, dict[str, int]]  # pairs left out of the data: {reason: {split: count}}
     resume_checkpoint: str | None = None
-    full_copy: FullCopy | None = None  # a sharded model's whole copy, for evaluation (engines.py); None under DDP
+    sharded: bool = False  # under FSDP and DeepSpeed: evaluation uses a whole copy of the weights (engines.py)
     step: int = 0
     epoch: int = 0
     batches_done: int = 0  # of the current epoch
@@ -98,7 +98,7 @@ class Run:
     def evaluation_model(self) -> torch.nn.Module:
         """The model to translate and score with: the prepared one, or under FSDP and DeepSpeed a whole copy of its
         current weights (every process must call this at the same point)."""
-        return self.model if self.full_copy is None else self.full_copy.refreshed(self.accelerator, self.model)
+        return whole_copy(self.accelerator, self.model) if self.sharded else self.model
 
     def split_settings(self) -> dict:
         """How a split is evaluated: its batch size and the language of its references (`evaluate_split`)."""

@@ -19,7 +19,6 @@ from .checkpoints import check_resume_matches, read_state, resolve_resume, token
 from .criterion import TranslationCriterion
 from .data import load_pairs
 from .engines import (
-    FullCopy,
     check_engine,
     check_resume_engine,
     fit_deepspeed_config,
@@ -274,7 +273,7 @@ def setup_run(args: TrainArguments) -> Run:
         max_steps=max_steps,
         dropped=dropped,
         resume_checkpoint=resume_checkpoint,
-        full_copy=FullCopy() if shards_model(accelerator) else None,
+        sharded=shards_model(accelerator),
     )
     if resume_checkpoint:
         resume(run, resume_state)

@@ -139,12 +139,17 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
 @pytest.mark.parametrize(
     "engine", [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ("fsdp2", "zero3")]
 )
-def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, engine_runs, files, tmp_path):
-    out = engine_runs(engine)
-    resumed = tmp_path / "resumed"
+def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, files, tmp_path):
+    """With dropout: validation builds the whole copy of the weights between checkpoints, and must draw nothing from
+    the random generator that the dropout masks come from."""
+    out, resumed = tmp_path / "run", tmp_path / "resumed"
+    arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--dropout", "0.1"]
+    finished = launch(engine, [*arguments, "--output-dir", str(out)], 29571)
+    assert finished.returncode == 0, finished.stderr[-3000:]
     shutil.copytree(out / "checkpoints", resumed / "checkpoints")
-    arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--output-dir", str(resumed)]
-    finished = launch(engine, [*arguments, "--resume-from", str(resumed / "checkpoints" / "checkpoint-2")], 29571)
+    shutil.rmtree(resumed / "checkpoints" / "checkpoint-4")
+    checkpoint = resumed / "checkpoints" / "checkpoint-2"
+    finished = launch(engine, [*arguments, "--output-dir", str(resumed), "--resume-from", str(checkpoint)], 29575)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "Resumed from" in finished.stdout
     for name in ("checkpoints/checkpoint-4/model.safetensors", "model.safetensors"):
@@ -182,12 +187,22 @@ def test_a_launch_of_two_processes_that_would_train_each_alone_stops(files, tmp_
 
 
 @NEEDS_DEEPSPEED
-def test_deepspeed_with_the_cpu_flag_stops_instead_of_training_without_it(files, tmp_path):
-    finished = launch("zero2", [*flags(files), "--cpu", "--output-dir", str(tmp_path / "run")], 29574)
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        (["--cpu"], "the launch's accelerate config asks for DeepSpeed, but this run would train without it; leave "
+         "out --cpu"),
+        (["--mixed-precision", "bf16"], "--mixed-precision bf16 under DeepSpeed: its engine keeps the model's weights"),
+    ],
+    ids=["cpu", "mixed-precision"],
+)  # fmt: skip
+def test_deepspeed_stops_where_it_would_train_otherwise_than_asked(flag, message, files, tmp_path):
+    """With --cpu accelerate would train without DeepSpeed; with bf16 DeepSpeed's weights, and so the saved folder,
+    would be rounded to bf16."""
+    finished = launch("zero2", [*flags(files), *flag, "--output-dir", str(tmp_path / "run")], 29574)
     assert finished.returncode != 0
-    assert "error: the launch asked for DeepSpeed, but accelerate trains with MULTI_CPU (leave out --cpu" in (
-        finished.stderr
-    )
+    assert f"error: {message}" in finished.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 @pytest.mark.gpu
@@ -197,9 +212,9 @@ def test_fsdp_on_cuda_trains_resumes_and_writes_the_folder_one_process_writes(co
     """accelerate's own FSDP on the GPUs there are (one is enough: a group of one shards nothing, but wraps, gathers,
     saves and loads as a larger one does), against one process on one GPU without it."""
     processes = torch.cuda.device_count()
-    arguments = [*flags(files), "--gradient-accumulation-steps", str(max(1, 4 // processes))]
+    arguments = flags(files)  # one micro-batch an update on each process; the plain run accumulates them all
     plain = tmp_path / "plain"
-    assert main(["train", *arguments, "--gradient-accumulation-steps", "4", "--output-dir", str(plain)]) == 0
+    assert main(["train", *arguments, "--gradient-accumulation-steps", str(processes), "--output-dir", str(plain)]) == 0
     out, resumed = tmp_path / "fsdp", tmp_path / "resumed"
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
