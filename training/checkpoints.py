@@ -164,6 +164,14 @@ def average_checkpoints(paths: list[str]) -> dict[str, torch.Tensor]:
     return {key: (value / len(paths)).to(dtypes[key]) for key, value in total.items()}
 
 
+def load_saved_weights(model, weights: dict[str, torch.Tensor]) -> tuple[list, list] | None:
+    """Load weights as a checkpoint or a folder saves them (each tied matrix once, under the name the others are tied
+    to) into `model`; returns its (missing, unexpected) names where they do not fit, None where they do. The caller
+    ties the weights again (`tie_weights`)."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    return (missing, unexpected) if unexpected or set(missing) - set(model.all_tied_weights_keys) else None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # What a checkpoint's weights were built with, and a resume whose model or tokenizer differs refused in one line
 # ---------------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, extract_model_from_parallel
 
 from ..modeling.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .checkpoints import load_saved_weights
 
 ENGINE_VARIABLES = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}
 
@@ -183,9 +184,9 @@ def whole_copy(accelerator: Accelerator, model: torch.nn.Module) -> VanillaTrans
     copied.generation_config = copy.deepcopy(source.generation_config)
     copied.to(accelerator.device)
     if accelerator.is_main_process:
-        missing, unexpected = copied.load_state_dict(weights, strict=False)
-        if unexpected or set(missing) - set(copied.all_tied_weights_keys):
-            raise RuntimeError(f"the gathered weights do not fit the model ({missing}, {unexpected})")
+        misfit = load_saved_weights(copied, weights)
+        if misfit:
+            raise RuntimeError(f"the gathered weights do not fit the model {misfit}")
     copied.tie_weights()
     if accelerator.num_processes > 1:  # the main process's copy to the others, tensor by tensor
         seen = set()

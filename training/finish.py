@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from ..modeling.hub_vanilla_transformer import upload_folder
 from .arguments import HubArguments
-from .checkpoints import average_checkpoints, list_checkpoints
+from .checkpoints import average_checkpoints, list_checkpoints, load_saved_weights
 from .engines import describe_engine, engine_record
 from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .run import Run, TrainingStopped
@@ -62,9 +62,9 @@ def average_last_checkpoints(output_dir: str, count: int, accelerator, unwrapped
     """Load the mean of the last `count` (--average-checkpoints) checkpoints' weights into the model."""
     paths = list_checkpoints(output_dir)[-count:]
     averaged = average_checkpoints(paths)
-    missing, unexpected = unwrapped.load_state_dict(averaged, strict=False)
-    if unexpected or set(missing) - set(unwrapped.all_tied_weights_keys):
-        raise ValueError(f"--average-checkpoints: weights do not match the model ({missing}, {unexpected}).")
+    misfit = load_saved_weights(unwrapped, averaged)
+    if misfit:
+        raise ValueError(f"--average-checkpoints: weights do not match the model {misfit}.")
     unwrapped.tie_weights()
     accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
 
