@@ -1,8 +1,15 @@
 from .configuration_vanilla_transformer import (
+    STUDY_SWITCHES,
     VanillaTransformerConfig,
     check_tokenizer_matches,
     position_limit,
     target_vocabulary_size,
 )
 
-__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "target_vocabulary_size"]
+__all__ = [
+    "STUDY_SWITCHES",
+    "VanillaTransformerConfig",
+    "check_tokenizer_matches",
+    "position_limit",
+    "target_vocabulary_size",
+]

@@ -14,6 +14,11 @@ what it picks; nothing differs from the paper silently:
 Some fields exist so that models trained by other implementations of the same architecture can be imported exactly
 (`vanilla_transformer.import_checkpoint`): `position_layout`, `output_bias`, `target_vocab_size`,
 `share_decoder_embeddings`, and the "silu" activation. Their defaults are the paper's.
+
+Other fields take the architecture apart, for the studies of `vanilla-transformer ablate` (Table 3's smaller d_k, and
+the lessons: no residual connections, no LayerNorm, no 1/sqrt(d_k), no positional encoding, no decoder mask, no
+feed-forward network or no ReLU in it). They are the paper's by default, and a saved configuration holds them only
+where a model changed them (`STUDY_SWITCHES`), so that every other model's config.json is as it was.
 """
 
 from huggingface_hub.dataclasses import strict
@@ -23,6 +28,18 @@ NORM_POSITIONS = ("post", "pre")
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 ACTIVATIONS = ("relu", "gelu", "silu", "swish")  # swish is SiLU under Marian's name
 POSITION_LAYOUTS = ("interleaved", "halves", "fairseq")
+# the fields that take the architecture apart for a study, with the paper's values: left out of a saved configuration
+# that keeps them (`VanillaTransformerConfig.to_dict`)
+STUDY_SWITCHES = {
+    "d_k": None,
+    "residual": True,
+    "layer_norm": True,
+    "attention_scaling": True,
+    "positional_encoding": True,
+    "decoder_mask": True,
+    "feed_forward": True,
+    "ffn_activation": True,
+}
 
 
 @strict
@@ -64,6 +81,20 @@ class VanillaTransformerConfig(PreTrainedConfig):
         attention_bias: biases in the attention projections W^Q, W^K, W^V, W^O (the paper's formulas have none).
         init_std: standard deviation of the embedding initialisation; None means d_model ** -0.5.
         use_cache: reuse keys and values of previous decoding steps in `generate()`.
+
+    The study switches (`vanilla-transformer ablate`; every one the paper's by default, and left out of a saved
+    configuration unless changed):
+        d_k: the size of each head's queries and keys (Table 3, row B); None means d_model / h. The values keep
+            d_v = d_model / h. Another size needs eager or SDPA attention.
+        residual: the residual connection around every sub-layer (§3.1); False leaves LayerNorm(Sublayer(x)).
+        layer_norm: the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one; False leaves x + Sublayer(x).
+        attention_scaling: divide the scores by sqrt(d_k) (§3.2.1); False leaves softmax(Q K^T) V.
+        positional_encoding: add the positional encoding to the embeddings (§3.5); False leaves the sources a bag of
+            tokens to the encoder.
+        decoder_mask: hide the future positions from the decoder's self-attention (§3.2.3); False lets training read
+            the token it is asked to predict.
+        feed_forward: the position-wise feed-forward sub-layer (§3.3); False leaves attention sub-layers only.
+        ffn_activation: the feed-forward network's ReLU (or `activation`); False makes it one linear map.
     """
 
     model_type = "vanilla_transformer"
@@ -104,6 +135,14 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
     is_encoder_decoder: bool = True
     tie_word_embeddings: bool = True
+    d_k: int | None = None
+    residual: bool = True
+    layer_norm: bool = True
+    attention_scaling: bool = True
+    positional_encoding: bool = True
+    decoder_mask: bool = True
+    feed_forward: bool = True
+    ffn_activation: bool = True
 
     def __post_init__(self, **kwargs):
         model_type = kwargs.pop("model_type", self.model_type)
@@ -115,6 +154,18 @@ class VanillaTransformerConfig(PreTrainedConfig):
         self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
         self._check()
         super().__post_init__(**kwargs)
+
+    def to_dict(self) -> dict:
+        """The configuration as a dictionary, without the study switches that are the paper's (`STUDY_SWITCHES`)."""
+        output = super().to_dict()
+        for name, paper in STUDY_SWITCHES.items():
+            if output.get(name, paper) == paper:
+                output.pop(name, None)
+        return output
+
+    def changed_switches(self) -> dict:
+        """The study switches this model changes from the paper's, by name."""
+        return {name: getattr(self, name) for name, paper in STUDY_SWITCHES.items() if getattr(self, name) != paper}
 
     def _check(self) -> None:
         """Raise a `ValueError` naming the first invalid field and what it accepts."""
@@ -139,6 +190,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"VanillaTransformerConfig.{name} must be in [0, 1), got {value}.")
+        if self.d_k is not None and self.d_k <= 0:
+            raise ValueError(f"VanillaTransformerConfig.d_k must be a positive integer or None, got {self.d_k}.")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
         if self.init_std is not None and not self.init_std > 0:
@@ -233,4 +286,10 @@ def position_limit(config) -> int | None:
     return None
 
 
-__all__ = ["VanillaTransformerConfig", "check_tokenizer_matches", "position_limit", "target_vocabulary_size"]
+__all__ = [
+    "STUDY_SWITCHES",
+    "VanillaTransformerConfig",
+    "check_tokenizer_matches",
+    "position_limit",
+    "target_vocabulary_size",
+]

@@ -153,7 +153,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class TransformerEmbedding(nn.Module):
-    """Token embedding times sqrt(d_model) (§3.4) plus positional encoding (§3.5), then dropout P_drop (§5.4)."""
+    """Token embedding times sqrt(d_model) (§3.4) plus positional encoding (§3.5), then dropout P_drop (§5.4). A
+    study may leave the positions out (`config.positional_encoding`)."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
         super().__init__()
@@ -167,6 +168,7 @@ class TransformerEmbedding(nn.Module):
         else:
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
+        self.add_positions = config.positional_encoding
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -176,21 +178,24 @@ class TransformerEmbedding(nn.Module):
             raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        seq_len = inputs_embeds.shape[1]
-        end = past_len + seq_len  # one past the last position encoded here
-        positions = torch.arange(seq_len, device=inputs_embeds.device) + past_len
-        if self.max_positions is None:
-            encoding = self.embed_positions(positions, end)
-        else:
-            if not is_torchdynamo_compiling() and end > self.max_positions:
-                raise ValueError(
-                    f"the sequence reaches position {int(end)}, beyond max_position_embeddings={self.max_positions}, "
-                    "the number of learned positions; truncate the input (generate() and the translation pipeline "
-                    "do), or use sinusoidal positions, which have no limit."
-                )
-            encoding = self.embed_positions(positions)
-        x = inputs_embeds * self.scale + encoding.to(inputs_embeds.dtype)
+        x = inputs_embeds * self.scale
+        if self.add_positions:
+            x = x + self.encoding(inputs_embeds.shape[1], past_len, inputs_embeds.device).to(inputs_embeds.dtype)
         return self.dropout(x)  # (batch, seq_len, d_model)
+
+    def encoding(self, seq_len: int, past_len: int | torch.Tensor, device) -> torch.Tensor:
+        """The positional encodings of positions past_len .. past_len + seq_len - 1: (seq_len, d_model)."""
+        end = past_len + seq_len  # one past the last position encoded here
+        positions = torch.arange(seq_len, device=device) + past_len
+        if self.max_positions is None:
+            return self.embed_positions(positions, end)
+        if not is_torchdynamo_compiling() and end > self.max_positions:
+            raise ValueError(
+                f"the sequence reaches position {int(end)}, beyond max_position_embeddings={self.max_positions}, "
+                "the number of learned positions; truncate the input (generate() and the translation pipeline "
+                "do), or use sinusoidal positions, which have no limit."
+            )
+        return self.embed_positions(positions)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -233,7 +238,8 @@ class MultiHeadAttention(nn.Module):
     One module serves the three uses of §3.2.3: encoder self-attention, the decoder's masked self-attention
     (`is_causal`), and encoder-decoder attention (`is_cross_attention`: queries from the decoder, keys and values from
     the encoder output). W^Q, W^K and W^V of all heads are stacked in one (3 d_model, d_model) projection, so
-    self-attention projects its input once; cross-attention projects queries and keys/values separately. Attention
+    self-attention projects its input once; cross-attention projects queries and keys/values separately. A study may
+    make the queries and keys smaller (`config.d_k`, Table 3 row B) or leave out the 1/sqrt(d_k). Attention
     itself is the library's interface for the implementation chosen (`attention_implementation`); returns the output
     and the attention weights (None from the fused kernels), which the stacks record when asked for.
     """
@@ -242,19 +248,20 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
-        self.is_causal = is_causal
+        self.is_causal = is_causal and config.decoder_mask  # read by the library's SDPA: no mask, causal or not
         self.is_cross_attention = is_cross_attention
         self.num_heads = config.num_heads  # h
-        self.d_k = config.d_model // config.num_heads
-        self.scaling = self.d_k**-0.5  # 1 / sqrt(d_k)
+        self.d_v = config.d_model // config.num_heads
+        self.d_k = config.d_k or self.d_v
+        self.scaling = self.d_k**-0.5 if config.attention_scaling else 1.0  # 1 / sqrt(d_k)
         self.attention_dropout = config.attention_dropout
-        self.in_proj = nn.Linear(config.d_model, 3 * config.d_model, bias=config.attention_bias)  # [W^Q; W^K; W^V]
+        self.sizes = [self.num_heads * self.d_k, self.num_heads * self.d_k, config.d_model]  # of Q, K and V
+        self.in_proj = nn.Linear(config.d_model, sum(self.sizes), bias=config.attention_bias)  # [W^Q; W^K; W^V]
         self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)  # W^O
 
-    def split_heads(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
-        """(batch, len, parts * d_model) -> `parts` tensors of (batch, h, len, d_k)."""
-        batch, length, _ = x.shape
-        return x.view(batch, length, parts, self.num_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
+    def split_heads(self, x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+        """(batch, len, sum(sizes)) -> a (batch, h, len, size / h) tensor for each size: of Q, K and V, or some."""
+        return tuple(part.unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for part in x.split(sizes, -1))
 
     def forward(
         self,
@@ -266,7 +273,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, tgt_len, d_model = hidden_states.shape
         if not self.is_cross_attention:
-            query, key, value = self.split_heads(self.in_proj(hidden_states), 3)  # each (batch, h, tgt_len, d_k)
+            query, key, value = self.split_heads(self.in_proj(hidden_states), self.sizes)  # (batch, h, tgt_len, d_k)
             if cache is not None:  # append this step's keys/values to the previous steps'
                 key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
         else:
@@ -285,7 +292,7 @@ class MultiHeadAttention(nn.Module):
             dropout=self.attention_dropout if self.training else 0.0,
             **kwargs,
         )
-        output = output.reshape(batch, tgt_len, d_model)  # Concat(head_1, ..., head_h)
+        output = output.reshape(batch, tgt_len, d_model)  # Concat(head_1, ..., head_h): h d_v = d_model
         return self.out_proj(output), weights
 
     def cross_attention_inputs(
@@ -293,14 +300,14 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k). The encoder
         output does not change while decoding: its keys/values are computed once per source and kept in the cache."""
-        d_model = hidden_states.shape[-1]
-        w_q, w_kv = self.in_proj.weight.split([d_model, 2 * d_model])
-        b_q, b_kv = self.in_proj.bias.split([d_model, 2 * d_model]) if self.in_proj.bias is not None else (None,) * 2
-        (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), 1)  # (batch, h, tgt_len, d_k)
+        q_and_kv = [self.sizes[0], sum(self.sizes[1:])]
+        w_q, w_kv = self.in_proj.weight.split(q_and_kv)
+        b_q, b_kv = self.in_proj.bias.split(q_and_kv) if self.in_proj.bias is not None else (None, None)
+        (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), self.sizes[:1])  # (batch, h, tgt_len, d_k)
         layers = cache.cross_attention_cache if cache is not None else None
         if layers is not None and cache.is_updated.get(self.layer_idx):
             return query, layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
-        key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), 2)  # (batch, h, src_len, d_k)
+        key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), self.sizes[1:])  # (batch, h, src_len, .)
         if layers is not None:
             key, value = layers.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
@@ -385,7 +392,10 @@ def target_mask(
     """Decoder self-attention (§3.2.3): the query at position i may see the keys at positions <= i, and no padding.
     With a cache the queries continue its positions, and with a fixed-size (static) one its slots beyond the current
     position are hidden the same way. None where the kernel applies causality itself (SDPA's `is_causal`, flash
-    attention) or where one new query may see every key."""
+    attention) or where one new query may see every key. A study without the decoder mask (`config.decoder_mask`)
+    hides padding only, as in the encoder."""
+    if not config.decoder_mask:
+        return source_mask(config, implementation, x, attention_mask)
     one_step = x.shape[1] == 1 and cache is not None and not cache.is_compileable  # after the cached positions
     if implementation in ("sdpa", "eager") and one_step and hides_nothing(attention_mask, x):
         return None
@@ -407,12 +417,12 @@ def target_mask(
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately (§3.3); `config.activation` may
-    replace the ReLU max(0, .) with GELU or SiLU."""
+    replace the ReLU max(0, .) with GELU or SiLU, and a study may leave it out (`config.ffn_activation`)."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.w_1 = nn.Linear(config.d_model, config.d_ff)
-        self.activation = ACT2FN[config.activation]
+        self.activation = ACT2FN[config.activation] if config.ffn_activation else nn.Identity()
         self.dropout = Dropout(config.activation_dropout)
         self.w_2 = nn.Linear(config.d_ff, config.d_model)
 
@@ -430,18 +440,24 @@ class AddNorm(nn.Module):
 
     post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
     pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
+
+    A study may take out the residual (`config.residual`: the x + goes) or the LayerNorm (`config.layer_norm`).
     """
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.layer_norm else nn.Identity()
+        )
         self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm_position == "pre"
+        self.residual = config.residual
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        residual = x if self.residual else 0.0
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.layer_norm(x)))
-        return self.layer_norm(x + self.dropout(sublayer(x)))
+            return residual + self.dropout(sublayer(self.layer_norm(x)))
+        return self.layer_norm(residual + self.dropout(sublayer(x)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -456,12 +472,12 @@ class EncoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.self_attn = MultiHeadAttention(config, layer_idx)
         self.self_attn_norm = AddNorm(config)
-        self.ffn = PositionwiseFeedForward(config)
-        self.ffn_norm = AddNorm(config)
+        self.ffn = PositionwiseFeedForward(config) if config.feed_forward else None  # a study may leave it out
+        self.ffn_norm = AddNorm(config) if config.feed_forward else None
 
     def forward(self, x: torch.Tensor, mask, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
         x = self.self_attn_norm(x, lambda x: self.self_attn(x, attention_mask=mask, **kwargs)[0])
-        return self.ffn_norm(x, self.ffn)  # (batch, src_len, d_model)
+        return self.ffn_norm(x, self.ffn) if self.ffn is not None else x  # (batch, src_len, d_model)
 
 
 class DecoderLayer(GradientCheckpointingLayer):
@@ -473,8 +489,8 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.self_attn_norm = AddNorm(config)
         self.cross_attn = MultiHeadAttention(config, layer_idx, is_cross_attention=True)
         self.cross_attn_norm = AddNorm(config)
-        self.ffn = PositionwiseFeedForward(config)
-        self.ffn_norm = AddNorm(config)
+        self.ffn = PositionwiseFeedForward(config) if config.feed_forward else None  # a study may leave it out
+        self.ffn_norm = AddNorm(config) if config.feed_forward else None
 
     def forward(
         self,
@@ -489,7 +505,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         x = self.cross_attn_norm(
             x, lambda x: self.cross_attn(x, encoder_hidden_states, cross_attn_mask, cache, **kwargs)[0]
         )
-        return self.ffn_norm(x, self.ffn)  # (batch, tgt_len, d_model)
+        return self.ffn_norm(x, self.ffn) if self.ffn is not None else x  # (batch, tgt_len, d_model)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -575,7 +591,8 @@ class Stack(VanillaTransformerPreTrainedModel):
         super().__init__(config)
         self.embed = TransformerEmbedding(config, embed_tokens)
         self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
-        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_position == "pre" else None
+        pre_norm = config.norm_position == "pre" and config.layer_norm
+        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if pre_norm else None
         self.post_init()
 
     def init_weights(self):

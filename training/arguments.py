@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
+from .argument_checks import check_outputs, check_sources
 from .argument_types import (
     ArgumentParser,
     ArgumentsError,
@@ -24,6 +25,7 @@ from .argument_types import (
     option,
 )
 from .presets import PRESETS
+from .switch_arguments import SwitchArguments, check_switches
 
 PRESET_HELP = "(default: the preset's)"
 
@@ -215,6 +217,11 @@ class CheckpointArguments(Checked):
     )
     eval_steps: NonNegativeInt | None = option(help=f"greedy validation BLEU every N steps; 0 disables {PRESET_HELP}")
     log_steps: PositiveInt = option(10, help="the token rate is measured over this many updates")
+    layer_gradients: NonNegativeInt = option(
+        0,
+        help="record in metrics.jsonl, for the first N updates, the gradient norm of each stack's first and last "
+        "layer before clipping (whether the gradient reaches the early layers; `ablate` reports it)",
+    )
     report_to: list[str] = option(
         ["tensorboard"], help="Accelerate trackers ('none' for none); tensorboard is used when installed"
     )
@@ -262,11 +269,8 @@ TRAIN_ARGUMENT_GROUPS = (
     CheckpointArguments,
     HubArguments,
     EvaluationArguments,
+    SwitchArguments,
 )
-
-
-def group_field(kind: type) -> dataclasses.Field:
-    return field(default_factory=kind)
 
 
 @dataclass(frozen=True)
@@ -274,14 +278,15 @@ class TrainArguments:
     """Every option of `vanilla-transformer train`, kept in its groups (see each group for its options' help).
     `TrainArguments.from_options(max_steps=100, d_model=64)` routes options by name to their groups."""
 
-    data: DataArguments = group_field(DataArguments)
-    run: RunArguments = group_field(RunArguments)
-    model: ModelArguments = group_field(ModelArguments)
-    tokenizer: TokenizerArguments = group_field(TokenizerArguments)
-    optimisation: OptimisationArguments = group_field(OptimisationArguments)
-    checkpoints: CheckpointArguments = group_field(CheckpointArguments)
-    hub: HubArguments = group_field(HubArguments)
-    evaluation: EvaluationArguments = group_field(EvaluationArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    run: RunArguments = field(default_factory=RunArguments)
+    model: ModelArguments = field(default_factory=ModelArguments)
+    tokenizer: TokenizerArguments = field(default_factory=TokenizerArguments)
+    optimisation: OptimisationArguments = field(default_factory=OptimisationArguments)
+    checkpoints: CheckpointArguments = field(default_factory=CheckpointArguments)
+    hub: HubArguments = field(default_factory=HubArguments)
+    evaluation: EvaluationArguments = field(default_factory=EvaluationArguments)
+    switches: SwitchArguments = field(default_factory=SwitchArguments)
 
     @classmethod
     def from_options(cls, **options) -> "TrainArguments":
@@ -322,47 +327,6 @@ def option_groups() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Resolving: the preset's values where no flag was given, and the flags checked against each other
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def check_sources(data: DataArguments, tokenizer: TokenizerArguments) -> None:
-    """The data and tokenizer flags, each pair that cannot go together named."""
-    if data.dataset_name and data.train_file:
-        raise ArgumentsError("--dataset-name and --train-file are mutually exclusive: give one source of data")
-    if (data.validation_file or data.test_file) and not data.train_file:
-        raise ArgumentsError("--validation-file/--test-file need --train-file")
-    if data.dataset_config and not data.dataset_name:
-        raise ArgumentsError("--dataset-config needs --dataset-name")
-    if tokenizer.tokenizer_name and tokenizer.vocab_size:
-        raise ArgumentsError("--vocab-size trains a new tokenizer; it cannot be combined with --tokenizer-name")
-    if tokenizer.tokenizer_name and tokenizer.lowercase:
-        raise ArgumentsError(
-            "--lowercase applies to a tokenizer trained here; it cannot be combined with --tokenizer-name"
-        )
-    if data.streaming and data.uses_embedded_task:
-        raise ArgumentsError("--streaming reads --train-file or --dataset-name; the embedded task is in memory")
-    if data.source_lang == data.target_lang:
-        raise ArgumentsError(f"--source-lang and --target-lang are both {data.source_lang!r}")
-
-
-def check_outputs(hub: HubArguments, evaluation: EvaluationArguments, checkpoints: CheckpointArguments, data) -> None:
-    """The Hub, evaluation and checkpoint flags, each pair that cannot go together named."""
-    if hub.push_to_hub and not hub.hub_model_id:
-        raise ArgumentsError("--push-to-hub needs --hub-model-id NAME (e.g. user/vanilla-transformer-en-de)")
-    if hub.hub_model_id and not hub.push_to_hub:
-        raise ArgumentsError("--hub-model-id is only used with --push-to-hub")
-    if evaluation.tune_length_penalty and evaluation.num_beams == 1:
-        raise ArgumentsError("--tune-length-penalty needs beam search (--num-beams > 1); greedy search ignores it")
-    if evaluation.tune_length_penalty and data.train_file and not data.validation_file:
-        raise ArgumentsError("--tune-length-penalty picks on the validation split: give --validation-file")
-    if checkpoints.tune_averaging and checkpoints.average_checkpoints == 1:
-        raise ArgumentsError("--tune-averaging compares the average with the last update: give --average-checkpoints N")
-    if checkpoints.tune_averaging and data.train_file and not data.validation_file:
-        raise ArgumentsError("--tune-averaging picks on the validation split: give --validation-file")
-    if checkpoints.average_checkpoints > checkpoints.keep_checkpoints:
-        raise ArgumentsError(
-            f"--average-checkpoints {checkpoints.average_checkpoints} needs at least as many kept checkpoints "
-            f"(--keep-checkpoints {checkpoints.keep_checkpoints})"
-        )
 
 
 def preset_origin(name: str, preset: str, from_preset: set[str]) -> str:
@@ -411,6 +375,7 @@ def resolve(args: TrainArguments) -> TrainArguments:
     data, evaluation, report_to = args.data, args.evaluation, args.checkpoints.report_to
     check_sources(data, args.tokenizer)
     check_outputs(args.hub, evaluation, args.checkpoints, data)
+    check_switches(args.switches, args.model.init_from)
     preset = args.run.preset or ("numbers" if data.uses_embedded_task else "small")
     if args.model.init_from:  # the folder's architecture and tokenizer
         from .finetuning import options_from_folder  # the command line's parsers load this file alone

@@ -102,10 +102,11 @@ def bpe_settings(data: DataArguments, options: TokenizerArguments, seed: int, pa
 
 
 def build_model(
-    sizes: ModelArguments, data: DataArguments, generation: GenerationArguments, tokenizer
+    sizes: ModelArguments, data: DataArguments, generation: GenerationArguments, tokenizer, switches: dict | None = None
 ) -> VanillaTransformerForConditionalGeneration:
     """A new model of these sizes for `tokenizer` (with --init-from: the folder's model), its positions covering
-    `data`'s length limits, and its generation config the evaluation's beam search."""
+    `data`'s length limits, and its generation config the evaluation's beam search; `switches`, the study switches
+    changed (`SwitchArguments.changed`), take the new model's architecture apart."""
     if sizes.init_from:
         model = model_from_folder(sizes.init_from, {name: getattr(sizes, name) for name in DROPOUTS}, tokenizer)
         limit, needed = position_limit(model.config), trained_positions(data)
@@ -134,6 +135,7 @@ def build_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
+        **(switches or {}),
     )
     model = VanillaTransformerForConditionalGeneration(config)
     model.generation_config = generation_config(generation, data.max_target_length, config)

@@ -90,10 +90,12 @@ def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> to
     return totals
 
 
-def train_update(run: Run, group: list[dict]) -> torch.Tensor:
+def train_update(run: Run, group: list[dict]) -> tuple[torch.Tensor, dict]:
     """One optimizer update over its micro-batches: accumulate, clip, step; returns the update's totals (see
-    `accumulate_gradients`). A non-finite loss stops the run before the update is applied, naming the last good
-    checkpoint."""
+    `accumulate_gradients`) and what was measured of it: its seconds, and for the first --layer-gradients updates the
+    gradient norms of the stacks' first and last layers before clipping. A non-finite loss stops the run before the
+    update is applied, naming the last good checkpoint."""
+    started = time.time()
     try:
         totals = accumulate_gradients(run.accelerator, run.model, run.criterion, group)
     except NonFiniteLoss as error:
@@ -103,13 +105,33 @@ def train_update(run: Run, group: list[dict]) -> torch.Tensor:
             f"checkpoint is {last[-1] if last else 'none (no checkpoint was saved yet)'}; resume from it "
             "with a lower --lr or more --warmup-steps."
         ) from error
+    measured = (
+        layer_gradient_norms(run.accelerator.unwrap_model(run.model))
+        if run.step < run.checkpoints.layer_gradients
+        else {}
+    )
     if run.optimisation.clip_norm > 0:
         run.accelerator.clip_grad_norm_(run.model.parameters(), run.optimisation.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad()
     run.scheduler.step()
     run.step += 1
-    return totals
+    return totals, {"update_seconds": round(time.time() - started, 4), **measured}
+
+
+def layer_gradient_norms(model) -> dict[str, float]:
+    """The L2 norm of the gradient of each stack's first and last layer (`grad_norm_encoder_first`, ...): whether
+    the gradient reaches the early layers (§3.1's residual connections). Parameters without a gradient here (under
+    DeepSpeed the engine keeps them) count as none."""
+    norms = {}
+    for stack in ("encoder", "decoder"):
+        layers = getattr(model.model, stack).layers
+        for position, layer in (("first", layers[0]), ("last", layers[-1])):
+            squares = [p.grad.detach().float().pow(2).sum() for p in layer.parameters() if p.grad is not None]
+            norms[f"grad_norm_{stack}_{position}"] = (
+                round(torch.stack(squares).sum().sqrt().item(), 6) if squares else None
+            )
+    return norms
 
 
 @dataclasses.dataclass
@@ -120,8 +142,9 @@ class Throughput:
     start: float = dataclasses.field(default_factory=time.time)
 
 
-def update_record(run: Run, totals: torch.Tensor, window: Throughput, progress) -> dict:
-    """The metrics.jsonl record of the update just made, with the token rate every --log-steps updates."""
+def update_record(run: Run, totals: torch.Tensor, measured: dict, window: Throughput, progress) -> dict:
+    """The metrics.jsonl record of the update just made (with what `train_update` `measured`), with the token rate
+    every --log-steps updates."""
     loss_sum, nll_sum, tokens = totals.tolist()
     window.tokens += tokens
     record = {
@@ -131,6 +154,7 @@ def update_record(run: Run, totals: torch.Tensor, window: Throughput, progress) 
         "nll_loss": round(nll_sum / tokens, 4),
         "lr": run.scheduler.get_last_lr()[0],
         "target_tokens": int(tokens),
+        **measured,
     }
     if run.step % run.checkpoints.log_steps == 0 or run.step == run.max_steps:
         elapsed = time.time() - window.start
@@ -192,9 +216,9 @@ def run_updates(run: Run) -> None:
     while run.step < run.max_steps:
         for group in epoch_updates(run):
             run.batches_done += len(group)
-            totals = train_update(run, group)
+            totals, measured = train_update(run, group)
             progress.update(1)
-            record = update_record(run, totals, window, progress)
+            record = update_record(run, totals, measured, window, progress)
             if eval_steps and run.step % eval_steps == 0 and "validation" in run.tokenized:
                 validate(run, record)
             log_metrics(run.output_dir, run.accelerator, record)

@@ -35,7 +35,8 @@ class Preset:
 PAPER = VanillaTransformerConfig()  # the paper's base model: the configuration's defaults
 
 
-# "numbers" trains the embedded task quickly on a CPU; "small" suits Multi30k-sized corpora; "tiny" is the
+# "numbers" trains the embedded task quickly on a CPU, "study" more quickly still, for the many runs of a study;
+# "small" suits Multi30k-sized corpora; "tiny" is the
 # Transformer-Tiny of Wu et al. (2021), the best text-only Multi30k model, with their learning rate and warm-up, and
 # a schedule sized for a CPU run of the Multi30k recipe (two single-thread processes of 2048 tokens; its duration is
 # in training/recipes/RESULTS.md); "base" is the paper's base model and schedule (§5.3).
@@ -48,6 +49,14 @@ PRESETS = {
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
         vocab_size=200, max_tokens=4096, warmup_steps=200, lr=2e-3, max_steps=600, num_epochs=None,
         eval_steps=300, save_steps=300, max_source_length=32, max_target_length=32,
+    ),
+    # study: the embedded task at a size whose run takes about a minute on one CPU core, for the many runs of
+    # `vanilla-transformer ablate`; validation every 25 updates shows how fast each variant learns
+    "study": Preset(
+        d_model=64, num_heads=4, d_ff=256, encoder_layers=2, decoder_layers=2,
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+        vocab_size=200, max_tokens=1024, warmup_steps=100, lr=2e-3, max_steps=300, num_epochs=None,
+        eval_steps=25, save_steps=0, max_source_length=32, max_target_length=32,
     ),
     "small": Preset(
         d_model=256, num_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3,

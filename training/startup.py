@@ -235,7 +235,7 @@ def setup_run(args: TrainArguments) -> Run:
     prepared = prepare_data(data, args.tokenizer, args.run, learned, bool(checkpoints.resume_from), accelerator)
     raw, tokenizer, tokenized, rows, dropped = prepared
     trim_freed_memory()
-    model = build_model(args.model, data, args.evaluation, tokenizer)
+    model = build_model(args.model, data, args.evaluation, tokenizer, args.switches.changed())
     identity = tokenizer_identity(tokenizer, args.tokenizer)
     if resume_checkpoint:  # refused before any engine wraps the model: its sizes, tokenizer, engine
         longest = max(data.max_source_length, data.max_target_length)

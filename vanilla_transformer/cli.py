@@ -1,4 +1,4 @@
-"""The `vanilla-transformer` command: train, evaluate, translate, export, attention, demo, import, plot.
+"""The `vanilla-transformer` command: train, evaluate, translate, export, attention, demo, import, plot, ablate.
 
 Each command is a module of `vanilla_transformer.commands`, its parser beside its handler; this module builds the
 top parser, registers them, and runs the one named. Library functions raise exceptions and the handlers turn the
@@ -11,6 +11,7 @@ import argparse
 import sys
 from importlib.metadata import version
 
+from .commands.ablate import ablate_command_parser
 from .commands.attention import attention_command_parser
 from .commands.demo import demo_command_parser
 from .commands.evaluate import evaluate_command_parser
@@ -31,6 +32,7 @@ COMMANDS = (
     demo_command_parser,
     import_command_parser,
     plot_command_parser,
+    ablate_command_parser,
 )
 
 

@@ -109,6 +109,11 @@ def transformer_spec(model, tokenizer, rows: int):
     from ctranslate2.specs import transformer_spec as specs
 
     config = model.config
+    if config.changed_switches():
+        raise ExportError(
+            f"the model changes the architecture ({config.changed_switches()}, a study's switches); ctranslate2 runs "
+            "the paper's Transformer only."
+        )
     activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
     activations["silu"] = activations["swish"] = common_spec.Activation.SWISH
     if config.activation not in activations:

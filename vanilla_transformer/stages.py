@@ -170,7 +170,12 @@ def top_tokens(tokenizer, logits: torch.Tensor, k: int = 5) -> list[list[tuple[s
 def trace_stages(
     model, tokenizer, source: str, target: str | None = None, num_beams: int = 5, max_new_tokens: int = 64, k: int = 5
 ) -> Stages:
-    """Translate `source` (or force-decode `target`) and record every stage of Figure 1 on the way."""
+    """Translate `source` (or force-decode `target`) and record every stage of Figure 1 on the way. A model that a
+    study took apart (`VanillaTransformerConfig.changed_switches`) is refused with a `ValueError`: its stages are not
+    those of Figure 1."""
+    changed = model.config.changed_switches()
+    if changed:
+        raise ValueError(f"the model changes Figure 1 ({changed}); the stages are traced for the paper's architecture")
     model.eval()
     recorder = Recorder(model)
     maps = attention_maps(model, tokenizer, source, target, num_beams, max_new_tokens, during_forward=recorder)

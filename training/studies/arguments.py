@@ -1,0 +1,34 @@
+"""The flags `vanilla-transformer ablate` adds to train's: which studies, how many seeds, where, how many runs at
+once; train's own flags set the base run every variant changes."""
+
+from dataclasses import dataclass
+
+from ..argument_types import Checked, NonNegativeFloat, PositiveInt, option
+from .variants import STUDIES
+
+
+@dataclass(frozen=True)
+class StudyArguments(Checked):
+    _argument_group_name = "study (the other flags are train's, and set the base run)"
+
+    study: list[str] = option(
+        list(STUDIES), help="the studies to run: Table 3's rows, the lessons, or both", choices=tuple(STUDIES)
+    )
+    seeds: PositiveInt = option(3, help="runs of each variant, with --seed and the seeds after it")
+    study_dir: str | None = option(
+        help="where the runs, their logs, the tables and the figure are written; run again, the study resumes there "
+        "(default: studies/<task>)"
+    )
+    jobs: PositiveInt = option(
+        1, help="runs trained at once, as processes sharing the CPU cores (with one GPU, keep 1)"
+    )
+    threshold: NonNegativeFloat | None = option(
+        help="the validation score whose first update the table reports (how fast a variant learns) (default: 90%% "
+        "of the base runs' best greedy validation score)"
+    )
+    gradient_updates: PositiveInt = option(
+        50, help="the early updates whose layer gradient norms the table reports (train's --layer-gradients)"
+    )
+
+
+__all__ = ["StudyArguments"]

@@ -1,0 +1,181 @@
+"""The runs of a study: planned from the base run's options and the studies' variants (one `vanilla-transformer train`
+command line per variant and seed), trained a few at a time as separate processes, each in its own folder, and
+skipped when a folder already holds its finished run, so that an interrupted study resumes where it stopped."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from ..argument_types import ArgumentsError, flag_name
+from ..arguments import TrainArguments, resolve
+from .variants import Variant
+
+RECORD = "study_run.json"  # in each run's folder: the options it was trained with, and how it ended
+RUN_OVERRIDES = {"overwrite_output_dir": True, "report_to": ["none"], "show_samples": 0, "push_to_hub": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One training run of a study: a variant (its `key` names the folder) with one seed, and its options."""
+
+    key: str
+    seed: int
+    options: dict  # every option of the train command, as the run resolves them
+    folder: str
+
+    def flags(self) -> list[str]:
+        """The train command's flags for these options: each one that differs from train's default."""
+        return train_flags(self.options)
+
+    def command_line(self) -> str:
+        """The run as a reader would type it."""
+        return " ".join(["vanilla-transformer", "train", *self.flags()])
+
+
+def train_flags(options: dict) -> list[str]:
+    """`vanilla-transformer train` flags giving `options` (by name), those at train's defaults left out."""
+    flags = []
+    for name, default in TrainArguments().options().items():
+        value = options[name]
+        if value == default or value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag_name(name) if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, list):
+            flags += [flag_name(name), *map(str, value)]
+        else:
+            flags += [flag_name(name), str(value)]
+    return flags
+
+
+def plan_runs(base: dict, studies: dict[str, tuple[Variant, ...]], seeds: int, study_dir: str) -> dict:
+    """Each study's variants with their runs: {study: [(variant, [PlannedRun per seed] or None), ...]}, from the base
+    run's options as train resolves them (`resolve(...).options()`). A variant that does not apply to the base gets
+    None; one whose options are the base's shares the base's runs. The seeds are the base's --seed and the next
+    ones. Raises `ArgumentsError` naming a variant whose options cannot train."""
+    planned, by_options = {}, {}
+    for study, variants in studies.items():
+        planned[study] = []
+        for variant in variants:
+            changes = variant.options(base)
+            if changes is None:
+                planned[study].append((variant, None))
+                continue
+            identity = json.dumps({**base, **changes}, sort_keys=True, default=str)
+            if identity not in by_options:
+                seeded = range(base["seed"], base["seed"] + seeds)
+                by_options[identity] = [planned_run(variant, {**base, **changes}, seed, study_dir) for seed in seeded]
+            planned[study].append((variant, by_options[identity]))
+    return planned
+
+
+def planned_run(variant: Variant, options: dict, seed: int, study_dir: str) -> PlannedRun:
+    """One variant's run (its `options`) with one seed, the options resolved as the train command resolves them."""
+    folder = os.path.join(study_dir, "runs", variant.key, f"seed-{seed}")
+    try:
+        arguments = TrainArguments.from_options(**{**options, "seed": seed, "output_dir": folder, **RUN_OVERRIDES})
+        options = resolve(arguments).options()
+    except (ArgumentsError, ValueError) as error:
+        raise ArgumentsError(f"the variant {variant.key!r} cannot train: {error}") from None
+    return PlannedRun(variant.key, seed, options, folder)
+
+
+def read_record(folder: str) -> dict | None:
+    """The study's record of a run folder: None where the run never finished (or never started)."""
+    try:
+        with open(os.path.join(folder, RECORD)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def check_finished_run(run: PlannedRun, record: dict) -> None:
+    """A finished run in the folder must be this run: the same options, else the study would mix two bases."""
+    wanted = json.loads(json.dumps(run.options))
+    differ = sorted(name for name in wanted if name != "output_dir" and record["options"].get(name) != wanted[name])
+    if differ:
+        raise ArgumentsError(
+            f"{run.folder} holds a run trained with other options ({', '.join(differ)}); give another --study-dir, "
+            "or the flags the study was started with"
+        )
+
+
+def unique_runs(planned: dict) -> list[PlannedRun]:
+    """Every run of the plan once, in the order of the studies and their variants."""
+    runs = {}
+    for variants in planned.values():
+        for _, seeded in variants:
+            for run in seeded or ():
+                runs.setdefault(run.folder, run)
+    return list(runs.values())
+
+
+def threads_per_job(jobs: int) -> int:
+    """The CPU threads of each of `jobs` runs at once: the cores shared out."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def start_run(run: PlannedRun, log_dir: str, threads: int) -> tuple[subprocess.Popen, float]:
+    """Start the run's train command as a process of its own, its output in the study's logs folder."""
+    os.makedirs(log_dir, exist_ok=True)
+    log = open(os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log"), "w")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    command = [sys.executable, "-m", "vanilla_transformer", "train", *run.flags()]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    log.close()
+    return process, time.time()
+
+
+def end_run(run: PlannedRun, returncode: int, seconds: float, log_dir: str) -> dict:
+    """The record of a run that ended: finished (0), or stopped on purpose (1: a non-finite loss, a result of the
+    study). Bad input or a crash raises, naming the log."""
+    log = os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log")
+    if returncode not in (0, 1):
+        raise RuntimeError(f"the run {run.folder} failed (exit status {returncode}); its output is in {log}")
+    status = "finished" if returncode == 0 else "stopped: " + last_error_line(log)
+    record = {"options": run.options, "status": status, "seconds": round(seconds, 1), "command": run.command_line()}
+    with open(os.path.join(run.folder, RECORD) + ".tmp", "w") as handle:
+        json.dump(record, handle, indent=1)
+    os.replace(os.path.join(run.folder, RECORD) + ".tmp", os.path.join(run.folder, RECORD))
+    return record
+
+
+def last_error_line(log: str) -> str:
+    with open(log, errors="replace") as handle:
+        lines = [line.strip() for line in handle.read().replace("\r", "\n").splitlines() if line.startswith("error:")]
+    return lines[-1].removeprefix("error:").strip() if lines else "no error line in the log"
+
+
+def train_runs(runs: list[PlannedRun], jobs: int, log_dir: str, report: Callable[[PlannedRun, dict, bool], None]):
+    """Train the runs not finished yet, `jobs` at a time, calling `report(run, record, trained)` as each one ends.
+    Runs already recorded as ended are skipped (after checking they are these runs), and reported first."""
+    waiting = []
+    for run in runs:
+        record = read_record(run.folder)
+        if record is None:
+            waiting.append(run)
+        else:
+            check_finished_run(run, record)
+            report(run, record, False)
+    threads, running = threads_per_job(jobs), {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                run = waiting.pop(0)
+                running[run.folder] = (run, *start_run(run, log_dir, threads))
+            time.sleep(0.5)
+            for folder, (run, process, started) in list(running.items()):
+                if process.poll() is not None:
+                    del running[folder]
+                    report(run, end_run(run, process.returncode, time.time() - started, log_dir), True)
+    finally:
+        for _, process, _ in running.values():  # interrupted: the unfinished runs are trained again on resume
+            process.terminate()
+            process.wait()
+
+
+__all__ = ["PlannedRun", "plan_runs", "train_runs", "unique_runs", "read_record", "train_flags", "RECORD"]

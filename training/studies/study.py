@@ -1,0 +1,68 @@
+"""A study from end to end: plan its runs from the base run's options, train those not finished yet (printing the
+progress), then read every run, write the tables and draw the figure."""
+
+import dataclasses
+import os
+import time
+
+from .arguments import StudyArguments
+from .figures import draw_studies
+from .results import default_threshold, reach, run_figures, variant_row, write_results
+from .runs import PlannedRun, plan_runs, train_runs, unique_runs
+from .variants import STUDIES
+
+
+class Progress:
+    """A line for each run that ends: which, how, and the study's time so far and left (estimated from the runs
+    trained in this session; runs that ended before it count as done)."""
+
+    def __init__(self, total: int, write=print):
+        self.total, self.done, self.trained, self.started, self.write = total, 0, 0, time.time(), write
+
+    def report(self, run: PlannedRun, record: dict, trained: bool) -> None:
+        self.done, self.trained = self.done + 1, self.trained + trained
+        elapsed = time.time() - self.started
+        left = elapsed / self.trained * (self.total - self.done) if self.trained else 0.0
+        when = f"in {record['seconds']:.0f} s" if trained else "before"
+        self.write(
+            f"[{self.done}/{self.total}] {run.key} seed {run.seed}: {record['status']} {when}; "
+            f"study {elapsed / 60:.1f} min so far, about {left / 60:.0f} min left"
+        )
+
+
+def run_study(base: dict, study: StudyArguments, write=print) -> list[str]:
+    """Train the study's runs not finished yet and write its results; returns the paths written. `base` holds the
+    base run's options as train resolves them."""
+    studies = {name: STUDIES[name] for name in study.study}
+    planned = plan_runs(base, studies, study.seeds, study.study_dir)
+    runs = unique_runs(planned)
+    write(f"{len(runs)} runs ({study.seeds} seeds of each variant) in {study.study_dir}, {study.jobs} at a time")
+    train_runs(runs, study.jobs, os.path.join(study.study_dir, "logs"), Progress(len(runs), write).report)
+    return tabulate(planned, study)
+
+
+def tabulate(planned: dict, study: StudyArguments) -> list[str]:
+    """The tables (results.md, .csv, .json) and the figure (results.png) of the planned runs, all of them ended."""
+    figures = {run.folder: run_figures(run) for run in unique_runs(planned)}
+    base_runs = next(seeded for variants in planned.values() for variant, seeded in variants if variant.key == "base")
+    threshold = study.threshold
+    if threshold is None:
+        threshold = default_threshold([figures[run.folder] for run in base_runs])
+    for run in figures.values():
+        reach(run, threshold)
+    tables, by_variant = {}, {}
+    for name, variants in planned.items():
+        tables[name] = []
+        for variant, seeded in variants:
+            if seeded is None:  # not applicable to this base (8 heads of a 12-wide model)
+                continue
+            if seeded is base_runs and variant.key != "base":
+                variant = dataclasses.replace(variant, label=f"{variant.label} (the base)")
+            by_variant[variant.key] = [figures[run.folder] for run in seeded]
+            tables[name].append(variant_row(name, variant, by_variant[variant.key]))
+    metric = next(iter(figures.values()))["metric"]
+    paths = write_results(study.study_dir, tables, metric, threshold)
+    return paths + [draw_studies(study.study_dir, tables, by_variant, metric)]
+
+
+__all__ = ["run_study", "tabulate", "Progress"]

@@ -1,0 +1,72 @@
+"""`vanilla-transformer ablate`: test the paper's claims with one command. A study (Table 3's rows, the lessons of
+the architecture) trains variants of a base run, each changing one thing, with several seeds each; then it writes
+the table of their scores beside the claims, and a figure. Its flags are train's, which set the base run (the
+embedded task with `--preset study` unless given), and the study's own (`StudyArguments`)."""
+
+import argparse
+import dataclasses
+import os
+
+from ..training.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
+from ..training.studies.arguments import StudyArguments
+from .failures import reported_as
+
+NOT_FOR_A_STUDY = {  # train's options a study sets for each run itself, and what to give instead
+    "output_dir": "--study-dir",
+    "resume_from": "ablate again with the same --study-dir (finished runs are kept)",
+    "overwrite_output_dir": "another --study-dir",
+    "push_to_hub": "vanilla-transformer train --push-to-hub for the run you want to share",
+}
+
+
+def ablate_command_parser(subparsers) -> argparse.ArgumentParser:
+    ablate = subparsers.add_parser(
+        "ablate",
+        dataclass_types=(StudyArguments, *TRAIN_ARGUMENT_GROUPS),
+        help="run a study of the paper's claims: variants of a base run, several seeds each, one table",
+        description="Train variants of a base run that each change one thing (Table 3's rows: heads, d_k, size, "
+        "regularisation, positions; the lessons: no residual, no LayerNorm, pre-norm, no scaling, no positions, no "
+        "decoder mask, no FFN or no ReLU), several seeds each, and write the table of their scores and a figure. "
+        "Train's flags set the base run: the embedded task with --preset study unless given.",
+    )
+    ablate.set_defaults(func=ablate_command, refuse=ablate.error)
+    return ablate
+
+
+def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
+    """The base run's options as train resolves them: the embedded task at --preset study unless a preset or data
+    is given, and the layer gradients recorded for the study. Raises `ValueError` naming a flag a study sets."""
+    args = TrainArguments.from_namespace(namespace)
+    defaults = TrainArguments().options()
+    for name, instead in NOT_FOR_A_STUDY.items():
+        if args.options()[name] != defaults[name]:
+            raise ValueError(f"--{name.replace('_', '-')}: a study sets it for each of its runs; use {instead}")
+    if args.run.preset is None and args.data.uses_embedded_task:
+        args = args.replace(preset="study")
+    if args.checkpoints.layer_gradients == 0:
+        args = args.replace(layer_gradients=study.gradient_updates)
+    return resolve(args).options()
+
+
+def study_folder(study: StudyArguments, base: dict) -> StudyArguments:
+    """The study with its folder: --study-dir, else studies/<task> beside the runs/ of train."""
+    if study.study_dir:
+        return study
+    task = os.path.basename(os.path.normpath(base["output_dir"]))
+    return dataclasses.replace(study, study_dir=os.path.join("studies", task))
+
+
+def ablate_command(namespace: argparse.Namespace) -> int:
+    """Resolve the flags (a bad combination: ablate's usage and status 2), then run the study: a run that fails
+    for a reason other than its own training stopping ends the study with status 1."""
+    try:
+        study = StudyArguments.from_namespace(namespace)
+        base = base_options(namespace, study)
+    except ValueError as error:
+        namespace.refuse(str(error))
+    from ..training.studies.study import run_study
+
+    with reported_as(1, RuntimeError), reported_as(2, ValueError):
+        for path in run_study(base, study_folder(study, base)):
+            print(path)
+    return 0
