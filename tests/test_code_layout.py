@@ -207,8 +207,9 @@ def test_using_a_model_loads_no_training_code():
 
 
 def test_the_command_line_loads_only_the_training_flags_until_a_training_command_runs():
-    """Building every command's parser reads the training stack's argument dataclasses, nothing else of it: the
-    training loop, data and evaluation are imported by the handlers of train, evaluate and plot when they run."""
+    """Building every command's parser reads the training stack's argument dataclasses (and the names of ablate's
+    studies), nothing else of it: the training loop, data and evaluation are imported by the handlers of train,
+    evaluate, plot and ablate when they run."""
     probe = (
         "import sys, vanilla_transformer.cli\n"
         "vanilla_transformer.cli.build_parser()\n"
@@ -218,9 +219,14 @@ def test_the_command_line_loads_only_the_training_flags_until_a_training_command
     assert done.stdout.strip() == str(
         [
             "vanilla_transformer.training",
+            "vanilla_transformer.training.argument_checks",
             "vanilla_transformer.training.argument_types",
             "vanilla_transformer.training.arguments",
             "vanilla_transformer.training.presets",
+            "vanilla_transformer.training.studies",
+            "vanilla_transformer.training.studies.arguments",
+            "vanilla_transformer.training.studies.variants",
+            "vanilla_transformer.training.switch_arguments",
         ]
     )
 

@@ -222,13 +222,26 @@ def architecture(config, num_parameters: int) -> dict:
         else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
         "d_model": config.d_model,
         "num_heads": config.num_heads,
-        "d_k": config.d_model // config.num_heads,
+        "d_k": getattr(config, "d_k", None) or config.d_model // config.num_heads,
         "d_ff": config.d_ff,
         "dropout": config.dropout,
         "vocab_size": config.vocab_size,
         "shared": "yes" if config.share_embeddings else "no",
         "parameters": f"{num_parameters:,}",
+        "switches": switches_line(config),
     }
+
+
+def switches_line(config) -> str:
+    """A paragraph for a model that a study took apart (its changed study switches), else nothing."""
+    changed = config.changed_switches() if hasattr(config, "changed_switches") else {}
+    if not changed:
+        return ""
+    settings = ", ".join(f"`{name}={value}`" for name, value in changed.items())
+    return (
+        f"\n\n**Not the paper's model:** a study of the architecture (`vanilla-transformer ablate`) changed {settings} "
+        "(see `VanillaTransformerConfig`)."
+    )
 
 
 def model_card(

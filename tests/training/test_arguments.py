@@ -39,7 +39,9 @@ def test_every_option_has_a_help_line_in_its_group(capsys):
     # each option once, in its dashed spelling, and none without a help line under it
     options = re.findall(r"^  (--[a-z0-9-]+)", text, re.MULTILINE)
     assert "--max-tokens" in options and "--max_tokens" not in text
-    assert len(options) == len(set(options)) == len(option_groups()) + 1  # + --no-share-embeddings
+    negated = [f.name for group in TRAIN_ARGUMENT_GROUPS for f in dataclasses.fields(group) if f.default is True]
+    assert "share_embeddings" in negated and "residual" in negated  # --no-share-embeddings, --no-residual, ...
+    assert len(options) == len(set(options)) == len(option_groups()) + len(negated)
     assert re.search(r"--max-tokens MAX_TOKENS\s+tokens per batch \(per process\) \(default: the preset's\)", text)
     assert re.search(r"--label-smoothing LABEL_SMOOTHING\s+epsilon_ls .*\(default: 0\.1\)", text, re.DOTALL)
 
@@ -86,6 +88,7 @@ def test_options_go_to_their_groups_and_stay_there():
         "checkpoints",
         "hub",
         "evaluation",
+        "switches",
     ]
     assert {type(getattr(arguments, f.name)) for f in dataclasses.fields(TrainArguments)} == set(TRAIN_ARGUMENT_GROUPS)
     with pytest.raises(TypeError, match="not an option of vanilla-transformer train: max_token"):
@@ -110,3 +113,12 @@ def test_values_given_in_python_are_checked_as_flags_are():
     assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float
     with pytest.raises(ArgumentsError, match="--d-model 30 must be divisible by --num-heads 4"):
         resolve(TrainArguments.from_options(d_model=30, num_heads=4))
+
+
+def test_the_study_switches_are_flags_that_build_a_new_model_only():
+    namespace = build_parser().parse_args(["train", "--no-residual", "--d-k", "8", "--no-decoder-mask"])
+    switches = TrainArguments.from_namespace(namespace).switches
+    assert switches.changed() == {"d_k": 8, "residual": False, "decoder_mask": False}
+    assert TrainArguments().switches.changed() == {}
+    with pytest.raises(ArgumentsError, match="--d-k 8, --no-residual: the study switches build a new model"):
+        resolve(TrainArguments.from_options(init_from="some/folder", residual=False, d_k=8))

@@ -137,3 +137,14 @@ def test_the_template_is_read_from_beside_the_card_module():
 
     template = resources.files("vanilla_transformer.training").joinpath(card.CARD_TEMPLATE)
     assert template.is_file() and "{{ procedure }}" in template.read_text(encoding="utf-8")
+
+
+def test_the_card_of_a_model_a_study_took_apart_says_it_is_not_the_papers():
+    paper = str(card.model_card(tiny_model().config, 1000))
+    assert "Not the paper's model" not in paper and "| 32 | 4 | 8 | 64 |" in paper
+    taken_apart = str(card.model_card(tiny_model(residual=False, d_k=2).config, 1000))
+    assert (
+        "**Not the paper's model:** a study of the architecture (`vanilla-transformer ablate`) changed `d_k=2`, "
+        "`residual=False`" in taken_apart
+    )
+    assert "| 32 | 4 | 2 | 64 |" in taken_apart  # d_k

@@ -2,6 +2,7 @@
 progress), then read every run, write the tables and draw the figure."""
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -16,7 +17,7 @@ class Progress:
     """A line for each run that ends: which, how, and the study's time so far and left (estimated from the runs
     trained in this session; runs that ended before it count as done)."""
 
-    def __init__(self, total: int, write=print):
+    def __init__(self, total: int, write):
         self.total, self.done, self.trained, self.started, self.write = total, 0, 0, time.time(), write
 
     def report(self, run: PlannedRun, record: dict, trained: bool) -> None:
@@ -30,10 +31,11 @@ class Progress:
         )
 
 
-def run_study(base: dict, study: StudyArguments, write=print) -> list[str]:
+def run_study(base: dict, study: StudyArguments, studies: dict | None = None, write=None) -> list[str]:
     """Train the study's runs not finished yet and write its results; returns the paths written. `base` holds the
-    base run's options as train resolves them."""
-    studies = {name: STUDIES[name] for name in study.study}
+    base run's options as train resolves them; `studies` ({name: variants}) replaces the named --study lists."""
+    studies = studies or {name: STUDIES[name] for name in study.study}
+    write = write or functools.partial(print, flush=True)  # each line as it comes, also into a file
     planned = plan_runs(base, studies, study.seeds, study.study_dir)
     runs = unique_runs(planned)
     write(f"{len(runs)} runs ({study.seeds} seeds of each variant) in {study.study_dir}, {study.jobs} at a time")

@@ -6,6 +6,8 @@ embedded task with `--preset study` unless given), and the study's own (`StudyAr
 import argparse
 import dataclasses
 import os
+import signal
+import sys
 
 from ..training.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
@@ -66,6 +68,8 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         namespace.refuse(str(error))
     from ..training.studies.study import run_study
 
+    # stopped by a signal (kill, a job scheduler), as by Ctrl-C, the study stops its runs; they train again on resume
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with reported_as(1, RuntimeError), reported_as(2, ValueError):
         for path in run_study(base, study_folder(study, base)):
             print(path)

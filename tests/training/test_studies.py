@@ -1,0 +1,164 @@
+"""`vanilla-transformer ablate`: a study's runs are planned from a base run, trained as train commands, resumed where
+they stopped, and reported as a table and a figure. The runs here are the embedded task at a unit-test size."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from vanilla_transformer.configuration import STUDY_SWITCHES
+from vanilla_transformer.training.argument_types import ArgumentsError
+from vanilla_transformer.training.arguments import TrainArguments, resolve
+from vanilla_transformer.training.studies.arguments import StudyArguments
+from vanilla_transformer.training.studies.runs import RECORD, plan_runs, read_record, unique_runs
+from vanilla_transformer.training.studies.study import run_study
+from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
+
+from vanilla_transformer.cli import build_parser, main
+
+TINY = dict(  # a base run of a few seconds
+    d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, max_tokens=512, max_steps=8,
+    warmup_steps=4, eval_steps=4, save_steps=0, num_beams=1, layer_gradients=3, preset="study",
+)  # fmt: skip
+TINY_FLAGS = [
+    *("--d-model 16 --num-heads 2 --d-ff 32 --encoder-layers 1 --decoder-layers 1 --max-tokens 512".split()),
+    *("--max-steps 8 --warmup-steps 4 --eval-steps 4 --num-beams 1 --layer-gradients 3".split()),
+]
+
+
+def base_options(**overrides) -> dict:
+    return resolve(TrainArguments.from_options(**{**TINY, **overrides})).options()
+
+
+def no_residual():
+    return next(variant for variant in LESSONS if variant.key == "no-residual")
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """Two variants (the base, no residuals), two seeds each, two runs at a time."""
+    study_dir = str(tmp_path_factory.mktemp("study"))
+    study = StudyArguments(seeds=2, study_dir=study_dir, jobs=2)
+    lines = []
+    paths = run_study(base_options(), study, {"tiny": (BASE, no_residual())}, write=lines.append)
+    return study_dir, paths, lines
+
+
+def test_a_tiny_study_trains_each_variant_with_each_seed_and_writes_its_table_and_figure(tiny_study):
+    study_dir, paths, lines = tiny_study
+    assert [os.path.basename(path) for path in paths] == ["results.md", "results.csv", "results.json", "results.png"]
+    assert lines[0].startswith("4 runs (2 seeds of each variant)") and len(lines) == 5
+    assert all(" finished in " in line for line in lines[1:])
+    results = json.loads(open(os.path.join(study_dir, "results.json")).read())
+    rows = results["studies"]["tiny"]
+    assert [row["variant"] for row in rows] == ["base", "no-residual"]
+    for row in rows:
+        assert row["runs"] == 2 and not row["stopped"]
+        assert row["figures"]["test_exact_match"]["count"] == 2
+        assert row["figures"]["parameters"]["min"] == row["figures"]["parameters"]["max"] > 0
+        assert row["figures"]["seconds_per_update"]["mean"] > 0
+    table = open(os.path.join(study_dir, "results.md")).read()
+    assert "| row | variant | validation exact match % | test exact match % |" in table
+    assert "| base | base |" in table and "| lesson | no residual |" in table
+    assert "the residual connections carry the gradient to the early layers" in table
+    assert os.path.getsize(os.path.join(study_dir, "results.png")) > 10_000
+
+
+def test_each_run_records_its_layer_gradients_for_the_early_updates_and_the_seconds_of_every_update(tiny_study):
+    study_dir = tiny_study[0]
+    records = [json.loads(line) for line in open(os.path.join(study_dir, "runs/no-residual/seed-42/metrics.jsonl"))]
+    names = {f"grad_norm_{stack}_{end}" for stack in ("encoder", "decoder") for end in ("first", "last")}
+    assert [r["step"] for r in records if names <= r.keys()] == [1, 2, 3]  # --layer-gradients 3
+    assert all(r["update_seconds"] > 0 for r in records) and len(records) == 8
+    assert all(r[name] > 0 for r in records[:3] for name in names)
+
+
+def test_a_run_of_the_study_is_the_train_command_its_record_shows(tiny_study):
+    study_dir = tiny_study[0]
+    record = read_record(os.path.join(study_dir, "runs/no-residual/seed-43"))
+    command = shlex.split(record["command"])
+    assert command[:2] == ["vanilla-transformer", "train"] and "--no-residual" in command and "--seed" in command
+    parsed = build_parser().parse_args(command[1:])
+    assert resolve(TrainArguments.from_namespace(parsed)).options() == record["options"]
+
+
+def test_the_switches_reach_the_saved_configuration_of_the_run_that_used_them_only(tiny_study):
+    study_dir = tiny_study[0]
+    base = json.loads(open(os.path.join(study_dir, "runs/base/seed-42/config.json")).read())
+    changed = json.loads(open(os.path.join(study_dir, "runs/no-residual/seed-42/config.json")).read())
+    assert not set(STUDY_SWITCHES) & set(base)
+    assert {name: changed[name] for name in STUDY_SWITCHES if name in changed} == {"residual": False}
+
+
+def test_a_finished_study_is_tabulated_again_without_training(tiny_study):
+    study_dir = tiny_study[0]
+    before = {path: os.path.getmtime(path) for path in [f"{study_dir}/runs/base/seed-42/model.safetensors"]}
+    lines = []
+    study = StudyArguments(seeds=2, study_dir=study_dir, jobs=2, threshold=0.0)
+    run_study(base_options(), study, {"tiny": (BASE, no_residual())}, write=lines.append)
+    assert all(" before;" in line for line in lines[1:]) and len(lines) == 5
+    assert {path: os.path.getmtime(path) for path in before} == before
+    rows = json.loads(open(os.path.join(study_dir, "results.json")).read())["studies"]["tiny"]
+    assert rows[0]["figures"]["updates_to_threshold"]["mean"] == 4  # the first validation, at update 4, reaches 0
+
+
+def test_a_study_of_other_options_in_the_same_folder_is_refused(tiny_study):
+    study = StudyArguments(seeds=2, study_dir=tiny_study[0], jobs=2)
+    with pytest.raises(ArgumentsError, match=r"runs/base/seed-42 holds a run trained with other options \(d_ff\)"):
+        run_study(base_options(d_ff=48), study, {"tiny": (BASE, no_residual())}, write=lambda line: None)
+
+
+def test_variants_apply_to_the_base_they_are_given():
+    planned = plan_runs(base_options(d_model=24, num_heads=4), {"table3": TABLE3}, 2, "study")
+    runs = {variant.key: seeded for variant, seeded in planned["table3"]}
+    assert runs["heads-4"] is runs["base"]  # the base's own setting: the same runs
+    assert runs["heads-16"] is None  # 24 is not a multiple of 16
+    assert runs["heads-8"][0].options["num_heads"] == 8 and runs["d_k-half"][0].options["d_k"] == 3
+    assert runs["d_model-double"][1].options["d_model"] == 48 and runs["d_model-double"][1].options["seed"] == 43
+    assert (
+        runs["dropout-double"][0].options["dropout"] == 0.2 and runs["smoothing-off"][0].options["label_smoothing"] == 0
+    )
+    assert runs["layers-half"] is None  # one layer cannot be halved
+    assert len(unique_runs(planned)) == 2 * (len(TABLE3) - 3)
+    assert set(STUDIES) == {"table3", "lessons"}
+
+
+def test_flags_that_a_study_sets_for_its_runs_are_refused(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["ablate", "--output-dir", "somewhere"])
+    assert stopped.value.code == 2
+    assert "--output-dir: a study sets it for each of its runs; use --study-dir" in capsys.readouterr().err
+
+
+def test_an_interrupted_study_resumes_without_training_its_finished_runs_again(tmp_path):
+    """The lessons with one seed, stopped (SIGTERM) once two runs have finished: the runs under way stop too, and
+    the study run again trains the other runs only."""
+    command = [sys.executable, "-m", "vanilla_transformer", "ablate", "--study", "lessons", "--seeds", "1"]
+    command += ["--jobs", "2", "--study-dir", str(tmp_path), *TINY_FLAGS]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def records():
+        return sorted((tmp_path / "runs").glob("*/seed-42/" + RECORD))
+
+    deadline = time.time() + 300
+    while len(records()) < 2 and time.time() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    first.send_signal(signal.SIGTERM)
+    output = first.communicate(timeout=60)[0]
+    assert first.returncode == 128 + signal.SIGTERM, output
+    finished = {path: path.stat().st_mtime for path in records()}
+    assert 2 <= len(finished) < len(LESSONS)
+    left = subprocess.run(["pgrep", "-f", f"--output-dir {tmp_path}/runs"], capture_output=True, text=True)
+    assert left.returncode == 1, left.stdout  # no train process of the study is left
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    progress = [line for line in second.stdout.splitlines() if line.startswith("[")]
+    assert sum(" before;" in line for line in progress) == len(finished)
+    assert sum(" finished in " in line for line in progress) == len(LESSONS) - len(finished)
+    assert {path: path.stat().st_mtime for path in finished} == finished
+    assert len(records()) == len(LESSONS)
+    assert "| lesson | no decoder mask |" in (tmp_path / "results.md").read_text()
