@@ -14,7 +14,7 @@ from vanilla_transformer.configuration import STUDY_SWITCHES
 from vanilla_transformer.training.argument_types import ArgumentsError
 from vanilla_transformer.training.arguments import TrainArguments, resolve
 from vanilla_transformer.training.studies.arguments import StudyArguments
-from vanilla_transformer.training.studies.runs import RECORD, plan_runs, read_record, unique_runs
+from vanilla_transformer.training.studies.runs import RECORD, PlannedRun, end_run, plan_runs, read_record, unique_runs
 from vanilla_transformer.training.studies.study import run_study
 from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
 
@@ -162,3 +162,18 @@ def test_an_interrupted_study_resumes_without_training_its_finished_runs_again(t
     assert {path: path.stat().st_mtime for path in finished} == finished
     assert len(records()) == len(LESSONS)
     assert "| lesson | no decoder mask |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_run_that_stops_on_purpose_is_a_result_and_a_crash_stops_the_study(tmp_path):
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    run = PlannedRun("x", 42, {**TrainArguments().options(), "seed": 42}, str(tmp_path / "runs" / "x"))
+    log = tmp_path / "x-seed-42.log"
+    log.write_text("Training:  3%|\rerror: the loss became nan at step 7; training stopped. The last good ...\n")
+    record = end_run(run, 1, 12.0, str(tmp_path))
+    assert record["status"] == "stopped: the loss became nan at step 7; training stopped. The last good ..."
+    assert read_record(run.folder) == record  # a result of the study: not trained again on resume
+    log.write_text("Traceback (most recent call last):\n  ...\nKeyError: 'x'\n")
+    with pytest.raises(RuntimeError, match=r"runs/x failed \(exit status 1\); its output is in .*x-seed-42.log"):
+        end_run(run, 1, 12.0, str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"exit status 2"):
+        end_run(run, 2, 12.0, str(tmp_path))

@@ -134,9 +134,10 @@ def end_run(run: PlannedRun, returncode: int, seconds: float, log_dir: str) -> d
     """The record of a run that ended: finished (0), or stopped on purpose (1: a non-finite loss, a result of the
     study). Bad input or a crash raises, naming the log."""
     log = os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log")
-    if returncode not in (0, 1):
+    stopped = last_error_line(log) if returncode == 1 else None  # the command's own `error: ...` line
+    if returncode != 0 and not stopped:  # bad input (2), or a crash with a traceback
         raise RuntimeError(f"the run {run.folder} failed (exit status {returncode}); its output is in {log}")
-    status = "finished" if returncode == 0 else "stopped: " + last_error_line(log)
+    status = "finished" if returncode == 0 else "stopped: " + stopped
     record = {"options": run.options, "status": status, "seconds": round(seconds, 1), "command": run.command_line()}
     with open(os.path.join(run.folder, RECORD) + ".tmp", "w") as handle:
         json.dump(record, handle, indent=1)
@@ -144,10 +145,11 @@ def end_run(run: PlannedRun, returncode: int, seconds: float, log_dir: str) -> d
     return record
 
 
-def last_error_line(log: str) -> str:
+def last_error_line(log: str) -> str | None:
+    """The message of the command's `error: ...` line in a run's output, if it printed one."""
     with open(log, errors="replace") as handle:
         lines = [line.strip() for line in handle.read().replace("\r", "\n").splitlines() if line.startswith("error:")]
-    return lines[-1].removeprefix("error:").strip() if lines else "no error line in the log"
+    return lines[-1].removeprefix("error:").strip() if lines else None
 
 
 def train_runs(runs: list[PlannedRun], jobs: int, log_dir: str, report: Callable[[PlannedRun, dict, bool], None]):
