@@ -14,7 +14,15 @@ from vanilla_transformer.configuration import STUDY_SWITCHES
 from vanilla_transformer.training.argument_types import ArgumentsError
 from vanilla_transformer.training.arguments import TrainArguments, resolve
 from vanilla_transformer.training.studies.arguments import StudyArguments
-from vanilla_transformer.training.studies.runs import RECORD, PlannedRun, end_run, plan_runs, read_record, unique_runs
+from vanilla_transformer.training.studies.runs import (
+    RECORD,
+    Launch,
+    PlannedRun,
+    end_run,
+    plan_runs,
+    read_record,
+    unique_runs,
+)
 from vanilla_transformer.training.studies.study import run_study
 from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
 
@@ -177,3 +185,16 @@ def test_a_run_that_stops_on_purpose_is_a_result_and_a_crash_stops_the_study(tmp
         end_run(run, 1, 12.0, str(tmp_path))
     with pytest.raises(RuntimeError, match=r"exit status 2"):
         end_run(run, 2, 12.0, str(tmp_path))
+
+
+def test_runs_share_the_cores_and_with_as_many_gpus_as_jobs_each_trains_on_its_own():
+    run = PlannedRun("x", 42, {**TrainArguments().options(), "seed": 42}, "study/runs/x/seed-42")
+    two = Launch(jobs=2, gpus=2)
+    assert two.command(run) == [sys.executable, "-m", "vanilla_transformer", "train", *run.flags()]
+    assert [two.environment(slot)["CUDA_VISIBLE_DEVICES"] for slot in (0, 1)] == ["0", "1"]
+    assert two.environment(0)["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
+    unchanged = os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert Launch(jobs=2, gpus=1).environment(1).get("CUDA_VISIBLE_DEVICES") == unchanged  # too few to share out
+    accelerate = Launch(jobs=2, gpus=2, launcher=("accelerate", "launch", "-m", "vanilla_transformer"))
+    assert accelerate.command(run)[:5] == ["accelerate", "launch", "-m", "vanilla_transformer", "train"]
+    assert accelerate.environment(1).get("CUDA_VISIBLE_DEVICES") == unchanged  # the launcher places its processes

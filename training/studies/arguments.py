@@ -20,7 +20,14 @@ class StudyArguments(Checked):
         "(default: studies/<task>)"
     )
     jobs: PositiveInt = option(
-        1, help="runs trained at once, as processes sharing the CPU cores (with one GPU, keep 1)"
+        1,
+        help="runs trained at once, as processes sharing the CPU cores; with as many GPUs as jobs, each on a GPU of "
+        "its own (with one GPU, keep 1)",
+    )
+    launcher: str | None = option(
+        help="the command that starts each run, before `train` and its flags (default: python -m "
+        "vanilla_transformer); e.g. 'accelerate launch --config_file examples/accelerate/ddp.yaml -m "
+        "vanilla_transformer' trains each run on several GPUs"
     )
     threshold: NonNegativeFloat | None = option(
         help="the validation score whose first update the table reports (how fast a variant learns) (default: 90%% "

@@ -114,18 +114,33 @@ def unique_runs(planned: dict) -> list[PlannedRun]:
     return list(runs.values())
 
 
-def threads_per_job(jobs: int) -> int:
-    """The CPU threads of each of `jobs` runs at once: the cores shared out."""
-    return max(1, (os.cpu_count() or 1) // jobs)
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How the runs start: `jobs` at once, each as `launcher` + `train` + its flags (`python -m vanilla_transformer`,
+    or an `accelerate launch ... -m vanilla_transformer`). The CPU cores are shared out among the jobs; with as many
+    GPUs as jobs (`gpus`) and the default launcher, each job trains on a GPU of its own."""
+
+    jobs: int = 1
+    launcher: tuple[str, ...] = (sys.executable, "-m", "vanilla_transformer")
+    gpus: int = 0
+
+    def command(self, run: PlannedRun) -> list[str]:
+        return [*self.launcher, "train", *run.flags()]
+
+    def environment(self, slot: int) -> dict[str, str]:
+        """The environment of the run in job slot `slot` (0 .. jobs - 1)."""
+        threads = str(max(1, (os.cpu_count() or 1) // self.jobs))
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        if self.jobs > 1 and self.gpus >= self.jobs and self.launcher == Launch.launcher:
+            env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        return env
 
 
-def start_run(run: PlannedRun, log_dir: str, threads: int) -> tuple[subprocess.Popen, float]:
+def start_run(run: PlannedRun, launch: Launch, slot: int, log_dir: str) -> tuple[subprocess.Popen, float]:
     """Start the run's train command as a process of its own, its output in the study's logs folder."""
     os.makedirs(log_dir, exist_ok=True)
     log = open(os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log"), "w")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    command = [sys.executable, "-m", "vanilla_transformer", "train", *run.flags()]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(launch.command(run), stdout=log, stderr=subprocess.STDOUT, env=launch.environment(slot))
     log.close()
     return process, time.time()
 
@@ -152,9 +167,9 @@ def last_error_line(log: str) -> str | None:
     return lines[-1].removeprefix("error:").strip() if lines else None
 
 
-def train_runs(runs: list[PlannedRun], jobs: int, log_dir: str, report: Callable[[PlannedRun, dict, bool], None]):
-    """Train the runs not finished yet, `jobs` at a time, calling `report(run, record, trained)` as each one ends.
-    Runs already recorded as ended are skipped (after checking they are these runs), and reported first."""
+def train_runs(runs: list[PlannedRun], launch: Launch, log_dir: str, report: Callable[[PlannedRun, dict, bool], None]):
+    """Train the runs not finished yet, `launch.jobs` at a time, calling `report(run, record, trained)` as each one
+    ends. Runs already recorded as ended are skipped (after checking they are these runs), and reported first."""
     waiting = []
     for run in runs:
         record = read_record(run.folder)
@@ -163,16 +178,17 @@ def train_runs(runs: list[PlannedRun], jobs: int, log_dir: str, report: Callable
         else:
             check_finished_run(run, record)
             report(run, record, False)
-    threads, running = threads_per_job(jobs), {}
+    running, free = {}, list(range(launch.jobs))  # job slots
     try:
         while waiting or running:
-            while waiting and len(running) < jobs:
-                run = waiting.pop(0)
-                running[run.folder] = (run, *start_run(run, log_dir, threads))
+            while waiting and free:
+                run, slot = waiting.pop(0), free.pop(0)
+                running[slot] = (run, *start_run(run, launch, slot, log_dir))
             time.sleep(0.5)
-            for folder, (run, process, started) in list(running.items()):
+            for slot, (run, process, started) in list(running.items()):
                 if process.poll() is not None:
-                    del running[folder]
+                    del running[slot]
+                    free.append(slot)
                     report(run, end_run(run, process.returncode, time.time() - started, log_dir), True)
     finally:
         for _, process, _ in running.values():  # interrupted: the unfinished runs are trained again on resume
@@ -180,4 +196,4 @@ def train_runs(runs: list[PlannedRun], jobs: int, log_dir: str, report: Callable
             process.wait()
 
 
-__all__ = ["PlannedRun", "plan_runs", "train_runs", "unique_runs", "read_record", "train_flags", "RECORD"]
+__all__ = ["Launch", "PlannedRun", "plan_runs", "train_runs", "unique_runs", "read_record", "train_flags", "RECORD"]

@@ -4,12 +4,13 @@ progress), then read every run, write the tables and draw the figure."""
 import dataclasses
 import functools
 import os
+import shlex
 import time
 
 from .arguments import StudyArguments
 from .figures import draw_studies
 from .results import default_threshold, reach, run_figures, variant_row, write_results
-from .runs import PlannedRun, plan_runs, train_runs, unique_runs
+from .runs import Launch, PlannedRun, plan_runs, train_runs, unique_runs
 from .variants import STUDIES
 
 
@@ -39,8 +40,16 @@ def run_study(base: dict, study: StudyArguments, studies: dict | None = None, wr
     planned = plan_runs(base, studies, study.seeds, study.study_dir)
     runs = unique_runs(planned)
     write(f"{len(runs)} runs ({study.seeds} seeds of each variant) in {study.study_dir}, {study.jobs} at a time")
-    train_runs(runs, study.jobs, os.path.join(study.study_dir, "logs"), Progress(len(runs), write).report)
+    train_runs(runs, launch(study), os.path.join(study.study_dir, "logs"), Progress(len(runs), write).report)
     return tabulate(planned, study)
+
+
+def launch(study: StudyArguments) -> Launch:
+    """How the study's runs start: --jobs at once, with --launcher or as `python -m vanilla_transformer`."""
+    import torch
+
+    given = {"launcher": tuple(shlex.split(study.launcher))} if study.launcher else {}
+    return Launch(jobs=study.jobs, gpus=torch.cuda.device_count(), **given)
 
 
 def tabulate(planned: dict, study: StudyArguments) -> list[str]:
