@@ -84,8 +84,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     The study switches (`vanilla-transformer ablate`; every one the paper's by default, and left out of a saved
     configuration unless changed):
-        d_k: the size of each head's queries and keys (Table 3, row B); None means d_model / h. The values keep
-            d_v = d_model / h. Another size needs eager or SDPA attention.
+        d_k: the size of each head's queries and keys (Table 3, row B); None (or d_model / h itself) means d_model /
+            h. The values keep d_v = d_model / h. Another size needs eager, SDPA or flex attention.
         residual: the residual connection around every sub-layer (§3.1); False leaves LayerNorm(Sublayer(x)).
         layer_norm: the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one; False leaves x + Sublayer(x).
         attention_scaling: divide the scores by sqrt(d_k) (§3.2.1); False leaves softmax(Q K^T) V.
@@ -152,6 +152,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"model_type {self.model_type!r}."
             )
         self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
+        if self.d_k is not None and self.num_heads > 0 and self.d_k * self.num_heads == self.d_model:
+            self.d_k = None  # the paper's own size: not a change
         self._check()
         super().__post_init__(**kwargs)
 
@@ -192,6 +194,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"VanillaTransformerConfig.{name} must be in [0, 1), got {value}.")
         if self.d_k is not None and self.d_k <= 0:
             raise ValueError(f"VanillaTransformerConfig.d_k must be a positive integer or None, got {self.d_k}.")
+        if not self.positional_encoding and self.position_encoding == "learned":
+            raise ValueError(
+                "VanillaTransformerConfig.positional_encoding=False leaves the positions out: "
+                "position_encoding='learned' would add a table that nothing reads; keep 'sinusoidal'."
+            )
         if not self.layer_norm_eps > 0:
             raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
         if self.init_std is not None and not self.init_std > 0:

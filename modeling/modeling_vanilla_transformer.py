@@ -220,16 +220,23 @@ def eager_attention_forward(
         scores = scores + attention_mask
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
-    output = torch.matmul(weights, value)  # (batch, h, tgt_len, d_k)
-    return output.transpose(1, 2).contiguous(), weights  # (batch, tgt_len, h, d_k)
+    output = torch.matmul(weights, value)  # (batch, h, tgt_len, d_v)
+    return output.transpose(1, 2).contiguous(), weights  # (batch, tgt_len, h, d_v)
 
 
 def attention_implementation(config: VanillaTransformerConfig, kwargs: dict) -> str:
     """The attention a forward pass runs: the configured implementation (`attn_implementation`: eager, sdpa,
     flex_attention, flash_attention_2/3 or a kernel from the Hub), or eager when the call asks for the attention
     weights, which the fused kernels do not return. The stacks build their masks for it, the attention modules run it.
+    Flash attention needs queries, keys and values of one size: a smaller d_k (`config.d_k`) is refused there.
     """
-    return "eager" if kwargs.get("output_attentions") else config._attn_implementation
+    implementation = "eager" if kwargs.get("output_attentions") else config._attn_implementation
+    if config.d_k is not None and "flash" in implementation:
+        raise ValueError(
+            f"d_k={config.d_k} makes the queries and keys smaller than the values, which {implementation} cannot "
+            "take; load the model with attn_implementation='sdpa' or 'eager'."
+        )
+    return implementation
 
 
 class MultiHeadAttention(nn.Module):
@@ -298,8 +305,9 @@ class MultiHeadAttention(nn.Module):
     def cross_attention_inputs(
         self, hidden_states: torch.Tensor, key_value_states: torch.Tensor, cache: EncoderDecoderCache | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k). The encoder
-        output does not change while decoding: its keys/values are computed once per source and kept in the cache."""
+        """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k or d_v). The
+        encoder output does not change while decoding: its keys/values are computed once per source and kept in the
+        cache."""
         q_and_kv = [self.sizes[0], sum(self.sizes[1:])]
         w_q, w_kv = self.in_proj.weight.split(q_and_kv)
         b_q, b_kv = self.in_proj.bias.split(q_and_kv) if self.in_proj.bias is not None else (None, None)
@@ -393,8 +401,10 @@ def target_mask(
     With a cache the queries continue its positions, and with a fixed-size (static) one its slots beyond the current
     position are hidden the same way. None where the kernel applies causality itself (SDPA's `is_causal`, flash
     attention) or where one new query may see every key. A study without the decoder mask (`config.decoder_mask`)
-    hides padding only, as in the encoder."""
+    hides padding only, as in the encoder; it takes no fixed-size cache, whose empty slots it would not hide."""
     if not config.decoder_mask:
+        if cache is not None and cache.is_compileable:
+            raise ValueError("a decoder without its mask (decoder_mask=False) takes no fixed-size (static) cache")
         return source_mask(config, implementation, x, attention_mask)
     one_step = x.shape[1] == 1 and cache is not None and not cache.is_compileable  # after the cached positions
     if implementation in ("sdpa", "eager") and one_step and hides_nothing(attention_mask, x):
@@ -838,7 +848,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """The library's generate(), kept within the table of learned positions (`position_encoding="learned"`): a
         source longer than max_position_embeddings tokens is cut to that many, with a warning naming its batch rows,
         and the output stops where the decoder's positions end, so that no search fails halfway. With the sinusoids
-        of §3.5 there is no limit, and nothing changes."""
+        of §3.5 there is no limit, and nothing changes.
+
+        A decoder without its mask (`config.decoder_mask=False`, a study's switch) decodes without a cache: at every
+        step it reads the whole prefix again, each position seeing all the others, as it did in training."""
+        if not self.config.decoder_mask:
+            kwargs["use_cache"] = False
         limit = position_limit(self.config)
         if limit is None:
             return super().generate(inputs, generation_config, **kwargs)

@@ -105,3 +105,17 @@ def test_demo_with_a_folder_that_is_not_a_model_says_so_before_serving(tmp_path,
     assert main(["demo", "--model", str(missing)]) == 1
     error = capsys.readouterr().err
     assert error.startswith(f"error: --model {missing}: could not load a model folder") and "Traceback" not in error
+
+
+def test_the_demo_and_its_space_refuse_a_model_a_study_took_apart(tmp_path):
+    from tests.conftest import tiny_model
+    from vanilla_transformer.demo import build_app
+    from vanilla_transformer.errors import ModelFolderError
+    from vanilla_transformer.space_export import SpaceExportError, export_space
+
+    model = tiny_model(residual=False)
+    with pytest.raises(ModelFolderError, match=r"changes Figure 1 \(\{'residual': False\}.*the paper's architecture"):
+        build_app(model, tokenizer=None)
+    with pytest.raises(SpaceExportError, match=r"changes Figure 1 \(\{'residual': False\}"):
+        export_space(model, str(tmp_path / "space"), tokenizer=object())
+    assert not (tmp_path / "space").exists()

@@ -142,3 +142,10 @@ def test_a_model_loaded_from_the_folders_own_code_is_traced_the_same(trained_fol
     assert traced.translation == stages.translation
     for ours, theirs in zip(stages.sublayers, traced.sublayers):
         assert torch.allclose(ours.norm_output, theirs.norm_output, atol=1e-6)
+
+
+def test_a_model_a_study_took_apart_is_not_traced_as_figure_1():
+    from tests.conftest import tiny_model
+
+    with pytest.raises(ValueError, match=r"the model changes Figure 1 \(\{'feed_forward': False\}"):
+        trace_stages(tiny_model(feed_forward=False), None, "forty-two")

@@ -16,6 +16,7 @@ from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from ..configuration.configuration_vanilla_transformer import STUDY_SWITCHES
 from .argument_types import flag_name
 from .arguments import TokenizerArguments
 
@@ -188,16 +189,20 @@ MODEL_SETTINGS = (
     "position_encoding",
     "share_embeddings",
 )
-RECORDED_CONFIG = MODEL_SETTINGS + (
-    "vocab_size",
-    "max_position_embeddings",
-    "dropout",
-    "attention_dropout",
-    "activation_dropout",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "decoder_start_token_id",
+RECORDED_CONFIG = (
+    MODEL_SETTINGS
+    + tuple(STUDY_SWITCHES)
+    + (  # the switches where changed (to_dict drops the rest)
+        "vocab_size",
+        "max_position_embeddings",
+        "dropout",
+        "attention_dropout",
+        "activation_dropout",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+    )
 )
 ADVICE = "give the checkpoint's value or start a new run"
 
@@ -225,7 +230,9 @@ def built_with(model, identity: dict) -> dict:
 
 
 def setting(key: str, value) -> str:
-    """A model setting as the flag that gives it: `--d-model 128`, `--no-share-embeddings`."""
+    """A model setting as the flag that gives it: `--d-model 128`, `--no-share-embeddings`, `no --d-k`."""
+    if value is None:
+        return f"no {flag_name(key)}"
     if isinstance(value, bool):
         return flag_name(key if value else f"no_{key}")
     return f"{flag_name(key)} {value}"
@@ -239,6 +246,11 @@ def differing_model_setting(old: dict, config, longest: int) -> str | None:
         if key in old and old[key] != getattr(config, key):
             return f"the checkpoint was trained with {setting(key, old[key])}, this run asks for " + (
                 f"{setting(key, getattr(config, key))}; {ADVICE}"
+            )
+    for key, paper in STUDY_SWITCHES.items():  # recorded only where changed: the paper's where absent
+        if old.get(key, paper) != getattr(config, key, paper):
+            return f"the checkpoint was trained with {setting(key, old.get(key, paper))}, this run asks for " + (
+                f"{setting(key, getattr(config, key, paper))}; {ADVICE}"
             )
     positions = old.get("max_position_embeddings")
     if config.position_encoding == "learned" and positions is not None and positions != config.max_position_embeddings:

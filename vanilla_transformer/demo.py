@@ -14,7 +14,7 @@ import os
 import time
 
 from . import demo_figures as figures
-from .errors import MissingDependencyError
+from .errors import MissingDependencyError, ModelFolderError
 from .model_folder import load_model_folder
 from .stages import Stages, trace_stages
 from .translators import PyTorchTranslator
@@ -139,8 +139,21 @@ def redraw(draw):
     return lambda stages, choice: None if stages is None or choice is None else draw(stages, choice)
 
 
+def check_paper_architecture(config) -> None:
+    """The app shows the stages of Figure 1: a model a study took apart (`changed_switches`) is refused with a
+    `ModelFolderError` naming what it changed."""
+    changed = config.changed_switches() if hasattr(config, "changed_switches") else {}
+    if changed:
+        raise ModelFolderError(
+            f"the model changes Figure 1 ({changed}, a study's switches); the demo shows the paper's architecture",
+            exit_code=2,
+        )
+
+
 def build_app(model, tokenizer, title: str = "vanilla-transformer"):
-    """The Gradio Blocks app for a model and its tokenizer (any folder's, `trust_remote_code` ones included)."""
+    """The Gradio Blocks app for a model and its tokenizer (any folder's, `trust_remote_code` ones included); a model
+    a study took apart is refused (`check_paper_architecture`)."""
+    check_paper_architecture(model.config)
     gr = import_gradio()
     demo = Demo(model, tokenizer)
     config = model.config

@@ -106,6 +106,11 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
     else:
         model = model_or_folder
     title = title or "vanilla-transformer demo"
+    changed = model.config.changed_switches() if hasattr(model.config, "changed_switches") else {}
+    if changed:
+        raise SpaceExportError(
+            f"the model changes Figure 1 ({changed}, a study's switches); the demo shows the paper's"
+        )
     check_writable(out, overwrite, SpaceExportError)
     with staged_folder(out) as staging:
         model.save_pretrained(os.path.join(staging, "model"))

@@ -8,7 +8,11 @@ import pytest
 import torch
 from torch import nn
 from vanilla_transformer.configuration import STUDY_SWITCHES
-from vanilla_transformer.modeling.modeling_vanilla_transformer import AddNorm, PositionwiseFeedForward
+from vanilla_transformer.modeling.modeling_vanilla_transformer import (
+    AddNorm,
+    PositionwiseFeedForward,
+    attention_implementation,
+)
 
 from tests.conftest import greedy_steps, tiny_config, tiny_model
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -74,8 +78,9 @@ def test_without_layer_norm_add_and_norm_is_the_sum_and_the_model_has_no_layer_n
         assert torch.equal(block(x, layer), x + layer(x))
         model = tiny_model(norm_position=norm_position, layer_norm=False)
         assert not any(isinstance(module, nn.LayerNorm) for module in model.modules())
-    paper = parameter_shapes(tiny_model())
-    assert parameter_shapes(model) == {name: shape for name, shape in paper.items() if "layer_norm" not in name}
+        paper = parameter_shapes(tiny_model(norm_position=norm_position))
+        kept = {name: shape for name, shape in paper.items() if "layer_norm" not in name and "final_norm" not in name}
+        assert parameter_shapes(model) == kept
 
 
 def attention_weights(model) -> torch.Tensor:
@@ -100,6 +105,10 @@ def test_without_scaling_the_scores_are_not_divided_by_sqrt_d_k():
     assert torch.allclose(attention_weights(paper), by_hand(paper, 1 / math.sqrt(d_k)), atol=1e-6)
     assert torch.allclose(attention_weights(unscaled), by_hand(unscaled, 1.0), atol=1e-6)
     assert not torch.allclose(attention_weights(unscaled), attention_weights(paper), atol=1e-3)
+    sdpa = tiny_model(attention_scaling=False, attn_implementation="sdpa")  # the fused kernel is given scale 1
+    with torch.no_grad():
+        fused, written_out = (m(SOURCE, decoder_input_ids=TARGET).logits for m in (sdpa, unscaled))
+    assert torch.allclose(fused, written_out, atol=1e-5)
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
@@ -183,3 +192,33 @@ def test_each_switch_changes_the_models_output(switch):
         a = paper(SOURCE, decoder_input_ids=TARGET).logits
         b = changed(SOURCE, decoder_input_ids=TARGET).logits
     assert not torch.allclose(a, b, atol=1e-4)
+
+
+def test_a_decoder_without_its_mask_generates_by_reading_the_whole_prefix_at_every_step():
+    """As it was trained: every decoder position sees every other, so generate() recomputes the prefix (no cache)."""
+    model = tiny_model(decoder_mask=False)
+    with torch.no_grad():
+        tokens = TARGET[:, :1]
+        for _ in range(4):  # greedy search, the whole prefix through the decoder each time
+            logits = model(SOURCE, decoder_input_ids=tokens).logits[:, -1]
+            tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+        generated = model.generate(SOURCE, max_new_tokens=4, num_beams=1, do_sample=False, use_cache=True)
+    assert torch.equal(generated, tokens)
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=8)
+    with pytest.raises(ValueError, match="takes no fixed-size"):
+        model(SOURCE, decoder_input_ids=TARGET[:, :1], cache=cache, use_cache=True)
+
+
+def test_the_papers_own_key_size_is_no_change_and_a_smaller_one_is_refused_by_flash_attention():
+    assert tiny_config(d_k=8).d_k is None and tiny_config(d_k=8).changed_switches() == {}  # 32 / 4 heads
+    config = tiny_config(d_k=4)
+    config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="d_k=4 makes the queries and keys smaller .* attn_implementation='sdpa'"):
+        attention_implementation(config, {})
+
+
+def test_learned_positions_without_positional_encoding_are_refused():
+    with pytest.raises(ValueError, match="positional_encoding=False leaves the positions out"):
+        tiny_config(positional_encoding=False, position_encoding="learned")

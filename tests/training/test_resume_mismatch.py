@@ -78,6 +78,8 @@ def test_a_checkpoint_records_the_model_and_tokenizer_it_was_trained_with(traine
         (["--num-heads", "2"], "--num-heads 4", "--num-heads 2"),  # no weight changes shape: only the record tells
         (["--no-share-embeddings"], "--share-embeddings", "--no-share-embeddings"),
         (["--vocab-size", "100"], "--vocab-size 120", "--vocab-size 100"),  # the run's tokenizer is reused as it is
+        (["--no-residual"], "--residual", "--no-residual"),  # a study switch: no weight changes shape
+        (["--d-k", "4"], "no --d-k", "--d-k 4"),
     ],
 )
 def test_a_resume_with_another_model_setting_names_it(trained, capsys, flags, was, asks):

@@ -14,6 +14,7 @@ from vanilla_transformer.configuration import STUDY_SWITCHES
 from vanilla_transformer.training.argument_types import ArgumentsError
 from vanilla_transformer.training.arguments import TrainArguments, resolve
 from vanilla_transformer.training.studies.arguments import StudyArguments
+from vanilla_transformer.training.studies.results import main_metric, markdown_table, variant_row
 from vanilla_transformer.training.studies.runs import (
     RECORD,
     Launch,
@@ -198,3 +199,66 @@ def test_runs_share_the_cores_and_with_as_many_gpus_as_jobs_each_trains_on_its_o
     accelerate = Launch(jobs=2, gpus=2, launcher=("accelerate", "launch", "-m", "vanilla_transformer"))
     assert accelerate.command(run)[:5] == ["accelerate", "launch", "-m", "vanilla_transformer", "train"]
     assert accelerate.environment(1).get("CUDA_VISIBLE_DEVICES") == unchanged  # the launcher places its processes
+
+
+def test_a_study_of_translation_files_compares_bleu_and_runs_through_a_launcher(data_files, tmp_path):
+    """The base is any run train takes: here local files, scored by BLEU, each run started by `accelerate launch`."""
+    files = {f"{split}_file": str(path) for split, path in data_files.items() if split != "train"}
+    base = resolve(
+        TrainArguments.from_options(
+            train_file=str(data_files["train"]), **files, **{**TINY, "preset": "small", "vocab_size": 120}
+        )
+    ).options()
+    launcher = f"{sys.executable} -m accelerate.commands.launch --cpu --num_processes 1 -m vanilla_transformer"
+    study = StudyArguments(seeds=1, study_dir=str(tmp_path / "study"), launcher=launcher)
+    run_study(base, study, {"tiny": (BASE,)}, write=lambda line: None)
+    log = (tmp_path / "study" / "logs" / "base-seed-42.log").read_text()
+    assert "Training with 1 process on cpu" in log
+    table = (tmp_path / "study" / "results.md").read_text()
+    assert "| row | variant | validation BLEU | test BLEU | test chrF |" in table
+    row = json.loads((tmp_path / "study" / "results.json").read_text())["studies"]["tiny"][0]
+    assert row["figures"]["test_bleu"]["count"] == 1 and row["figures"]["validation_bleu"]["count"] == 1
+
+
+def test_every_planned_run_of_both_studies_is_a_train_command_that_gives_back_its_options():
+    planned = plan_runs(base_options(), STUDIES, 1, "study")
+    for run in unique_runs(planned):
+        parsed = build_parser().parse_args(shlex.split(run.command_line())[1:])
+        assert resolve(TrainArguments.from_namespace(parsed)).options() == run.options, run.key
+
+
+def figures_of(seed, status="finished", first=2.0, last=1.0, reached=25, score=90.0):
+    return {
+        "key": "v", "seed": seed, "status": status, "command": f"vanilla-transformer train --seed {seed}",
+        "metric": "exact_match", "test_exact_match": score if status == "finished" else None,
+        "grad_norm_encoder_first": first, "grad_norm_encoder_last": last,
+        "grad_norm_decoder_first": first / 2, "grad_norm_decoder_last": last,
+        "updates_to_threshold": reached, "validation_curve": [], "loss_curve": [],
+    }  # fmt: skip
+
+
+def test_a_row_gives_each_figures_mean_and_range_and_says_which_runs_stopped_or_never_reached():
+    runs = [figures_of(42), figures_of(43, first=4.0, reached=None, score=80.0), figures_of(44, status="stopped: x")]
+    row = variant_row("tiny", no_residual(), runs)
+    assert row["figures"]["gradient_ratio_encoder"] == {"mean": 8 / 3, "min": 2.0, "max": 4.0, "count": 3}
+    assert row["figures"]["gradient_ratio_decoder"]["mean"] == pytest.approx(4 / 3)
+    assert row["figures"]["test_exact_match"] == {"mean": 85.0, "min": 80.0, "max": 90.0, "count": 2}
+    assert row["never_reached"] == 1 and row["stopped"] == ["seed 44: stopped: x"]
+    line = markdown_table([row], "exact_match", 50.0).splitlines()[-1]
+    assert line.startswith("| lesson | no residual (1 of 3 stopped) | - | 85.0 (80.0-90.0) |")
+    assert "| 25; never in 1 of 3 |" in line and "| 2.67 (2.00-4.00) |" in line
+
+
+def test_the_compared_score_comes_from_the_data_not_from_the_first_run():
+    assert main_metric(base_options()) == "exact_match"
+    assert main_metric({**base_options(), "train_file": "train.jsonl"}) == "bleu"
+
+
+def test_a_base_a_study_cannot_score_or_launch_is_refused(capsys):
+    for flags, message in (
+        (["--train-file", "t.jsonl", "--validation-file", "v.jsonl"], "give --validation-file and --test-file"),
+        (["--launcher", "accelerate launch -m vanilla_transformer", "--jobs", "2"], "launched runs train one at a"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main(["ablate", *flags])
+        assert stopped.value.code == 2 and message in capsys.readouterr().err

@@ -21,20 +21,17 @@ class StudyArguments(Checked):
     )
     jobs: PositiveInt = option(
         1,
-        help="runs trained at once, as processes sharing the CPU cores; with as many GPUs as jobs, each on a GPU of "
-        "its own (with one GPU, keep 1)",
+        help="runs trained at once, as processes sharing the CPU cores; with as many GPUs as jobs and no --launcher, "
+        "each on a GPU of its own (with one GPU, keep 1)",
     )
     launcher: str | None = option(
         help="the command that starts each run, before `train` and its flags (default: python -m "
         "vanilla_transformer); e.g. 'accelerate launch --config_file examples/accelerate/ddp.yaml -m "
-        "vanilla_transformer' trains each run on several GPUs"
+        "vanilla_transformer' trains each run on several GPUs, one run at a time"
     )
     threshold: NonNegativeFloat | None = option(
         help="the validation score whose first update the table reports (how fast a variant learns) (default: 90%% "
         "of the base runs' best greedy validation score)"
-    )
-    gradient_updates: PositiveInt = option(
-        50, help="the early updates whose layer gradient norms the table reports (train's --layer-gradients)"
     )
 
 

@@ -15,10 +15,10 @@ from .runs import PlannedRun, read_record
 GRADIENT_NAMES = ("encoder_first", "encoder_last", "decoder_first", "decoder_last")
 
 
-def main_metric(evaluation: dict) -> str:
-    """The score a study compares: exact match for the embedded task (whose one-word outputs BLEU cannot score),
-    else BLEU."""
-    return "exact_match" if "exact_match_by_digits" in evaluation else "bleu"
+def main_metric(options: dict) -> str:
+    """The score a study compares, from its runs' options: exact match for the embedded task (whose one-word outputs
+    BLEU cannot score), else BLEU."""
+    return "bleu" if options["dataset_name"] or options["train_file"] else "exact_match"
 
 
 def parameter_count(folder: str) -> int:
@@ -27,21 +27,20 @@ def parameter_count(folder: str) -> int:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
 
 
-def run_figures(run: PlannedRun) -> dict:
-    """One run's figures: its status, validation and test scores and cross-entropies (beam search, at the end), the
-    mean gradient norms of the stacks' first and last layers over the updates that recorded them, the parameters,
-    seconds per update, and its curves: the training loss and greedy validation score by update."""
-    record, records = read_record(run.folder), read_metrics(run.folder)
+def run_figures(run: PlannedRun, metric: str) -> dict:
+    """One run's figures: its status, validation and test scores (`metric`, and chrF) and cross-entropies (beam
+    search, at the end), the mean gradient norms of the stacks' first and last layers over the updates that recorded
+    them, the parameters, seconds per update, and its curves: the training loss and greedy validation score by
+    update. A run that stopped has its curves only, and a split the data lacks no scores."""
+    record = read_record(run.folder)
+    records = read_metrics(run.folder) if os.path.isfile(os.path.join(run.folder, "metrics.jsonl")) else []
     figures = {"key": run.key, "seed": run.seed, "status": record["status"], "command": record["command"]}
-    metric = "exact_match"
     if record["status"] == "finished":
         with open(os.path.join(run.folder, "eval_results.json")) as handle:
             results = json.load(handle)
-        metric = main_metric(results["test"])
         for split in ("validation", "test"):
-            figures[f"{split}_{metric}"] = results[split][metric]
-            figures[f"{split}_cross_entropy"] = results[split]["cross_entropy"]
-            figures[f"{split}_chrf"] = results[split]["chrf"]
+            for name in (metric, "chrf", "cross_entropy"):
+                figures[f"{split}_{name}"] = results.get(split, {}).get(name)
         figures["parameters"] = parameter_count(run.folder)
     figures["metric"] = metric
     validated = [(r["step"], r[f"validation_{metric}"]) for r in records if f"validation_{metric}" in r]
@@ -96,6 +95,7 @@ def variant_row(study: str, variant, runs: list[dict]) -> dict:
             first, last = run[f"grad_norm_{stack}_first"], run[f"grad_norm_{stack}_last"]
             run[f"gradient_ratio_{stack}"] = first / last if first is not None and last else None
     names = {name.format(metric=runs[0]["metric"]) for name, _, _ in COLUMNS} | {"validation_cross_entropy"}
+    names |= {"validation_chrf"}
     names |= {f"grad_norm_{name}" for name in GRADIENT_NAMES}
     row = {"study": study, "row": variant.row, "variant": variant.key, "label": variant.label, "claim": variant.claim}
     row["runs"] = len(runs)

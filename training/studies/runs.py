@@ -2,9 +2,12 @@
 command line per variant and seed), trained a few at a time as separate processes, each in its own folder, and
 skipped when a folder already holds its finished run, so that an interrupted study resumes where it stopped."""
 
+import contextlib
 import dataclasses
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +19,8 @@ from .variants import Variant
 
 RECORD = "study_run.json"  # in each run's folder: the options it was trained with, and how it ended
 RUN_OVERRIDES = {"overwrite_output_dir": True, "report_to": ["none"], "show_samples": 0, "push_to_hub": False}
+NOT_COMPARED = {"output_dir", "log_steps", "show_samples", "report_to"}  # where a run is, what it prints or logs to
+DIVERGED = "the loss became"  # the message of a run stopped by a non-finite loss (loop.py's `train_update`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +38,7 @@ class PlannedRun:
 
     def command_line(self) -> str:
         """The run as a reader would type it."""
-        return " ".join(["vanilla-transformer", "train", *self.flags()])
+        return shlex.join(["vanilla-transformer", "train", *self.flags()])
 
 
 def train_flags(options: dict) -> list[str]:
@@ -96,7 +101,7 @@ def read_record(folder: str) -> dict | None:
 def check_finished_run(run: PlannedRun, record: dict) -> None:
     """A finished run in the folder must be this run: the same options, else the study would mix two bases."""
     wanted = json.loads(json.dumps(run.options))
-    differ = sorted(name for name in wanted if name != "output_dir" and record["options"].get(name) != wanted[name])
+    differ = sorted(name for name in wanted if name not in NOT_COMPARED and record["options"].get(name) != wanted[name])
     if differ:
         raise ArgumentsError(
             f"{run.folder} holds a run trained with other options ({', '.join(differ)}); give another --study-dir, "
@@ -118,7 +123,8 @@ def unique_runs(planned: dict) -> list[PlannedRun]:
 class Launch:
     """How the runs start: `jobs` at once, each as `launcher` + `train` + its flags (`python -m vanilla_transformer`,
     or an `accelerate launch ... -m vanilla_transformer`). The CPU cores are shared out among the jobs; with as many
-    GPUs as jobs (`gpus`) and the default launcher, each job trains on a GPU of its own."""
+    GPUs as jobs (`gpus`: those CUDA_VISIBLE_DEVICES shows) and the default launcher, each job trains on a GPU of its
+    own."""
 
     jobs: int = 1
     launcher: tuple[str, ...] = (sys.executable, "-m", "vanilla_transformer")
@@ -132,28 +138,51 @@ class Launch:
         threads = str(max(1, (os.cpu_count() or 1) // self.jobs))
         env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         if self.jobs > 1 and self.gpus >= self.jobs and self.launcher == Launch.launcher:
-            env["CUDA_VISIBLE_DEVICES"] = str(slot)
+            shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+            env["CUDA_VISIBLE_DEVICES"] = shown.split(",")[slot].strip() if shown else str(slot)
         return env
 
 
 def start_run(run: PlannedRun, launch: Launch, slot: int, log_dir: str) -> tuple[subprocess.Popen, float]:
-    """Start the run's train command as a process of its own, its output in the study's logs folder."""
+    """Start the run's train command as a process of its own, in a session of its own (so that stopping it stops
+    whatever a launcher started), its output in the study's logs folder."""
     os.makedirs(log_dir, exist_ok=True)
-    log = open(os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log"), "w")
-    process = subprocess.Popen(launch.command(run), stdout=log, stderr=subprocess.STDOUT, env=launch.environment(slot))
-    log.close()
+    with open(os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log"), "w") as log:
+        try:
+            process = subprocess.Popen(
+                launch.command(run), stdout=log, stderr=subprocess.STDOUT, env=launch.environment(slot),
+                start_new_session=True,
+            )  # fmt: skip
+        except FileNotFoundError as error:
+            raise RuntimeError(f"the runs' launcher {launch.launcher[0]!r} was not found: {error}") from error
     return process, time.time()
 
 
+def stop_runs(processes: list[subprocess.Popen]) -> None:
+    """Stop the runs under way, each with all it started: SIGTERM, then SIGKILL to any not gone in 30 seconds."""
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def end_run(run: PlannedRun, returncode: int, seconds: float, log_dir: str) -> dict:
-    """The record of a run that ended: finished (0), or stopped on purpose (1: a non-finite loss, a result of the
-    study). Bad input or a crash raises, naming the log."""
+    """The record of a run that ended: finished (0), or stopped by a non-finite loss (status 1 and the training
+    command's own message, a result of the study). Anything else (bad input, a checkpoint that could not be written,
+    a crash) raises, naming the log."""
     log = os.path.join(log_dir, f"{run.key}-seed-{run.seed}.log")
     stopped = last_error_line(log) if returncode == 1 else None  # the command's own `error: ...` line
-    if returncode != 0 and not stopped:  # bad input (2), or a crash with a traceback
+    if returncode != 0 and not (stopped and stopped.startswith(DIVERGED)):
         raise RuntimeError(f"the run {run.folder} failed (exit status {returncode}); its output is in {log}")
     status = "finished" if returncode == 0 else "stopped: " + stopped
     record = {"options": run.options, "status": status, "seconds": round(seconds, 1), "command": run.command_line()}
+    os.makedirs(run.folder, exist_ok=True)
     with open(os.path.join(run.folder, RECORD) + ".tmp", "w") as handle:
         json.dump(record, handle, indent=1)
     os.replace(os.path.join(run.folder, RECORD) + ".tmp", os.path.join(run.folder, RECORD))
@@ -190,10 +219,8 @@ def train_runs(runs: list[PlannedRun], launch: Launch, log_dir: str, report: Cal
                     del running[slot]
                     free.append(slot)
                     report(run, end_run(run, process.returncode, time.time() - started, log_dir), True)
-    finally:
-        for _, process, _ in running.values():  # interrupted: the unfinished runs are trained again on resume
-            process.terminate()
-            process.wait()
+    finally:  # interrupted: the unfinished runs are trained again on resume
+        stop_runs([process for _, process, _ in running.values()])
 
 
 __all__ = ["Launch", "PlannedRun", "plan_runs", "train_runs", "unique_runs", "read_record", "train_flags", "RECORD"]

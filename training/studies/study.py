@@ -9,7 +9,7 @@ import time
 
 from .arguments import StudyArguments
 from .figures import draw_studies
-from .results import default_threshold, reach, run_figures, variant_row, write_results
+from .results import default_threshold, main_metric, reach, run_figures, variant_row, write_results
 from .runs import Launch, PlannedRun, plan_runs, train_runs, unique_runs
 from .variants import STUDIES
 
@@ -54,7 +54,8 @@ def launch(study: StudyArguments) -> Launch:
 
 def tabulate(planned: dict, study: StudyArguments) -> list[str]:
     """The tables (results.md, .csv, .json) and the figure (results.png) of the planned runs, all of them ended."""
-    figures = {run.folder: run_figures(run) for run in unique_runs(planned)}
+    metric = main_metric(unique_runs(planned)[0].options)
+    figures = {run.folder: run_figures(run, metric) for run in unique_runs(planned)}
     base_runs = next(seeded for variants in planned.values() for variant, seeded in variants if variant.key == "base")
     threshold = study.threshold
     if threshold is None:
@@ -71,7 +72,6 @@ def tabulate(planned: dict, study: StudyArguments) -> list[str]:
                 variant = dataclasses.replace(variant, label=f"{variant.label} (the base)")
             by_variant[variant.key] = [figures[run.folder] for run in seeded]
             tables[name].append(variant_row(name, variant, by_variant[variant.key]))
-    metric = next(iter(figures.values()))["metric"]
     paths = write_results(study.study_dir, tables, metric, threshold)
     return paths + [draw_studies(study.study_dir, tables, by_variant, metric)]
 

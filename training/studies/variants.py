@@ -40,26 +40,30 @@ def fixed(**options) -> Callable[[dict], dict]:
 
 
 def scaled(name: str, factor: float) -> Callable[[dict], dict | None]:
-    """A change of one size or rate by `factor` (halved, doubled), or None where it does not apply (a rate of 0)."""
+    """A change of one size or rate by `factor` (halved, doubled), or None where it does not apply (a rate of 0, a
+    d_model that the heads do not divide)."""
 
     def change(base: dict) -> dict | None:
         value = base[name] * factor
         value = int(value) if isinstance(base[name], int) else round(value, 6)
+        if name == "d_model" and value % base["num_heads"]:
+            return None
         return {name: value} if value != base[name] and value > 0 else None
 
     return change
 
 
 def heads(count: int) -> Callable[[dict], dict | None]:
-    """h heads at the base's d_model: d_k = d_v = d_model / h, so that the computation stays the same (row A)."""
-    return lambda base: {"num_heads": count} if base["d_model"] % count == 0 else None
+    """h heads at the base's d_model: d_k = d_v = d_model / h, so that the computation stays the same (row A); not
+    for a base with a d_k of its own."""
+    return lambda base: {"num_heads": count} if base["d_model"] % count == 0 and base["d_k"] is None else None
 
 
 def key_size(divisor: int) -> Callable[[dict], dict | None]:
-    """A query and key size d_k of the base's d_model / h / divisor; the values keep theirs (row B)."""
+    """A query and key size d_k of the base's (d_model / h, or its own d_k) / divisor; the values keep d_v (row B)."""
 
     def change(base: dict) -> dict | None:
-        d_k = base["d_model"] // base["num_heads"] // divisor
+        d_k = (base["d_k"] or base["d_model"] // base["num_heads"]) // divisor
         return {"d_k": d_k} if d_k >= 1 else None
 
     return change

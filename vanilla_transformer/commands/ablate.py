@@ -19,6 +19,7 @@ NOT_FOR_A_STUDY = {  # train's options a study sets for each run itself, and wha
     "overwrite_output_dir": "another --study-dir",
     "push_to_hub": "vanilla-transformer train --push-to-hub for the run you want to share",
 }
+STUDY_LAYER_GRADIENTS = 50  # the early updates whose layer gradient norms a study reports, unless --layer-gradients
 
 
 def ablate_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -37,16 +38,23 @@ def ablate_command_parser(subparsers) -> argparse.ArgumentParser:
 
 def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
     """The base run's options as train resolves them: the embedded task at --preset study unless a preset or data
-    is given, and the layer gradients recorded for the study. Raises `ValueError` naming a flag a study sets."""
+    is given, and the layer gradients of the first 50 updates recorded unless --layer-gradients says otherwise.
+    Raises `ValueError` naming a flag a study sets, or flags that cannot go together in a study."""
     args = TrainArguments.from_namespace(namespace)
     defaults = TrainArguments().options()
     for name, instead in NOT_FOR_A_STUDY.items():
         if args.options()[name] != defaults[name]:
             raise ValueError(f"--{name.replace('_', '-')}: a study sets it for each of its runs; use {instead}")
+    if args.data.train_file and not (args.data.validation_file and args.data.test_file):
+        raise ValueError(
+            "--train-file: a study scores every run on validation and test; give --validation-file and --test-file"
+        )
+    if study.launcher and study.jobs > 1:
+        raise ValueError("--launcher with --jobs > 1: launched runs train one at a time (they would share a port)")
     if args.run.preset is None and args.data.uses_embedded_task:
         args = args.replace(preset="study")
     if args.checkpoints.layer_gradients == 0:
-        args = args.replace(layer_gradients=study.gradient_updates)
+        args = args.replace(layer_gradients=STUDY_LAYER_GRADIENTS)
     return resolve(args).options()
 
 

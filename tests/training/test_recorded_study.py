@@ -1,0 +1,56 @@
+"""The recorded study (training/studies/RESULTS.md): its tables are those `ablate` wrote from its runs, stated as
+written, and the figures the README and RESULTS.md quote are in them."""
+
+import json
+import re
+from pathlib import Path
+
+from vanilla_transformer.training.studies.results import markdown_table
+from vanilla_transformer.training.studies.variants import STUDIES
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = ROOT / "training" / "studies" / "recorded" / "numbers-en-de"
+RESULTS = (ROOT / "training" / "studies" / "RESULTS.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+WRITTEN = json.loads((RECORDED / "results.json").read_text())
+
+
+def test_the_recorded_study_ran_both_studies_with_three_seeds_a_variant():
+    assert set(WRITTEN["studies"]) == set(STUDIES)
+    for study, rows in WRITTEN["studies"].items():
+        assert [row["variant"] for row in rows] == [
+            variant.key for variant in STUDIES[study] if variant.key in {row["variant"] for row in rows}
+        ]
+        assert all(row["runs"] >= 3 for row in rows)
+        assert all(len(set(row["commands"])) == row["runs"] for row in rows)  # one seed a run
+
+
+def test_results_md_holds_the_tables_ablate_makes_from_results_json():
+    written = (RECORDED / "results.md").read_text()
+    for rows in WRITTEN["studies"].values():
+        assert markdown_table(rows, WRITTEN["metric"], WRITTEN["threshold"]) in written
+
+
+def test_results_states_the_tables_as_written_and_the_wall_time_of_the_log():
+    for line in (RECORDED / "results.md").read_text().splitlines():
+        if line.startswith("|"):
+            assert line in RESULTS, line
+    log = (RECORDED / "ablate.log").read_text()
+    minutes, seconds = re.search(r"^real\s+(\d+)m([\d.]+)s$", log, re.MULTILINE).groups()
+    assert f"{int(minutes)} min {round(float(seconds))} s" in RESULTS
+    assert "vanilla-transformer ablate --jobs 2" in RESULTS and "vanilla-transformer ablate --jobs 2" in log
+
+
+def figure(study: str, variant: str, name: str) -> dict:
+    row = next(row for row in WRITTEN["studies"][study] if row["variant"] == variant)
+    return row["figures"][name]
+
+
+def test_the_readme_quotes_the_recorded_figures():
+    section = README[README.index("### What the recorded study found") :]
+    section = section[: section.index("\n## ")]
+    quoted = re.findall(r"\[(\w+)/([\w-]+)/(\w+)\]: ([\d.,]+)", RESULTS)
+    assert quoted, "RESULTS.md quotes no figure in the [study/variant/figure]: value form"
+    for study, variant, name, value in quoted:
+        assert f"{figure(study, variant, name)['mean']:,.{len(value.partition('.')[2])}f}" == value
+    assert "training/studies/RESULTS.md" in section
