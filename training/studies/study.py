@@ -56,9 +56,10 @@ def tabulate(planned: dict, study: StudyArguments) -> list[str]:
     """The tables (results.md, .csv, .json) and the figure (results.png) of the planned runs, all of them ended."""
     metric = main_metric(unique_runs(planned)[0].options)
     figures = {run.folder: run_figures(run, metric) for run in unique_runs(planned)}
-    base_runs = next(seeded for variants in planned.values() for variant, seeded in variants if variant.key == "base")
+    bases = (seeded for variants in planned.values() for variant, seeded in variants if variant.key == "base")
+    base_runs = next(bases, None)
     threshold = study.threshold
-    if threshold is None:
+    if threshold is None and base_runs is not None:
         threshold = default_threshold([figures[run.folder] for run in base_runs])
     for run in figures.values():
         reach(run, threshold)
