@@ -1,6 +1,7 @@
 from .configuration_vanilla_transformer import (
     STUDY_SWITCHES,
     VanillaTransformerConfig,
+    changed_switches,
     check_tokenizer_matches,
     position_limit,
     target_vocabulary_size,
@@ -9,6 +10,7 @@ from .configuration_vanilla_transformer import (
 __all__ = [
     "STUDY_SWITCHES",
     "VanillaTransformerConfig",
+    "changed_switches",
     "check_tokenizer_matches",
     "position_limit",
     "target_vocabulary_size",

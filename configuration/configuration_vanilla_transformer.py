@@ -166,8 +166,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return output
 
     def changed_switches(self) -> dict:
-        """The study switches this model changes from the paper's, by name."""
-        return {name: getattr(self, name) for name, paper in STUDY_SWITCHES.items() if getattr(self, name) != paper}
+        """The study switches this model changes from the paper's, by name (`changed_switches`)."""
+        return changed_switches(self)
 
     def _check(self) -> None:
         """Raise a `ValueError` naming the first invalid field and what it accepts."""
@@ -284,6 +284,14 @@ def target_vocabulary_size(config) -> int:
     return getattr(config, "target_vocab_size", None) or config.vocab_size
 
 
+def changed_switches(config) -> dict:
+    """The study switches a model changes from the paper's, by name: {} for the paper's architecture. Works for any
+    config (a field it lacks is the paper's)."""
+    return {
+        name: getattr(config, name) for name, paper in STUDY_SWITCHES.items() if getattr(config, name, paper) != paper
+    }
+
+
 def position_limit(config) -> int | None:
     """The longest sequence a model can read or write: `max_position_embeddings` for learned positions, which have no
     row beyond their table; None for the sinusoids of §3.5, which are defined for every position. Works for any
@@ -296,6 +304,7 @@ def position_limit(config) -> int | None:
 __all__ = [
     "STUDY_SWITCHES",
     "VanillaTransformerConfig",
+    "changed_switches",
     "check_tokenizer_matches",
     "position_limit",
     "target_vocabulary_size",

@@ -148,7 +148,7 @@ def generic_card(config, num_parameters: int) -> ModelCard:
         f"| {norm} | {config.position_encoding} | {config.vocab_size} | {num_parameters:,} |\n\n"
         "Not evaluated: this folder was written by `save_pretrained` without evaluation results.\n"
     )
-    changed = config.changed_switches() if hasattr(config, "changed_switches") else {}
+    changed = config.changed_switches()  # this folder's own configuration class, where remote code loads it
     if changed:  # a model a study took apart (`vanilla-transformer ablate`)
         text += f"\nNot the paper's model: a study of the architecture changed {changed} (see its config.json).\n"
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")

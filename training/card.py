@@ -12,6 +12,7 @@ from importlib import resources
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..configuration import changed_switches
 from .arguments import (
     CheckpointArguments,
     DataArguments,
@@ -234,7 +235,7 @@ def architecture(config, num_parameters: int) -> dict:
 
 def switches_line(config) -> str:
     """A paragraph for a model that a study took apart (its changed study switches), else nothing."""
-    changed = config.changed_switches() if hasattr(config, "changed_switches") else {}
+    changed = changed_switches(config)
     if not changed:
         return ""
     settings = ", ".join(f"`{name}={value}`" for name, value in changed.items())

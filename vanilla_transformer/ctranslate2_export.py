@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from .configuration import check_tokenizer_matches, target_vocabulary_size
+from .configuration import changed_switches, check_tokenizer_matches, target_vocabulary_size
 from .folders import check_writable, staged_folder
 from .model_folder import load_model_folder, vocabularies
 
@@ -109,9 +109,10 @@ def transformer_spec(model, tokenizer, rows: int):
     from ctranslate2.specs import transformer_spec as specs
 
     config = model.config
-    if config.changed_switches():
+    changed = changed_switches(config)
+    if changed:
         raise ExportError(
-            f"the model changes the architecture ({config.changed_switches()}, a study's switches); ctranslate2 runs "
+            f"the model changes the architecture ({changed}, a study's switches); ctranslate2 runs "
             "the paper's Transformer only."
         )
     activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}

@@ -14,6 +14,7 @@ import os
 import time
 
 from . import demo_figures as figures
+from .configuration import changed_switches
 from .errors import MissingDependencyError, ModelFolderError
 from .model_folder import load_model_folder
 from .stages import Stages, trace_stages
@@ -142,7 +143,7 @@ def redraw(draw):
 def check_paper_architecture(config) -> None:
     """The app shows the stages of Figure 1: a model a study took apart (`changed_switches`) is refused with a
     `ModelFolderError` naming what it changed."""
-    changed = config.changed_switches() if hasattr(config, "changed_switches") else {}
+    changed = changed_switches(config)
     if changed:
         raise ModelFolderError(
             f"the model changes Figure 1 ({changed}, a study's switches); the demo shows the paper's architecture",

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 
+from .configuration import changed_switches
 from .folders import check_writable, staged_folder
 from .model_folder import load_model_folder
 
@@ -106,7 +107,7 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
     else:
         model = model_or_folder
     title = title or "vanilla-transformer demo"
-    changed = model.config.changed_switches() if hasattr(model.config, "changed_switches") else {}
+    changed = changed_switches(model.config)
     if changed:
         raise SpaceExportError(
             f"the model changes Figure 1 ({changed}, a study's switches); the demo shows the paper's"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention_maps import attention_maps
+from .configuration import changed_switches
 
 SUBLAYERS = {  # (sub-layer attribute, its Add&Norm, the paper's name for it)
     "encoder": (("self_attn", "self_attn_norm", "self-attention"), ("ffn", "ffn_norm", "feed-forward")),
@@ -173,7 +174,7 @@ def trace_stages(
     """Translate `source` (or force-decode `target`) and record every stage of Figure 1 on the way. A model that a
     study took apart (`VanillaTransformerConfig.changed_switches`) is refused with a `ValueError`: its stages are not
     those of Figure 1."""
-    changed = model.config.changed_switches()
+    changed = changed_switches(model.config)
     if changed:
         raise ValueError(f"the model changes Figure 1 ({changed}); the stages are traced for the paper's architecture")
     model.eval()
