@@ -70,6 +70,15 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def option_flag(name: str, value) -> str:
+    """An option's value as the flag that gives it: `--d-model 128`, `--no-share-embeddings`, `no --d-k` (unset)."""
+    if value is None:
+        return f"no {flag_name(name)}"
+    if isinstance(value, bool):
+        return flag_name(name if value else f"no_{name}")
+    return f"{flag_name(name)} {value}"
+
+
 class DashedOptions:
     """An argument group that takes each option under its dashed spelling only (`--max-tokens`, not `--max_tokens`):
     the one the README, `--help` and the error messages show."""

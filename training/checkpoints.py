@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..configuration.configuration_vanilla_transformer import STUDY_SWITCHES
-from .argument_types import flag_name
+from .argument_types import option_flag
 from .arguments import TokenizerArguments
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -229,28 +229,17 @@ def built_with(model, identity: dict) -> dict:
     }
 
 
-def setting(key: str, value) -> str:
-    """A model setting as the flag that gives it: `--d-model 128`, `--no-share-embeddings`, `no --d-k`."""
-    if value is None:
-        return f"no {flag_name(key)}"
-    if isinstance(value, bool):
-        return flag_name(key if value else f"no_{key}")
-    return f"{flag_name(key)} {value}"
-
-
 def differing_model_setting(old: dict, config, longest: int) -> str | None:
-    """The first setting of MODEL_SETTINGS (and the learned position table) in which the checkpoint's `old` differs
-    from this run's model `config`, as one sentence; None where they agree. `longest`: the longer of this run's
-    --max-source-length and --max-target-length."""
-    for key in MODEL_SETTINGS:
-        if key in old and old[key] != getattr(config, key):
-            return f"the checkpoint was trained with {setting(key, old[key])}, this run asks for " + (
-                f"{setting(key, getattr(config, key))}; {ADVICE}"
-            )
-    for key, paper in STUDY_SWITCHES.items():  # recorded only where changed: the paper's where absent
-        if old.get(key, paper) != getattr(config, key, paper):
-            return f"the checkpoint was trained with {setting(key, old.get(key, paper))}, this run asks for " + (
-                f"{setting(key, getattr(config, key, paper))}; {ADVICE}"
+    """The first setting of MODEL_SETTINGS and the study switches (and the learned position table) in which the
+    checkpoint's `old` differs from this run's model `config`, as one sentence; None where they agree. `longest`: the
+    longer of this run's --max-source-length and --max-target-length."""
+    recorded = {key: old[key] for key in MODEL_SETTINGS if key in old}
+    recorded |= {key: old.get(key, paper) for key, paper in STUDY_SWITCHES.items()}  # recorded only where changed
+    for key, was in recorded.items():
+        asks = getattr(config, key, STUDY_SWITCHES.get(key))
+        if was != asks:
+            return f"the checkpoint was trained with {option_flag(key, was)}, this run asks for " + (
+                f"{option_flag(key, asks)}; {ADVICE}"
             )
     positions = old.get("max_position_embeddings")
     if config.position_encoding == "learned" and positions is not None and positions != config.max_position_embeddings:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..configuration.configuration_vanilla_transformer import STUDY_SWITCHES
-from .argument_types import ArgumentsError, Checked, PositiveInt, option
+from .argument_types import ArgumentsError, Checked, PositiveInt, option, option_flag
 
 
 @dataclass(frozen=True)
@@ -47,18 +47,12 @@ class SwitchArguments(Checked):
         }
 
 
-def switch_flag(name: str, value) -> str:
-    """The flag that gives a switch this value: `--d-k 8`, `--no-residual`."""
-    dashed = name.replace("_", "-")
-    return f"--no-{dashed}" if value is False else f"--{dashed} {value}"
-
-
 def check_switches(switches: SwitchArguments, init_from: str | None) -> None:
     """A study switch builds a new model: it cannot change the one --init-from loads."""
     changed = switches.changed()
     if changed and init_from:
-        flags = ", ".join(switch_flag(name, value) for name, value in changed.items())
+        flags = ", ".join(option_flag(name, value) for name, value in changed.items())
         raise ArgumentsError(f"{flags}: the study switches build a new model; --init-from loads one as it was saved")
 
 
-__all__ = ["SwitchArguments", "check_switches", "switch_flag"]
+__all__ = ["SwitchArguments", "check_switches"]
