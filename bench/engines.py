@@ -1,7 +1,8 @@
-"""Peak memory per process of the training command under accelerate's engines: DDP, FSDP2 and DeepSpeed ZeRO-2 and
-ZeRO-3, with the repository's config files (examples/accelerate/), on CPU processes at the base size (§3, Table 3) for
-a few updates. What sharding saves on each GPU is what it saves on each of these processes: the model state (weights,
-gradients, Adam's two moments) divided among the processes; the activations and the libraries are the same.
+"""Peak memory per process of the training command under accelerate's engines: DDP, FSDP2, FSDP1 and DeepSpeed
+ZeRO-2 and ZeRO-3, with the repository's config files (examples/accelerate/), on CPU processes at the base size (§3,
+Table 3) for a few updates. What sharding saves on each GPU is what it saves on each of these processes: the model
+state (weights, gradients, Adam's two moments) divided among the processes; the activations and the libraries are the
+same.
 
 This writes BENCHMARKS.md's engines section, which the README's section on several processes quotes.
 
@@ -21,12 +22,14 @@ from . import report
 SUITE = "engines"
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(report.ROOT, "examples", "accelerate")
-# name: (config file, flags of the training command, environment); FSDP runs on CPU processes by bench/fsdp_on_cpu.py
+# name: (config file, flags of `accelerate launch`, flags of the training command, environment); FSDP runs on CPU
+# processes by bench/fsdp_on_cpu.py, FSDP1 without syncing module states (accelerate syncs them on accelerators only)
 ENGINES = {
-    "ddp": ("ddp.yaml", ["--cpu"], {}),
-    "fsdp2": ("fsdp2.yaml", ["--cpu"], {}),
-    "zero2": ("zero2.yaml", [], {"DS_ACCELERATOR": "cpu"}),
-    "zero3": ("zero3.yaml", [], {"DS_ACCELERATOR": "cpu"}),
+    "ddp": ("ddp.yaml", [], ["--cpu"], {}),
+    "fsdp2": ("fsdp2.yaml", [], ["--cpu"], {}),
+    "fsdp1": ("fsdp1.yaml", ["--fsdp_sync_module_states", "false"], ["--cpu"], {}),
+    "zero2": ("zero2.yaml", [], [], {"DS_ACCELERATOR": "cpu"}),
+    "zero3": ("zero3.yaml", [], [], {"DS_ACCELERATOR": "cpu"}),
 }
 TRAIN_FLAGS = [
     "--preset", "base", "--vocab-size", "8000", "--max-tokens", "1024", "--warmup-steps", "10", "--save-steps", "0",
@@ -63,12 +66,12 @@ def write_data(folder: str) -> list[str]:
 
 def run_engine(name: str, args, work: str, data_flags: list[str], port: int) -> dict:
     """One launch of the training command under `name`; each process's peak resident memory and the run's size."""
-    config, engine_flags, environment = ENGINES[name]
+    config, launch_flags, engine_flags, environment = ENGINES[name]
     peaks, out = os.path.join(work, f"{name}-peaks"), os.path.join(work, name)
     os.makedirs(peaks, exist_ok=True)
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", os.path.join(CONFIGS, config),
-        "--num_processes", str(args.processes), "--main_process_port", str(port),
+        "--num_processes", str(args.processes), "--main_process_port", str(port), *launch_flags,
         os.path.join(HERE, "engine_process.py"), "train", *data_flags, *TRAIN_FLAGS, "--max-steps", str(args.steps),
         *engine_flags, *args.train_args.split(), "--output-dir", out,
     ]  # fmt: skip
@@ -113,7 +116,7 @@ def section(results: dict) -> str:
     state_mib = parameters * 16 / 2**20  # float32 weights and gradients, Adam's two moments
     lines = [
         "<!-- engines: written by bench/engines.py -->",
-        "## Several processes: peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO",
+        "## Several processes: peak memory per process under DDP, FSDP and DeepSpeed ZeRO",
         "",
         f"`{results['command']}`",
         "",
@@ -122,10 +125,10 @@ def section(results: dict) -> str:
         f"The training command at the base size ({parameters:,} parameters with a vocabulary of "
         f"{results['vocab_size']:,}: {state_mib:,.0f} MiB of float32 weights, gradients and Adam moments) on "
         f"{processes} CPU processes, {results['steps']} updates of 1,024 tokens per process, under each of the "
-        "repository's accelerate config files (FSDP2 on CPU processes through bench/fsdp_on_cpu.py; DeepSpeed with "
+        "repository's accelerate config files (FSDP on CPU processes through bench/fsdp_on_cpu.py; DeepSpeed with "
         "DS_ACCELERATOR=cpu). For each process: the tensors it holds after the updates (every CPU tensor Python can "
         "reach, each storage once: the weights, the optimizer state and the engine's own buffers, what sharding "
-        "divides; DDP and FSDP2 have freed the gradients by then, and DDP's gradient buckets, held in C++, are not "
+        "divides; DDP and FSDP have freed the gradients by then, and DDP's gradient buckets, held in C++, are not "
         "counted), and "
         "its peak resident memory (VmHWM, libraries and data included) through the updates and over the whole run "
         "(the finish adds a whole copy of the weights on each process under FSDP and DeepSpeed):",

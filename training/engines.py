@@ -8,7 +8,8 @@ process. FSDP (1 and 2) and DeepSpeed ZeRO shard it, or wrap it in an engine of 
 - evaluation, averaging and the saved folder use a whole copy of the weights on each process (`whole_copy`),
   gathered as accelerate documents: `get_state_dict` on every process, whole on the main one;
 - a checkpoint records the engine and the process count it was written with (`engine_record`), so that a resume
-  under another engine is refused in one line."""
+  under another engine is refused in one line;
+- FSDP1's optimizer has its state before a resume loads it (`create_optimizer_state`)."""
 
 import contextlib
 import copy
@@ -75,6 +76,27 @@ def engine_record(accelerator: Accelerator) -> dict:
     elif accelerator.distributed_type == DistributedType.DEEPSPEED:
         record.update(engine="DeepSpeed", zero_stage=accelerator.state.deepspeed_plugin.zero_stage)
     return record
+
+
+def create_optimizer_state(accelerator: Accelerator, optimizer: torch.optim.Optimizer) -> None:
+    """Before a resume under FSDP1: give an optimizer that has not stepped its state (Adam's moments, at zero).
+    accelerate reads FSDP1's sharded optimizer checkpoint into the state the optimizer has (`FSDP.optim_state_dict`
+    as the template), so without this the moments would come back empty and the resumed run would go on otherwise.
+    The state is made as torch's `get_optimizer_state_dict` makes it: one step on zero gradients at learning rate
+    0, which moves no weight."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # the optimizer inside accelerate's wrapper
+    fsdp1 = accelerator.distributed_type == DistributedType.FSDP and accelerator.state.fsdp_plugin.fsdp_version == 1
+    if not fsdp1 or optimizer.state:
+        return
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+        for parameter in group["params"]:
+            parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
 
 
 def describe_engine(record: dict) -> str:

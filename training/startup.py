@@ -21,6 +21,7 @@ from .data import load_pairs
 from .engines import (
     check_engine,
     check_resume_engine,
+    create_optimizer_state,
     fit_deepspeed_config,
     process_group_kwargs,
     shard_tied_weights,
@@ -290,6 +291,7 @@ def resume(run: Run, state: dict) -> None:
             f"--resume-from {run.resume_checkpoint}: the checkpoint was written by a run {written} --streaming, "
             f"which orders the data differently; resume it {written} --streaming"
         )
+    create_optimizer_state(run.accelerator, run.optimizer)
     run.accelerator.load_state(run.resume_checkpoint)
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
     run.seconds_before = state.get("train_seconds", 0.0)  # absent from checkpoints written before it was recorded

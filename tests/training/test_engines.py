@@ -1,10 +1,10 @@
 """The training command under accelerate's sharding engines, on two CPU processes (gloo), with the repository's
-accelerate config files (examples/accelerate/): FSDP2, with sharded and with full state dicts (accelerate selects
-FSDP on GPU processes only; bench/fsdp_on_cpu.py lifts that one choice), and DeepSpeed ZeRO-2 and ZeRO-3
-(DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run trains,
-checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder of one
-process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it ended.
-FSDP1, and FSDP as accelerate runs it on CUDA, are `gpu` tests.
+accelerate config files (examples/accelerate/): FSDP2 and FSDP1, each with sharded and with full state dicts
+(accelerate selects FSDP on GPU processes only; bench/fsdp_on_cpu.py lifts that choice), and DeepSpeed ZeRO-2 and
+ZeRO-3 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run
+trains, checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder
+of one process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it
+ended. FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
 
 DeepSpeed is an optional dependency (`pip install "vanilla-transformer[deepspeed]"`): without it its cases are
 skipped, saying so, unless VANILLA_TRANSFORMER_DEEPSPEED is `required` (as in CI)."""
@@ -34,10 +34,21 @@ NEEDS_DEEPSPEED = pytest.mark.skipif(
     not HAS_DEEPSPEED and os.environ.get("VANILLA_TRANSFORMER_DEEPSPEED") != "required",
     reason="DeepSpeed is not installed (pip install 'vanilla-transformer[deepspeed]')",
 )
+# accelerate's FSDP plugin looks for an accelerator device to sync module states on; the processes start from the
+# same seed, so there is nothing to sync
+FSDP1_ON_CPU = ["--fsdp_sync_module_states", "false"]
 # name: (config file, extra `accelerate launch` flags, what runs in each process, extra `train` flags, environment)
 ENGINES = {
     "fsdp2": ("fsdp2.yaml", [], [FSDP_ON_CPU], ["--cpu"], {}),
     "fsdp2-full": ("fsdp2.yaml", ["--fsdp_state_dict_type", "FULL_STATE_DICT"], [FSDP_ON_CPU], ["--cpu"], {}),
+    "fsdp1": ("fsdp1.yaml", FSDP1_ON_CPU, [FSDP_ON_CPU], ["--cpu"], {}),
+    "fsdp1-full": (
+        "fsdp1.yaml",
+        [*FSDP1_ON_CPU, "--fsdp_state_dict_type", "FULL_STATE_DICT"],
+        [FSDP_ON_CPU],
+        ["--cpu"],
+        {},
+    ),
     "zero2": ("zero2.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
     "zero3": ("zero3.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
 }
@@ -123,7 +134,7 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
         assert len(scores[0]) == 2 and scores[0] == pytest.approx(scores[1], abs=1e-3)
     results = json.loads((out / "eval_results.json").read_text())
     reference = json.loads((one_process / "eval_results.json").read_text())
-    assert results["processes"] == 2 and results["engine"].startswith(("FSDP2", "DeepSpeed"))
+    assert results["processes"] == 2 and results["engine"].startswith(("FSDP", "DeepSpeed"))
     card = (out / "README.md").read_text()
     assert f"2 data-parallel processes, sharded with {results['engine'].split(' on ')[0]}" in card
     assert results["test"]["chrf"] == reference["test"]["chrf"]  # beam search on every process, gathered in order
@@ -137,7 +148,8 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
 
 
 @pytest.mark.parametrize(
-    "engine", [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ("fsdp2", "zero3")]
+    "engine",
+    [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ("fsdp2", "fsdp1", "zero3")],
 )
 def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, files, tmp_path):
     """With dropout: validation builds the whole copy of the weights between checkpoints, and must draw nothing from
