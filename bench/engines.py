@@ -128,8 +128,8 @@ def section(results: dict) -> str:
         "repository's accelerate config files (FSDP on CPU processes through bench/fsdp_on_cpu.py; DeepSpeed with "
         "DS_ACCELERATOR=cpu). For each process: the tensors it holds after the updates (every CPU tensor Python can "
         "reach, each storage once: the weights, the optimizer state and the engine's own buffers, what sharding "
-        "divides; DDP and FSDP have freed the gradients by then, and DDP's gradient buckets, held in C++, are not "
-        "counted), and "
+        "divides; DDP and FSDP2 have freed the gradients by then, FSDP1 keeps its gradient shard, and DDP's gradient "
+        "buckets, held in C++, are not counted), and "
         "its peak resident memory (VmHWM, libraries and data included) through the updates and over the whole run "
         "(the finish adds a whole copy of the weights on each process under FSDP and DeepSpeed):",
         "",

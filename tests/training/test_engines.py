@@ -4,7 +4,7 @@ accelerate config files (examples/accelerate/): FSDP2 and FSDP1, each with shard
 ZeRO-3 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run
 trains, checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder
 of one process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it
-ended. FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
+ended (FSDP with sharded state dicts, its default). FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
 
 DeepSpeed is an optional dependency (`pip install "vanilla-transformer[deepspeed]"`): without it its cases are
 skipped, saying so, unless VANILLA_TRANSFORMER_DEEPSPEED is `required` (as in CI)."""
@@ -149,7 +149,10 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
 
 @pytest.mark.parametrize(
     "engine",
-    [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ("fsdp2", "fsdp1", "zero3")],
+    [
+        pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ())
+        for name in ("fsdp2", "fsdp1", "zero2", "zero3")
+    ],
 )
 def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, files, tmp_path):
     """With dropout: validation builds the whole copy of the weights between checkpoints, and must draw nothing from
