@@ -79,19 +79,24 @@ def engine_record(accelerator: Accelerator) -> dict:
 
 
 def create_optimizer_state(accelerator: Accelerator, optimizer: torch.optim.Optimizer) -> None:
-    """Before a resume under FSDP1: give an optimizer that has not stepped its state (Adam's moments, at zero).
-    accelerate reads FSDP1's sharded optimizer checkpoint into the state the optimizer has (`FSDP.optim_state_dict`
-    as the template), so without this the moments would come back empty and the resumed run would go on otherwise.
-    The state is made as torch's `get_optimizer_state_dict` makes it: one step on zero gradients at learning rate
-    0, which moves no weight."""
+    """Before a resume under FSDP1 with sharded state dicts: give an optimizer that has not stepped its state.
+    accelerate reads that checkpoint's optimizer state into the state the optimizer has (`FSDP.optim_state_dict` as
+    the template, where its FSDP2 path initialises the state first), so without this Adam's moments would come back
+    empty and the resumed run would go on otherwise. The state is made as torch's `get_optimizer_state_dict` makes
+    it: one step on zero gradients at learning rate 0, which moves no weight; the checkpoint then overwrites it."""
     optimizer = getattr(optimizer, "optimizer", optimizer)  # the optimizer inside accelerate's wrapper
-    fsdp1 = accelerator.distributed_type == DistributedType.FSDP and accelerator.state.fsdp_plugin.fsdp_version == 1
-    if not fsdp1 or optimizer.state:
+    if accelerator.distributed_type != DistributedType.FSDP:
+        return
+    plugin = accelerator.state.fsdp_plugin
+    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+    sharded = plugin.fsdp_version == 1 and plugin.state_dict_type.name != "FULL_STATE_DICT"
+    if not sharded or optimizer.state or any(parameter.grad is not None for parameter in parameters):
         return
     rates = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
         group["lr"] = 0.0
-        for parameter in group["params"]:
+    for parameter in parameters:
+        if parameter.requires_grad:
             parameter.grad = torch.zeros_like(parameter)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
