@@ -22,14 +22,13 @@ from . import report
 SUITE = "engines"
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(report.ROOT, "examples", "accelerate")
-# name: (config file, flags of `accelerate launch`, flags of the training command, environment); FSDP runs on CPU
-# processes by bench/fsdp_on_cpu.py, FSDP1 without syncing module states (accelerate syncs them on accelerators only)
+# name: (config file, flags of the training command, environment); FSDP runs on CPU processes by bench/fsdp_on_cpu.py
 ENGINES = {
-    "ddp": ("ddp.yaml", [], ["--cpu"], {}),
-    "fsdp2": ("fsdp2.yaml", [], ["--cpu"], {}),
-    "fsdp1": ("fsdp1.yaml", ["--fsdp_sync_module_states", "false"], ["--cpu"], {}),
-    "zero2": ("zero2.yaml", [], [], {"DS_ACCELERATOR": "cpu"}),
-    "zero3": ("zero3.yaml", [], [], {"DS_ACCELERATOR": "cpu"}),
+    "ddp": ("ddp.yaml", ["--cpu"], {}),
+    "fsdp2": ("fsdp2.yaml", ["--cpu"], {}),
+    "fsdp1": ("fsdp1.yaml", ["--cpu"], {}),
+    "zero2": ("zero2.yaml", [], {"DS_ACCELERATOR": "cpu"}),
+    "zero3": ("zero3.yaml", [], {"DS_ACCELERATOR": "cpu"}),
 }
 TRAIN_FLAGS = [
     "--preset", "base", "--vocab-size", "8000", "--max-tokens", "1024", "--warmup-steps", "10", "--save-steps", "0",
@@ -66,12 +65,12 @@ def write_data(folder: str) -> list[str]:
 
 def run_engine(name: str, args, work: str, data_flags: list[str], port: int) -> dict:
     """One launch of the training command under `name`; each process's peak resident memory and the run's size."""
-    config, launch_flags, engine_flags, environment = ENGINES[name]
+    config, engine_flags, environment = ENGINES[name]
     peaks, out = os.path.join(work, f"{name}-peaks"), os.path.join(work, name)
     os.makedirs(peaks, exist_ok=True)
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", os.path.join(CONFIGS, config),
-        "--num_processes", str(args.processes), "--main_process_port", str(port), *launch_flags,
+        "--num_processes", str(args.processes), "--main_process_port", str(port),
         os.path.join(HERE, "engine_process.py"), "train", *data_flags, *TRAIN_FLAGS, "--max-steps", str(args.steps),
         *engine_flags, *args.train_args.split(), "--output-dir", out,
     ]  # fmt: skip

@@ -6,11 +6,12 @@ the FSDP plugin unused. This script lifts that choice: where accelerate built an
 and chose MULTI_CPU, the state says FSDP, as it does on GPUs (accelerate mirrors the type into `PartialState` the
 same way). FSDP2 then runs as accelerate sets it up. Under FSDP1 alone, two details of torch's FSDP1 on CPU follow:
 the processes' device is `cpu` (accelerate's `cpu:0` fails FSDP1's check against its compute device, `cpu`), and
-state dicts are not "offloaded to CPU" (the parameters are there already, and FSDP1 crashes copying them). The launch
-passes `--fsdp_sync_module_states false` for FSDP1 (accelerate looks for an accelerator device to sync on; the
-processes start from the same seed). Preparing, sharding, saving and loading are accelerate's and torch's own code.
+state dicts are not "offloaded to CPU" (the parameters are there already, and FSDP1 crashes copying them), and module
+states are not synced (accelerate's plugin looks for an accelerator device to sync them on; the processes start from
+the same seed). Preparing, sharding, saving and loading are accelerate's and torch's own code.
 Run it as `accelerate launch --config_file examples/accelerate/fsdp2.yaml bench/fsdp_on_cpu.py train ... --cpu`."""
 
+import os
 import sys
 
 import accelerate.state
@@ -42,6 +43,8 @@ def fit_fsdp1_to_cpu(state) -> None:
 
 
 accelerate.state.AcceleratorState.__init__ = init_with_fsdp_on_cpu
+if os.environ.get("FSDP_VERSION") == "1":  # read by the FSDP plugin the Accelerator builds from the launch's config
+    os.environ["FSDP_SYNC_MODULE_STATES"] = "false"
 
 if __name__ == "__main__":
     from vanilla_transformer.cli import main

@@ -34,21 +34,12 @@ NEEDS_DEEPSPEED = pytest.mark.skipif(
     not HAS_DEEPSPEED and os.environ.get("VANILLA_TRANSFORMER_DEEPSPEED") != "required",
     reason="DeepSpeed is not installed (pip install 'vanilla-transformer[deepspeed]')",
 )
-# accelerate's FSDP plugin looks for an accelerator device to sync module states on; the processes start from the
-# same seed, so there is nothing to sync
-FSDP1_ON_CPU = ["--fsdp_sync_module_states", "false"]
 # name: (config file, extra `accelerate launch` flags, what runs in each process, extra `train` flags, environment)
 ENGINES = {
     "fsdp2": ("fsdp2.yaml", [], [FSDP_ON_CPU], ["--cpu"], {}),
     "fsdp2-full": ("fsdp2.yaml", ["--fsdp_state_dict_type", "FULL_STATE_DICT"], [FSDP_ON_CPU], ["--cpu"], {}),
-    "fsdp1": ("fsdp1.yaml", FSDP1_ON_CPU, [FSDP_ON_CPU], ["--cpu"], {}),
-    "fsdp1-full": (
-        "fsdp1.yaml",
-        [*FSDP1_ON_CPU, "--fsdp_state_dict_type", "FULL_STATE_DICT"],
-        [FSDP_ON_CPU],
-        ["--cpu"],
-        {},
-    ),
+    "fsdp1": ("fsdp1.yaml", [], [FSDP_ON_CPU], ["--cpu"], {}),
+    "fsdp1-full": ("fsdp1.yaml", ["--fsdp_state_dict_type", "FULL_STATE_DICT"], [FSDP_ON_CPU], ["--cpu"], {}),
     "zero2": ("zero2.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
     "zero3": ("zero3.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
 }
