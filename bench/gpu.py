@@ -163,7 +163,8 @@ def generate_rows(args, size_name: str) -> list[dict]:
     return rows
 
 
-def run(args) -> dict:
+def run(args, measured=lambda results: None) -> dict:
+    """Every size's rows; `measured(results)` after each size, so that a run stopped at a time limit keeps them."""
     peak, peak_source = card_peak(args.device, args.peak_tflops)
     results = {
         "card": report.machine(args.device, torch_threads=True),
@@ -175,6 +176,7 @@ def run(args) -> dict:
     for size_name in args.sizes:
         results["train"] += train_rows(args, size_name, peak)
         results["generate"] += generate_rows(args, size_name)
+        measured(results)
     return results
 
 
@@ -272,9 +274,11 @@ def main(argv: list[str]) -> int:
     transformers.logging.set_verbosity_error()
     if args.device.startswith("cuda"):  # as `vanilla-transformer train` on CUDA
         torch.set_float32_matmul_precision("high")
-    results = run(args)
-    text = section(results, args, report.measuring_command(SUITE, argv))
-    report.replace_section(text, args.out, report.GPU_MARKER)
-    report.write_json(results, args.json)
-    print(text)
+    command = report.measuring_command(SUITE, argv)
+
+    def write(results: dict) -> None:
+        report.replace_section(section(results, args, command), args.out, report.GPU_MARKER)
+        report.write_json(results, args.json)
+
+    print(section(run(args, write), args, command))
     return 0

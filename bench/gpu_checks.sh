@@ -8,8 +8,10 @@
 # enough for pyproject.toml) are installed first, into a folder put on PYTHONPATH; the project, unless it imports
 # already, is installed editable without build isolation or an index. $PYTHON names the interpreter (default python3).
 # OUT receives the machine's description (machine.txt), each step's log, the GPU suite's raw results (gpu.json) and a
-# copy of BENCHMARKS.md with the GPU section written in. Both steps run even if the first fails; the exit status is
-# non-zero if either failed.
+# copy of BENCHMARKS.md with the GPU section written in. The benchmark runs first, alone on the GPU, so that nothing
+# else started beside the tests can disturb its timings; then the tests. Both steps run even if the first fails; the
+# exit status is non-zero if either failed. BENCH_TIMEOUT and TESTS_TIMEOUT (seconds) bound each step where the
+# machine is lent for a few minutes only: a step stopped there logs what it measured so far and counts as failed.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_checks.sh OUT [python -m bench gpu flags...]}
 shift
@@ -38,12 +40,17 @@ EOF
 } > "$out/machine.txt"
 tail -n 1 "$out/machine.txt"
 
-"$python" -m pytest -q -m gpu -p no:cacheprovider tests/modeling tests/training 2>&1 | tee "$out/gpu-tests.log"
-tests=$?
+# timeout's SIGINT lets pytest print its summary of the tests that ran
+bounded() { local seconds=$1; shift; if [ -n "$seconds" ]; then timeout -s INT -k 20 "$seconds" "$@"; else "$@"; fi; }
 
 cp BENCHMARKS.md "$out/BENCHMARKS.md"
-"$python" -m bench gpu --out "$out/BENCHMARKS.md" --json "$out/gpu.json" "$@" 2>&1 | tee "$out/gpu-bench.log"
+bounded "${BENCH_TIMEOUT:-}" "$python" -m bench gpu --out "$out/BENCHMARKS.md" --json "$out/gpu.json" "$@" 2>&1 |
+    tee "$out/gpu-bench.log"
 bench=$?
+
+bounded "${TESTS_TIMEOUT:-}" "$python" -m pytest -q -m gpu -p no:cacheprovider tests/modeling tests/training 2>&1 |
+    tee "$out/gpu-tests.log"
+tests=$?
 
 echo "gpu-marked tests: exit status $tests; python -m bench gpu: exit status $bench"
 [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

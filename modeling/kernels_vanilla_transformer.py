@@ -82,7 +82,11 @@ class TokenCrossEntropy(torch.autograd.Function):
 
 
 def chunks(logits: torch.Tensor):
-    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each (ACCELERATOR_CHUNK_ELEMENTS off the CPU)."""
+    """Row slices of about CROSS_ENTROPY_CHUNK_ELEMENTS logits each (ACCELERATOR_CHUNK_ELEMENTS off the CPU). Under
+    torch.compile one slice of all rows: a loop over the chunks would make the graph guard on the exact number of
+    tokens, and every batch of another shape would compile it again; the compiler fuses the passes itself."""
+    if torch.compiler.is_compiling():
+        return (slice(None),)
     elements = CROSS_ENTROPY_CHUNK_ELEMENTS if logits.device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
     rows = max(1, elements // logits.shape[-1])
     return (slice(start, start + rows) for start in range(0, logits.shape[0], rows))
