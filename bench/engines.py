@@ -4,7 +4,7 @@ Table 3) for a few updates. What sharding saves on each GPU is what it saves on 
 state (weights, gradients, Adam's two moments) divided among the processes; the activations and the libraries are the
 same.
 
-This writes BENCHMARKS.md's engines section, which the README's section on several processes quotes.
+This writes BENCHMARKS.md's engines section, to which docs/distributed.md points.
 
   python -m bench engines                      # every engine, 2 processes, base size, 4 updates
   python -m bench engines --engines ddp zero3  # some of them

@@ -8,7 +8,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.readme import argv, first_command, run  # noqa: E402
+from tests.documents import argv, first_command, run  # noqa: E402
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

@@ -2,7 +2,7 @@
 and headless Chromium (the distribution's: apt-get install chromium chromium-driver) drives the page with selenium as
 a learner would.
 
-With DEMO_SCREENSHOTS=FOLDER set, the screenshots are also written there (the README's come from this test).
+With DEMO_SCREENSHOTS=FOLDER set, the screenshots are also written there (docs/inside.md's come from this test).
 
 Without Chromium and its driver the test is skipped, with that reason, unless VANILLA_TRANSFORMER_BROWSER_TEST is
 `required`: `.ci/run` installs both and sets it, so that CI always runs the test and fails where it cannot.
@@ -22,7 +22,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.apps import serving
-from tests.readme import CLI
+from tests.documents import CLI
 from vanilla_transformer.demo import EMPTY_INPUT
 
 MISSING_BROWSER = "the browser test needs Chromium and its driver: apt-get install chromium chromium-driver"
@@ -102,7 +102,7 @@ def test_a_learner_translates_and_follows_the_sentence_through_attention_and_the
     assert translated(browser) == "zweiundvierzig"  # the README's first translate example
     assert "zweiundvierzig" in browser.find_element(By.ID, "nbest").text
     assert browser.find_element(By.ID, "timing").text.startswith("Translated in ")
-    type_and_translate(browser, "forty-two thousand six hundred nineteen")  # the README's attention example
+    type_and_translate(browser, "forty-two thousand six hundred nineteen")  # the attention example of docs/inside.md
     assert translated(browser, "zweiundvierzig") == "zweiundvierzigtausendsechshundertneunzehn"
     shown_image(browser, "alignment")
     shown_image(browser, "attention")

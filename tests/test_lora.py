@@ -1,4 +1,4 @@
-"""LoRA with PEFT, as the README's recipe does it: PEFT has no default target modules for this model (nor for
+"""LoRA with PEFT, as docs/finetuning.md does it: PEFT has no default target modules for this model (nor for
 MarianMTModel), so the recipe names them: the attention's input and output projections (`in_proj`, W^Q, W^K, W^V
 together, and `out_proj`, W^O) and the feed-forward network's two linear layers (`w_1`, `w_2`)."""
 
@@ -12,7 +12,7 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 from .conftest import tiny_config
 
-TARGETS = ["in_proj", "out_proj", "w_1", "w_2"]  # the README's
+TARGETS = ["in_proj", "out_proj", "w_1", "w_2"]  # docs/finetuning.md's
 
 
 def lora_model(seed: int = 0):

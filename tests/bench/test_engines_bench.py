@@ -4,7 +4,6 @@ memory read back, and the section written into the report after the GPU suite's.
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from bench import report
 
@@ -26,27 +25,3 @@ def test_the_suite_measures_every_process_and_writes_its_section(tmp_path):
     text = out.read_text()
     assert text.index(report.GPU_MARKER) < text.index(report.ENGINES_MARKER)
     assert "| ddp | examples/accelerate/ddp.yaml |" in text and f"--train-args={tiny}" in text
-
-
-def table_rows(text: str, header: str) -> list[list[str]]:
-    """The cells of the Markdown table whose header row starts with `header`."""
-    lines = text[text.index(header) :].splitlines()
-    table = lines[2 : next((index for index, line in enumerate(lines) if not line.startswith("|")), len(lines))]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
-
-
-def test_the_readmes_memory_table_is_the_recorded_engines_section():
-    """Each README row: the larger of the two processes' figures in BENCHMARKS.md's engines section."""
-    benchmarks = (Path(report.ROOT) / "BENCHMARKS.md").read_text(encoding="utf-8")
-    readme = (Path(report.ROOT) / "README.md").read_text(encoding="utf-8")
-    section = benchmarks[benchmarks.index(report.ENGINES_MARKER) :]
-    recorded = table_rows(section, "| engine | config file |")
-    shown = table_rows(readme, "| engine | tensors held after the updates")
-    names = {"ddp": "DDP", "fsdp2": "FSDP2", "fsdp1": "FSDP1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
-    assert [row[0] for row in shown] == [names[row[0]] for row in recorded]
-
-    def larger(cell: str) -> str:
-        return f"{max(int(value.replace(',', '')) for value in cell.split(' / ')):,} MiB"
-
-    for (_, _, tensors, against, updates, _), (_, held, ratio, peak) in zip(recorded, shown):
-        assert (held, ratio, peak) == (larger(tensors), against, larger(updates))

@@ -19,7 +19,7 @@ def keep_freed_memory_mapped() -> bool:
 
     On the CPU every training step allocates and frees the same large tensors (the (tokens, vocab) logits and their
     gradient are 128 MiB at 4096 tokens and 8000 types). glibc serves blocks that large with fresh mmap calls and
-    unmaps them when freed, so each step pays a page fault per 4 KiB page touched (the README gives the measured
+    unmaps them when freed, so each step pays a page fault per 4 KiB page touched (docs/training.md gives the measured
     step times). Served from the heap and never trimmed, the pages stay mapped from one step to the next. This is
     the training command's own process setting (the same as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...), applied
     by the command line; importing the package or calling `train()` changes nothing.

@@ -1,20 +1,34 @@
-"""The README is a tested document.
+"""The README and the manual are tested documents.
 
-Its first command trains the embedded-task model exactly as a new user would, once for the test session (the
-`first_run` fixture of conftest.py), in a fresh process and a fresh folder. Then every README example that shows an
-output (a bash or python block followed directly by a ```text block) runs against that model and must print exactly
-that output.
+The README's first command trains the embedded-task model exactly as a new user would, once for the test session (the
+`first_run` fixture of conftest.py), in a fresh process and a fresh folder. Then every example of the README and of
+docs/ that shows an output (a bash or python block followed directly by a ```text block) runs against that model and
+must print exactly that output. The README stays a front door (a page of about 250 lines, that points to every page
+of the manual), and the manual builds as a site with every link checked.
 """
 
 import json
 import re
+import shutil
+import subprocess
 import sys
 
 import pytest
 
-from tests.readme import CLI, README, RECORDED_RUN, argv, examples_with_output, first_command, run
+from tests.documents import (
+    CLI,
+    DOCUMENTS,
+    PAGES,
+    README,
+    RECORDED_RUN,
+    ROOT,
+    argv,
+    examples_with_output,
+    first_command,
+    run,
+)
 
-EXAMPLES = examples_with_output(README)
+EXAMPLES = [(name, *example) for name, text in DOCUMENTS.items() for example in examples_with_output(text)]
 
 
 def test_the_first_command_trains_the_embedded_task_with_defaults():
@@ -22,28 +36,71 @@ def test_the_first_command_trains_the_embedded_task_with_defaults():
     assert first_command() == "vanilla-transformer train"
 
 
-def test_the_readme_shows_outputs_for_the_examples_a_user_pastes_first():
-    codes = "\n".join(code for _, code, _ in EXAMPLES)
+def test_the_documents_show_outputs_for_the_examples_a_user_pastes_first():
+    readme = "\n".join(code for name, _, code, _ in EXAMPLES if name == "README.md")
     for needle in (
         "vanilla-transformer translate --model runs/numbers-en-de",
         'pipeline("translation"',
         'AutoModelForSeq2SeqLM.from_pretrained("runs/numbers-en-de")',
         "trust_remote_code=True",
+    ):
+        assert needle in readme, f"no README example with a shown output uses {needle}"
+    manual = "\n".join(code for name, _, code, _ in EXAMPLES if name != "README.md")
+    for needle in (
         "vanilla-transformer attention",
         "vanilla-transformer export --model runs/numbers-en-de --to ctranslate2",
         "vanilla-transformer translate --model runs/numbers-en-de-ct2",
         "ctranslate2.Translator(",
+        "get_peft_model(",
     ):
-        assert needle in codes, f"no README example with a shown output uses {needle}"
+        assert needle in manual, f"no example of the manual with a shown output uses {needle}"
 
 
 @pytest.mark.parametrize(
-    "language, code, expected", EXAMPLES, ids=[code.strip().splitlines()[-1][:60] for _, code, _ in EXAMPLES]
+    "document, language, code, expected",
+    EXAMPLES,
+    ids=[f"{name}: {code.strip().splitlines()[-1][:50]}" for name, _, code, _ in EXAMPLES],
 )
-def test_readme_example_prints_what_the_readme_shows(first_run, language, code, expected):
+def test_every_example_prints_what_its_document_shows(first_run, document, language, code, expected):
     done = run(argv(code.strip()) if language == "bash" else [sys.executable, "-c", code], first_run)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == expected.strip()
+
+
+def test_the_readme_is_a_front_door_to_every_page_of_the_manual():
+    assert len(README.splitlines()) <= 300
+    for name in set(PAGES) - {"index.md"}:  # the site's home page is the README's map, again
+        assert f"](docs/{name})" in README, f"the README's map of the manual leaves out docs/{name}"
+        assert f"]({name})" in PAGES["index.md"], f"docs/index.md leaves out {name}"
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert sorted(re.findall(r": (\S+\.md)$", nav, re.MULTILINE)) == sorted(PAGES)
+
+
+def test_the_manual_builds_as_a_site_with_every_link_checked(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site" / "repository" / "BENCHMARKS.md").exists()  # a link out of docs/ resolves in the site
+    # a link to a file the repository lacks stops the build, naming the page: a copy of the repository whose
+    # errors page gains one
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name != "docs":
+            (copy / entry.name).symlink_to(entry)
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    (copy / "docs" / "errors.md").write_text(PAGES["errors.md"] + "\n[gone](../NO_SUCH_FILE.md)\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "docs/errors.md links to ../NO_SUCH_FILE.md" in done.stderr
 
 
 def test_the_first_run_meets_the_exact_match_target_at_every_digit_count(first_run):

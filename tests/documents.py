@@ -1,5 +1,5 @@
-"""The README as test data: its examples with their shown outputs, its first command, and running them as a user
-would (in a fresh process, in a given folder, offline)."""
+"""The README and the manual (docs/) as test data: their examples with their shown outputs, the README's first
+command, and running them as a user would (in a fresh process, in a given folder, offline)."""
 
 import os
 import re
@@ -10,6 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# the manual's pages, by file name; the tutorial is a notebook that tests/test_tutorial.py runs as one
+PAGES = {path.name: path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md"))}
+DOCUMENTS = {"README.md": README, **{f"docs/{name}": text for name, text in PAGES.items() if name != "tutorial.md"}}
 RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.json"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CLI = [sys.executable, "-m", "vanilla_transformer.cli"]  # `vanilla-transformer`, in this Python
