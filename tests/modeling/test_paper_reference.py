@@ -16,7 +16,8 @@ REFERENCE = Path(__file__).parent / "data" / "paper_reference.safetensors"
 def batch() -> dict:
     """Two padded sentence pairs: sources of 7 and 4 tokens, targets of 6 and 3."""
     generator = torch.Generator().manual_seed(3)
-    source, labels = torch.randint(3, 50, (2, 7), generator=generator), torch.randint(3, 50, (2, 6), generator=generator)
+    source = torch.randint(3, 50, (2, 7), generator=generator)
+    labels = torch.randint(3, 50, (2, 6), generator=generator)
     source_mask = (torch.arange(7)[None] < torch.tensor([[7], [4]])).long()
     labels = labels.masked_fill(torch.arange(6)[None] >= torch.tensor([[6], [3]]), -100)
     return dict(input_ids=source.masked_fill(source_mask == 0, 0), attention_mask=source_mask, labels=labels)
