@@ -152,6 +152,11 @@ class SinusoidalPositionalEncoding(nn.Module):
             self.pe = torch.cat([self.pe, new.to(self.pe.dtype)])
 
 
+def without_positions(x: torch.Tensor, past_len: int | torch.Tensor) -> torch.Tensor:
+    """The embeddings as they are: a study without positional encoding."""
+    return x
+
+
 class TransformerEmbedding(nn.Module):
     """Token embedding times sqrt(d_model) (§3.4) plus positional encoding (§3.5), then dropout P_drop (§5.4). A
     study may leave the positions out (`config.positional_encoding`)."""
@@ -168,7 +173,8 @@ class TransformerEmbedding(nn.Module):
         else:
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
-        self.add_positions = config.positional_encoding
+        # a study may leave the positions out: the embeddings go on as they are
+        self.add_positions = self.with_positions if config.positional_encoding else without_positions
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -178,10 +184,11 @@ class TransformerEmbedding(nn.Module):
             raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        x = inputs_embeds * self.scale
-        if self.add_positions:
-            x = x + self.encoding(inputs_embeds.shape[1], past_len, inputs_embeds.device).to(inputs_embeds.dtype)
-        return self.dropout(x)  # (batch, seq_len, d_model)
+        return self.dropout(self.add_positions(inputs_embeds * self.scale, past_len))  # (batch, seq_len, d_model)
+
+    def with_positions(self, x: torch.Tensor, past_len: int | torch.Tensor) -> torch.Tensor:
+        """x plus the positional encodings of its positions, which continue the `past_len` before them."""
+        return x + self.encoding(x.shape[1], past_len, x.device).to(x.dtype)
 
     def encoding(self, seq_len: int, past_len: int | torch.Tensor, device) -> torch.Tensor:
         """The positional encodings of positions past_len .. past_len + seq_len - 1: (seq_len, d_model)."""
@@ -228,15 +235,18 @@ def attention_implementation(config: VanillaTransformerConfig, kwargs: dict) -> 
     """The attention a forward pass runs: the configured implementation (`attn_implementation`: eager, sdpa,
     flex_attention, flash_attention_2/3 or a kernel from the Hub), or eager when the call asks for the attention
     weights, which the fused kernels do not return. The stacks build their masks for it, the attention modules run it.
-    Flash attention needs queries, keys and values of one size: a smaller d_k (`config.d_k`) is refused there.
     """
-    implementation = "eager" if kwargs.get("output_attentions") else config._attn_implementation
-    if config.d_k is not None and "flash" in implementation:
+    return "eager" if kwargs.get("output_attentions") else config._attn_implementation
+
+
+def check_key_size(config: VanillaTransformerConfig, implementation: str | None) -> None:
+    """Flash attention needs queries, keys and values of one size: a smaller d_k (`config.d_k`, Table 3 row B) is
+    refused there, when the model is built or loaded with it or switched to it."""
+    if config.d_k is not None and "flash" in (implementation or ""):
         raise ValueError(
             f"d_k={config.d_k} makes the queries and keys smaller than the values, which {implementation} cannot "
             "take; load the model with attn_implementation='sdpa' or 'eager'."
         )
-    return implementation
 
 
 class MultiHeadAttention(nn.Module):
@@ -390,6 +400,20 @@ def source_mask(
     return additive_mask(mask, x.dtype) if eager else mask
 
 
+def unmasked_target_mask(
+    config: VanillaTransformerConfig,
+    implementation: str,
+    x: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+):
+    """A study's decoder without the mask of §3.2.3 (`config.decoder_mask=False`): it hides padding only, as in the
+    encoder, and takes no fixed-size cache, whose empty slots it would not hide."""
+    if cache is not None and cache.is_compileable:
+        raise ValueError("a decoder without its mask (decoder_mask=False) takes no fixed-size (static) cache")
+    return source_mask(config, implementation, x, attention_mask)
+
+
 def target_mask(
     config: VanillaTransformerConfig,
     implementation: str,
@@ -400,12 +424,7 @@ def target_mask(
     """Decoder self-attention (§3.2.3): the query at position i may see the keys at positions <= i, and no padding.
     With a cache the queries continue its positions, and with a fixed-size (static) one its slots beyond the current
     position are hidden the same way. None where the kernel applies causality itself (SDPA's `is_causal`, flash
-    attention) or where one new query may see every key. A study without the decoder mask (`config.decoder_mask`)
-    hides padding only, as in the encoder; it takes no fixed-size cache, whose empty slots it would not hide."""
-    if not config.decoder_mask:
-        if cache is not None and cache.is_compileable:
-            raise ValueError("a decoder without its mask (decoder_mask=False) takes no fixed-size (static) cache")
-        return source_mask(config, implementation, x, attention_mask)
+    attention) or where one new query may see every key."""
     one_step = x.shape[1] == 1 and cache is not None and not cache.is_compileable  # after the cached positions
     if implementation in ("sdpa", "eager") and one_step and hides_nothing(attention_mask, x):
         return None
@@ -445,14 +464,28 @@ class PositionwiseFeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def identity(x: torch.Tensor) -> torch.Tensor:
+    """x: the residual connection's path around a sub-layer."""
+    return x
+
+
+def no_residual(x: torch.Tensor) -> float:
+    """Nothing: a study without the residual connections (the x + goes)."""
+    return 0.0
+
+
 class AddNorm(nn.Module):
-    """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4):
+    """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4), and its
+    LayerNorm. `AddNorm(config)` is the Add&Norm of `config.norm_position`: `PostNorm` (the paper's) or `PreNorm`. A
+    study may take out the residual (`config.residual`) or the LayerNorm (`config.layer_norm`): both are chosen here,
+    once, as the norm's position is."""
 
-    post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
-    pre-norm (an option):  x + Dropout(Sublayer(LayerNorm(x)))
+    pre_norm: bool
 
-    A study may take out the residual (`config.residual`: the x + goes) or the LayerNorm (`config.layer_norm`).
-    """
+    def __new__(cls, config: VanillaTransformerConfig | None = None, *args, **kwargs):
+        if cls is AddNorm:
+            cls = PreNorm if config.norm_position == "pre" else PostNorm
+        return super().__new__(cls)
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -460,19 +493,44 @@ class AddNorm(nn.Module):
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.layer_norm else nn.Identity()
         )
         self.dropout = Dropout(config.dropout)
-        self.pre_norm = config.norm_position == "pre"
-        self.residual = config.residual
+        self.residual = identity if config.residual else no_residual
+
+
+class PostNorm(AddNorm):
+    """LayerNorm(x + Dropout(Sublayer(x))), the paper's Add&Norm."""
+
+    pre_norm = False
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        residual = x if self.residual else 0.0
-        if self.pre_norm:
-            return residual + self.dropout(sublayer(self.layer_norm(x)))
-        return self.layer_norm(residual + self.dropout(sublayer(x)))
+        return self.layer_norm(self.residual(x) + self.dropout(sublayer(x)))
+
+
+class PreNorm(AddNorm):
+    """x + Dropout(Sublayer(LayerNorm(x))): pre-norm, an option (the stacks then end in a LayerNorm)."""
+
+    pre_norm = True
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        return self.residual(x) + self.dropout(sublayer(self.layer_norm(x)))
+
+
+class NoSublayer(nn.Module):
+    """In place of an Add&Norm and its sub-layer where a study leaves the sub-layer out: x passes as it is."""
+
+    def forward(self, x: torch.Tensor, sublayer: None) -> torch.Tensor:
+        return x
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # §3.1 Encoder and decoder layers
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def feed_forward_sublayer(config: VanillaTransformerConfig) -> tuple[nn.Module | None, nn.Module]:
+    """A layer's feed-forward network and its Add&Norm; a study may leave both out (`config.feed_forward`)."""
+    if not config.feed_forward:
+        return None, NoSublayer()
+    return PositionwiseFeedForward(config), AddNorm(config)
 
 
 class EncoderLayer(GradientCheckpointingLayer):
@@ -482,12 +540,11 @@ class EncoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.self_attn = MultiHeadAttention(config, layer_idx)
         self.self_attn_norm = AddNorm(config)
-        self.ffn = PositionwiseFeedForward(config) if config.feed_forward else None  # a study may leave it out
-        self.ffn_norm = AddNorm(config) if config.feed_forward else None
+        self.ffn, self.ffn_norm = feed_forward_sublayer(config)
 
     def forward(self, x: torch.Tensor, mask, **kwargs: Unpack[TransformersKwargs]) -> torch.Tensor:
         x = self.self_attn_norm(x, lambda x: self.self_attn(x, attention_mask=mask, **kwargs)[0])
-        return self.ffn_norm(x, self.ffn) if self.ffn is not None else x  # (batch, src_len, d_model)
+        return self.ffn_norm(x, self.ffn)  # (batch, src_len, d_model)
 
 
 class DecoderLayer(GradientCheckpointingLayer):
@@ -499,8 +556,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.self_attn_norm = AddNorm(config)
         self.cross_attn = MultiHeadAttention(config, layer_idx, is_cross_attention=True)
         self.cross_attn_norm = AddNorm(config)
-        self.ffn = PositionwiseFeedForward(config) if config.feed_forward else None  # a study may leave it out
-        self.ffn_norm = AddNorm(config) if config.feed_forward else None
+        self.ffn, self.ffn_norm = feed_forward_sublayer(config)
 
     def forward(
         self,
@@ -515,7 +571,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         x = self.cross_attn_norm(
             x, lambda x: self.cross_attn(x, encoder_hidden_states, cross_attn_mask, cache, **kwargs)[0]
         )
-        return self.ffn_norm(x, self.ffn) if self.ffn is not None else x  # (batch, tgt_len, d_model)
+        return self.ffn_norm(x, self.ffn)  # (batch, tgt_len, d_model)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -540,6 +596,12 @@ class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
+        """The library's check of the attention implementation, when the model is built or loaded with one or switched
+        to one (`set_attn_implementation`), and this model's own: a smaller d_k is refused by flash attention."""
+        check_key_size(self.config, attn_implementation)
+        return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -658,6 +720,8 @@ class Decoder(Stack):
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
         super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
+        # §3.2.3's mask over the future positions, or a study's decoder without it
+        self.self_attn_mask = target_mask if config.decoder_mask else unmasked_target_mask
 
     @capture_outputs
     @cache_argument
@@ -687,7 +751,7 @@ class Decoder(Stack):
         # masks, built once for all layers: causal + target padding, and source padding for cross-attention
         implementation = attention_implementation(self.config, kwargs)
         self_cache = cache.self_attention_cache if cache is not None else None
-        self_attn_mask = target_mask(self.config, implementation, x, attention_mask, self_cache)
+        self_attn_mask = self.self_attn_mask(self.config, implementation, x, attention_mask, self_cache)
         cross_attn_mask = source_mask(self.config, implementation, x, encoder_attention_mask, encoder_hidden_states)
 
         x = self.run_layers(x, self_attn_mask, encoder_hidden_states, cross_attn_mask, cache=cache, **kwargs)

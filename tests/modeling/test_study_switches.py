@@ -11,7 +11,6 @@ from vanilla_transformer.configuration import STUDY_SWITCHES
 from vanilla_transformer.modeling.modeling_vanilla_transformer import (
     AddNorm,
     PositionwiseFeedForward,
-    attention_implementation,
 )
 
 from tests.conftest import greedy_steps, tiny_config, tiny_model
@@ -213,10 +212,14 @@ def test_a_decoder_without_its_mask_generates_by_reading_the_whole_prefix_at_eve
 
 def test_the_papers_own_key_size_is_no_change_and_a_smaller_one_is_refused_by_flash_attention():
     assert tiny_config(d_k=8).d_k is None and tiny_config(d_k=8).changed_switches() == {}  # 32 / 4 heads
-    config = tiny_config(d_k=4)
-    config._attn_implementation = "flash_attention_2"
-    with pytest.raises(ValueError, match="d_k=4 makes the queries and keys smaller .* attn_implementation='sdpa'"):
-        attention_implementation(config, {})
+    # refused when the model is built with flash attention, or switched to it; checked once, not in every forward
+    refusal = "d_k=4 makes the queries and keys smaller .* attn_implementation='sdpa'"
+    with pytest.raises(ValueError, match=refusal):
+        VanillaTransformerForConditionalGeneration(tiny_config(d_k=4, attn_implementation="flash_attention_2"))
+    model = VanillaTransformerForConditionalGeneration(tiny_config(d_k=4))
+    with pytest.raises(ValueError, match=refusal):
+        model.set_attn_implementation("flash_attention_2")
+    assert model.config._attn_implementation == "sdpa"
 
 
 def test_learned_positions_without_positional_encoding_are_refused():
