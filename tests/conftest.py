@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,34 @@ TINY_ARCHITECTURE_FLAGS = [
     "--vocab-size",
     "120",
 ]
+
+
+def data_flags(files: dict) -> list[str]:
+    """--train-file, --validation-file and --test-file for each split `files` names: {"train": path, ...}."""
+    return [
+        flag
+        for split in ("train", "validation", "test")
+        if split in files
+        for flag in (f"--{split}-file", str(files[split]))
+    ]
+
+
+def train_cli(files: dict, out, *flags: str) -> int:
+    """`vanilla-transformer train` in this process on the data `files` into the folder `out`, with `flags`; its exit
+    status. A flag given with its values in one string ("--max-steps 4 --eval-steps 0") is split at the spaces."""
+    from vanilla_transformer.cli import main
+
+    words = [word for flag in flags for word in (flag.split() if flag.startswith("--") else [flag])]
+    return main(["train", *data_flags(files), "--output-dir", str(out), *words])
+
+
+def two_processes(port: int, *command: str, **run) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node 2 --master_port PORT COMMAND` on CPU processes of one thread each, its output
+    captured; `run` goes to subprocess.run (check=True, text=True, ...). COMMAND is a script and its arguments, or
+    `-m module ...`."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([*torchrun, *command], env=env, capture_output=True, **run)
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -117,8 +147,6 @@ def trained_folder(tmp_path_factory):
     """A model folder written by `vanilla-transformer train`: a tiny model, a few dozen updates on number words."""
     from vanilla_transformer.training.tasks.numbers import english, german
 
-    from vanilla_transformer.cli import main
-
     root = tmp_path_factory.mktemp("trained")
     files = {}
     for split, numbers in {"train": range(100, 400), "validation": range(20, 28), "test": range(40, 48)}.items():
@@ -131,41 +159,14 @@ def trained_folder(tmp_path_factory):
             encoding="utf-8",
         )
     out = root / "model"
-    code = main(
-        [
-            "train",
-            "--train-file",
-            str(files["train"]),
-            "--validation-file",
-            str(files["validation"]),
-            "--test-file",
-            str(files["test"]),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "40",
-            "--save-steps",
-            "0",
-            "--eval-steps",
-            "0",
-            *TINY_ARCHITECTURE_FLAGS,
-            "--max-tokens",
-            "512",
-            "--warmup-steps",
-            "10",
-            "--lr",
-            "3e-3",
-            "--num-beams",
-            "2",
-            "--report-to",
-            "none",
-            "--max-source-length",
-            "16",
-            "--max-target-length",
-            "16",
-            "--show-samples",
-            "0",
-        ]
+    code = train_cli(
+        files,
+        out,
+        "--max-steps 40 --save-steps 0 --eval-steps 0",
+        *TINY_ARCHITECTURE_FLAGS,
+        "--max-tokens 512 --warmup-steps 10 --lr 3e-3 --num-beams 2",
+        "--report-to none --max-source-length 16",
+        "--max-target-length 16 --show-samples 0",
     )
     assert code == 0
     return out

@@ -20,7 +20,7 @@ from vanilla_transformer.modeling import hub_vanilla_transformer as hub
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 
-from ..conftest import TINY_ARCHITECTURE_FLAGS, tiny_model
+from ..conftest import TINY_ARCHITECTURE_FLAGS, tiny_model, train_cli
 
 SOURCES = ["one hundred twenty-three", "three hundred", "two hundred fifty-one"]
 
@@ -310,34 +310,14 @@ def test_train_push_to_hub_uploads_the_model_folder_but_not_checkpoints(monkeypa
     calls = HubCalls(monkeypatch)
     files = {split: trained_folder.parent / f"{split}.jsonl" for split in ("train", "validation")}
     out = tmp_path / "run"
-    code = main(
-        [
-            "train",
-            "--train-file",
-            str(files["train"]),
-            "--validation-file",
-            str(files["validation"]),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "4",
-            "--save-steps",
-            "2",
-            "--eval-steps",
-            "0",
-            *TINY_ARCHITECTURE_FLAGS,
-            "--num-beams",
-            "1",
-            "--report-to",
-            "none",
-            "--max-target-length",
-            "8",
-            "--show-samples",
-            "0",
-            "--push-to-hub",
-            "--hub-model-id",
-            "someone/numbers-en-de",
-        ]
+    code = train_cli(
+        files,
+        out,
+        "--max-steps 4 --save-steps 2 --eval-steps 0",
+        *TINY_ARCHITECTURE_FLAGS,
+        "--num-beams 1 --report-to none --max-target-length 8",
+        "--show-samples 0 --push-to-hub",
+        "--hub-model-id someone/numbers-en-de",
     )
     assert code == 0
     assert calls.repos == ["someone/numbers-en-de"]

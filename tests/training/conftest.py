@@ -3,7 +3,7 @@ import json
 import pytest
 from vanilla_transformer.training.tasks.numbers import english, german
 
-from ..conftest import TINY_ARCHITECTURE_FLAGS
+from ..conftest import TINY_ARCHITECTURE_FLAGS, data_flags, train_cli  # noqa: F401  (the training tests' helpers)
 
 TINY_MODEL_FLAGS = [
     *TINY_ARCHITECTURE_FLAGS,
@@ -49,14 +49,3 @@ def data_files(tmp_path):
         "validation": write_jsonl(folder / "validation.jsonl", pairs(range(20, 36))),
         "test": write_jsonl(folder / "test.jsonl", pairs(range(40, 56))),
     }
-
-
-def data_flags(files):
-    return [
-        "--train-file",
-        str(files["train"]),
-        "--validation-file",
-        str(files["validation"]),
-        "--test-file",
-        str(files["test"]),
-    ]

@@ -15,7 +15,7 @@ from tests.conftest import long_sentence
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.cli import main
 
-from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
+from .conftest import TINY_MODEL_FLAGS, pairs, train_cli, write_jsonl
 
 
 def read_pairs(path):
@@ -69,24 +69,7 @@ def test_evaluate_needs_only_the_scored_split_and_its_cross_entropy_is_the_model
 def test_validation_cross_entropy_is_logged_at_every_evaluation(tmp_path, data_files):
     out = tmp_path / "run"
     assert (
-        main(
-            [
-                "train",
-                *data_flags(data_files),
-                "--output-dir",
-                str(out),
-                "--max-steps",
-                "4",
-                "--eval-steps",
-                "2",
-                "--save-steps",
-                "0",
-                "--dropout",
-                "0.5",
-                *TINY_MODEL_FLAGS,
-            ]
-        )
-        == 0
+        train_cli(data_files, out, "--max-steps 4 --eval-steps 2 --save-steps 0 --dropout 0.5", *TINY_MODEL_FLAGS) == 0
     )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evaluated = [r for r in records if "validation_cross_entropy" in r]
@@ -198,22 +181,11 @@ def test_learned_positions_evaluate_a_validation_pair_longer_than_training_allow
     write_jsonl(data_files["validation"], pairs(range(20, 24)) + [long_pair])
     out = tmp_path / "run"
     assert (
-        main(
-            [
-                "train",
-                *data_flags(data_files),
-                "--output-dir",
-                str(out),
-                "--max-steps",
-                "2",
-                "--eval-steps",
-                "2",
-                "--save-steps",
-                "0",
-                "--position-encoding",
-                "learned",
-                *TINY_MODEL_FLAGS,
-            ]
+        train_cli(
+            data_files,
+            out,
+            "--max-steps 2 --eval-steps 2 --save-steps 0 --position-encoding learned",
+            *TINY_MODEL_FLAGS,
         )
         == 0
     )

@@ -11,16 +11,14 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 from vanilla_transformer.training import criterion
 
-from vanilla_transformer.cli import main
-
-from .conftest import TINY_MODEL_FLAGS, data_flags
+from .conftest import TINY_MODEL_FLAGS, train_cli
 
 
 def train(data_files, out, *flags) -> list[dict]:
     """Run `train` for a few updates and return its metrics records."""
     AcceleratorState._reset_state(True)  # accelerate keeps one device and precision per process
     try:
-        code = main(["train", *data_flags(data_files), "--output-dir", str(out), *flags, *TINY_MODEL_FLAGS])
+        code = train_cli(data_files, out, *flags, *TINY_MODEL_FLAGS)
     finally:
         AcceleratorState._reset_state(True)
     assert code == 0

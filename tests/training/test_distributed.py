@@ -1,9 +1,6 @@
 """Two CPU processes train the same model one process trains with the same data per update."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,6 +8,7 @@ from safetensors.torch import load_file
 
 from vanilla_transformer.cli import main
 
+from ..conftest import two_processes
 from .conftest import TINY_MODEL_FLAGS, data_flags
 
 
@@ -32,27 +30,7 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files,
         *TINY_MODEL_FLAGS,
     ]
     two, one = tmp_path / "two", tmp_path / "one"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            "29533",
-            "-m",
-            "vanilla_transformer.cli",
-            "train",
-            *flags,
-            "--output-dir",
-            str(two),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    two_processes(29533, "-m", "vanilla_transformer.cli", "train", *flags, "--output-dir", str(two), check=True)
     # each update of the 2-process run takes one batch per process; one process sees both batches by accumulating
     assert main(["train", *flags, "--output-dir", str(one), "--gradient-accumulation-steps", "2"]) == 0
 
@@ -100,22 +78,7 @@ with open(f"{sys.argv[1]}/rank{accelerator.process_index}.json", "w") as handle:
 def test_bpe_dropout_gives_every_process_the_same_segmentation(tmp_path):
     script = tmp_path / "segment.py"
     script.write_text(BPE_DROPOUT_SCRIPT)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            "29534",
-            str(script),
-            str(tmp_path),
-        ],
-        check=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-    )
+    two_processes(29534, str(script), str(tmp_path), check=True)
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0["drawn"] == rank1["drawn"]  # the segmentations the two processes batch are the same draw
     assert rank0["drawn"][0] != rank0["drawn"][1]  # a new draw per epoch
@@ -128,13 +91,10 @@ def test_repeated_runs_over_the_same_folder_on_two_processes_all_succeed(tmp_pat
     trains with."""
     out = tmp_path / "run"
     flags = [*data_flags(data_files), "--max-steps", "2", "--save-steps", "1", "--eval-steps", "0", "--cpu"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for attempt in range(3):
-        done = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-             str(29541 + attempt), "-m", "vanilla_transformer.cli", "train", *flags, *TINY_MODEL_FLAGS,
-             "--output-dir", str(out), "--overwrite-output-dir"],
-            env=env, capture_output=True, text=True,
+        done = two_processes(
+            29541 + attempt, "-m", "vanilla_transformer.cli", "train", *flags, *TINY_MODEL_FLAGS,
+            "--output-dir", str(out), "--overwrite-output-dir", text=True,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.count("Training with 2 processes on cpu") == 1

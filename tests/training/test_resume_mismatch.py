@@ -9,9 +9,7 @@ import shutil
 import pytest
 from vanilla_transformer.training.checkpoints import STATE_FILE
 
-from vanilla_transformer.cli import main
-
-from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
+from .conftest import TINY_MODEL_FLAGS, pairs, train_cli, write_jsonl
 
 CHECKPOINT = os.path.join("checkpoints", "checkpoint-2")
 
@@ -28,7 +26,7 @@ def write_data(folder, train_numbers):
 def train(files, out, *extra):
     # the later of two equal flags wins: `extra` overrides TINY_MODEL_FLAGS
     flags = ["--max-steps", "2", "--save-steps", "2", "--eval-steps", "0", "--num-beams", "1", "--show-samples", "0"]
-    return main(["train", *data_flags(files), "--output-dir", str(out), *TINY_MODEL_FLAGS, *flags, *extra])
+    return train_cli(files, out, *TINY_MODEL_FLAGS, *flags, *extra)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 
-from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
+from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, train_cli, write_jsonl
 
 
 def losses(run_dir):
@@ -30,21 +30,7 @@ def losses(run_dir):
 
 def test_train_on_files_leaves_a_loadable_model_folder(tmp_path, data_files, capsys):
     out = tmp_path / "run"
-    code = main(
-        [
-            "train",
-            *data_flags(data_files),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "6",
-            "--save-steps",
-            "3",
-            "--eval-steps",
-            "3",
-            *TINY_MODEL_FLAGS,
-        ]
-    )
+    code = train_cli(data_files, out, "--max-steps 6 --save-steps 3 --eval-steps 3", *TINY_MODEL_FLAGS)
     assert code == 0
     printed = capsys.readouterr().out
     assert "test: BLEU" in printed and "->" in printed  # results and sample translations are shown
@@ -81,21 +67,7 @@ def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
         files[split] = tmp_path / f"{split}.csv"
         files[split].write_text("de,en\n" + "".join(f"{german(n)},{english(n)}\n" for n in numbers), encoding="utf-8")
     out = tmp_path / "run"
-    code = main(
-        [
-            "train",
-            *data_flags(files),
-            "--output-dir",
-            str(out),
-            "--max-steps",
-            "2",
-            "--save-steps",
-            "0",
-            "--eval-steps",
-            "0",
-            *TINY_MODEL_FLAGS,
-        ]
-    )
+    code = train_cli(files, out, "--max-steps 2 --save-steps 0 --eval-steps 0", *TINY_MODEL_FLAGS)
     assert code == 0
     results = json.loads((out / "eval_results.json").read_text())
     assert {"validation", "test"} <= results.keys() and "bleu" in results["test"]
@@ -160,22 +132,8 @@ def test_cooldown_brings_the_learning_rate_to_zero_at_the_last_update(tmp_path, 
 def test_checkpoint_averaging(tmp_path, data_files):
     out = tmp_path / "run"
     assert (
-        main(
-            [
-                "train",
-                *data_flags(data_files),
-                "--output-dir",
-                str(out),
-                "--max-steps",
-                "7",
-                "--save-steps",
-                "2",
-                "--average-checkpoints",
-                "3",
-                "--eval-steps",
-                "0",
-                *TINY_MODEL_FLAGS,
-            ]
+        train_cli(
+            data_files, out, "--max-steps 7 --save-steps 2 --average-checkpoints 3 --eval-steps 0", *TINY_MODEL_FLAGS
         )
         == 0
     )
@@ -291,23 +249,7 @@ def test_tune_averaging_keeps_the_weights_that_score_higher_on_validation(tmp_pa
 def test_length_penalty_is_chosen_on_validation_and_saved(tmp_path, data_files, capsys):
     out = tmp_path / "run"
     assert (
-        main(
-            [
-                "train",
-                *data_flags(data_files),
-                "--output-dir",
-                str(out),
-                "--max-steps",
-                "4",
-                "--eval-steps",
-                "0",
-                "--tune-length-penalty",
-                "0.5",
-                "2.0",
-                *TINY_MODEL_FLAGS,
-            ]
-        )
-        == 0
+        train_cli(data_files, out, "--max-steps 4 --eval-steps 0 --tune-length-penalty 0.5 2.0", *TINY_MODEL_FLAGS) == 0
     )
     results = json.loads((out / "eval_results.json").read_text())
     search = results["length_penalty_search"]
@@ -332,23 +274,11 @@ def test_bf16_mixed_precision_trains_under_autocast_and_evaluates_in_float32(tmp
     AcceleratorState._reset_state(True)  # accelerate keeps one precision per process; other tests' runs used none
     try:
         assert (
-            main(
-                [
-                    "train",
-                    *data_flags(data_files),
-                    "--output-dir",
-                    str(out),
-                    "--max-steps",
-                    "20",
-                    "--eval-steps",
-                    "0",
-                    "--save-steps",
-                    "0",
-                    "--mixed-precision",
-                    "bf16",
-                    "--cpu",
-                    *TINY_MODEL_FLAGS,
-                ]
+            train_cli(
+                data_files,
+                out,
+                "--max-steps 20 --eval-steps 0 --save-steps 0 --mixed-precision bf16 --cpu",
+                *TINY_MODEL_FLAGS,
             )
             == 0
         )
@@ -500,7 +430,7 @@ def test_output_folder_of_another_run_is_refused(tmp_path, data_files, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.json").write_text("{}")
-    code = main(["train", *data_flags(data_files), "--output-dir", str(out), "--max-steps", "1", *TINY_MODEL_FLAGS])
+    code = train_cli(data_files, out, "--max-steps 1", *TINY_MODEL_FLAGS)
     assert code == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (out / "config.json").read_text() == "{}"
@@ -544,7 +474,7 @@ def test_missing_data_file_is_named(tmp_path, capsys):
 def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys):
     flags = [f for f in TINY_MODEL_FLAGS]
     flags[flags.index("--max-source-length") + 1] = "1"
-    code = main(["train", *data_flags(data_files), "--output-dir", str(tmp_path / "run"), *flags])
+    code = train_cli(data_files, tmp_path / "run", *flags)
     assert code == 2
     assert "no training pair is left after length filtering (--max-source-length 1" in capsys.readouterr().err
 
@@ -607,23 +537,7 @@ def test_freed_training_tensors_stay_mapped_for_the_next_step():
 def test_bpe_dropout_changes_the_segmentation_from_epoch_to_epoch(tmp_path, data_files):
     def tokens_per_epoch(run, *extra):
         assert (
-            main(
-                [
-                    "train",
-                    *data_flags(data_files),
-                    "--output-dir",
-                    str(run),
-                    "--max-steps",
-                    "55",
-                    "--eval-steps",
-                    "0",
-                    "--save-steps",
-                    "0",
-                    *TINY_MODEL_FLAGS,
-                    *extra,
-                ]
-            )
-            == 0
+            train_cli(data_files, run, "--max-steps 55 --eval-steps 0 --save-steps 0", *TINY_MODEL_FLAGS, *extra) == 0
         )
         totals = {}
         for record in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
@@ -693,7 +607,7 @@ def test_noisy_pairs_are_dropped_counted_and_recorded(tmp_path, data_files, caps
     write_jsonl(data_files["train"], rows)
     out = tmp_path / "run"
     flags = ["--max-steps", "2", "--save-steps", "0", "--eval-steps", "0", *TINY_MODEL_FLAGS]
-    assert main(["train", *data_flags(data_files), "--output-dir", str(out), *flags]) == 0
+    assert train_cli(data_files, out, *flags) == 0
     err = capsys.readouterr().err
     assert "split 'train': dropped 2 of 100 pairs (0 without 'en' text (--source-lang), 2 without 'de' text" in err
     assert "split 'train': dropped 1 of 98 pairs longer than --max-source-length 16 or --max-target-length 16" in err

@@ -1,12 +1,11 @@
 """fairseq's loss normalisation: an update's summed loss over all its target tokens, whatever the micro-batches and
 processes it is split over."""
 
-import os
-import subprocess
-import sys
 import types
 
 import torch
+
+from ..conftest import two_processes
 
 COMMON = '''
 import torch
@@ -113,22 +112,7 @@ def test_two_processes_give_the_update_one_process_accumulates(tmp_path):
     _, _, accumulated, totals, _, _ = accumulated_and_joined(c)
     script, out = tmp_path / "update.py", tmp_path / "rank0.pt"
     script.write_text(DISTRIBUTED)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            "29537",
-            str(script),
-            str(out),
-        ],
-        check=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-    )
+    two_processes(29537, str(script), str(out), check=True)
     two = torch.load(out)
     torch.testing.assert_close(two["totals"], totals, rtol=1e-5, atol=1e-4)
     assert two["gradients"].keys() == accumulated.keys()
