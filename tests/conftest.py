@@ -16,8 +16,40 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+# The slow tier (marked `slow`): whatever starts several processes, trains whole studies or runs the recipes and the
+# benchmarks' suites, needs fairseq, a browser or a notebook kernel, and the few single tests that compile kernels or
+# start a command-line process per case. The README's test command leaves it out (`-m "not slow"`); `.ci/run` runs
+# it after. A module (or folder) by its path, a test by its path and name, each with why it is slow.
+SLOW = {
+    "tests/training/test_engines.py": "several processes under DDP, FSDP and DeepSpeed",
+    "tests/training/test_distributed.py": "two training processes",
+    "tests/training/test_studies.py": "whole studies of train processes",
+    "tests/training/test_recipes.py": "the recipes' scripts",
+    "tests/bench/": "the benchmarks' suites",
+    "tests/reliability/test_interrupted_runs.py": "training processes killed and resumed",
+    "tests/test_tutorial.py": "the tutorial run in a notebook kernel",
+    "tests/test_demo_browser.py": "the demo in a browser",
+    "tests/test_fairseq_reference.py": "fairseq itself, in an environment of its own",
+    "tests/modeling/test_attention_backends.py::test_flex_attention_gives_the_outputs_of_eager_attention": (
+        "flex attention compiles its kernels"
+    ),
+    "tests/test_importing.py::test_translating_with_an_imported_folder_warns_of_no_length_clash": (
+        "a command-line process per source"
+    ),
+}
+
+
+def is_slow(nodeid: str) -> bool:
+    test = nodeid.split("[")[0]  # without the parameters
+    return any(test == key if "::" in key else nodeid.startswith(key) for key in SLOW)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run on a CUDA device; without one they are skipped, saying so."""
+    """The slow tier is marked `slow`. Tests marked `gpu` run on a CUDA device; without one they are skipped, saying
+    so."""
+    for item in items:
+        if is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="gpu: needs a CUDA device, and torch.cuda.is_available() is False here")

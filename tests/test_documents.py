@@ -76,6 +76,13 @@ def test_the_readme_is_a_front_door_to_every_page_of_the_manual():
     assert sorted(re.findall(r": (\S+\.md)$", nav, re.MULTILINE)) == sorted(PAGES)
 
 
+def test_ci_runs_the_readmes_test_command_and_then_the_slow_tier():
+    command = re.search(r"## Run the tests\n\n```bash\n(.*?)\n```", README, re.DOTALL).group(1)
+    assert command.endswith('python -m pytest -q -m "not slow"')
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert command in ci and "python -m pytest -q -m slow" in ci[ci.index(command) :]
+
+
 def test_the_manual_builds_as_a_site_with_every_link_checked(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
