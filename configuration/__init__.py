@@ -1,5 +1,7 @@
 from .configuration_vanilla_transformer import (
     STUDY_SWITCHES,
+    SWITCHES,
+    StudySwitch,
     VanillaTransformerConfig,
     changed_switches,
     check_tokenizer_matches,
@@ -9,6 +11,8 @@ from .configuration_vanilla_transformer import (
 
 __all__ = [
     "STUDY_SWITCHES",
+    "SWITCHES",
+    "StudySwitch",
     "VanillaTransformerConfig",
     "changed_switches",
     "check_tokenizer_matches",

@@ -21,6 +21,8 @@ feed-forward network or no ReLU in it). They are the paper's by default, and a s
 where a model changed them (`STUDY_SWITCHES`), so that every other model's config.json is as it was.
 """
 
+from dataclasses import dataclass
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -28,18 +30,47 @@ NORM_POSITIONS = ("post", "pre")
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 ACTIVATIONS = ("relu", "gelu", "silu", "swish")  # swish is SiLU under Marian's name
 POSITION_LAYOUTS = ("interleaved", "halves", "fairseq")
-# the fields that take the architecture apart for a study, with the paper's values: left out of a saved configuration
-# that keeps them (`VanillaTransformerConfig.to_dict`)
-STUDY_SWITCHES = {
-    "d_k": None,
-    "residual": True,
-    "layer_norm": True,
-    "attention_scaling": True,
-    "positional_encoding": True,
-    "decoder_mask": True,
-    "feed_forward": True,
-    "ffn_activation": True,
+
+
+@dataclass(frozen=True)
+class StudySwitch:
+    """A configuration field that takes the architecture apart for a study: the paper's value, what it is, and what
+    another value leaves. `SWITCHES` declares each once; the configuration's docstring, `train`'s flag and the
+    manual's table of the switches are made from it."""
+
+    paper: bool | None
+    what: str
+    otherwise: str
+
+
+SWITCHES = {
+    "d_k": StudySwitch(
+        None,
+        "the size of each head's queries and keys (Table 3, row B); None (or d_model / h itself) is d_model / h",
+        "smaller queries and keys; the values keep d_v = d_model / h, and flash attention refuses it",
+    ),
+    "residual": StudySwitch(True, "the residual connection around every sub-layer (§3.1)", "LayerNorm(Sublayer(x))"),
+    "layer_norm": StudySwitch(
+        True, "the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one", "x + Sublayer(x)"
+    ),
+    "attention_scaling": StudySwitch(True, "dividing the attention scores by sqrt(d_k) (§3.2.1)", "softmax(Q K^T) V"),
+    "positional_encoding": StudySwitch(
+        True,
+        "the positional encoding added to the embeddings (§3.5)",
+        "the embeddings alone: the encoder reads a bag of tokens",
+    ),
+    "decoder_mask": StudySwitch(
+        True,
+        "hiding the future positions from the decoder's self-attention (§3.2.3)",
+        "training reads the token it is asked to predict",
+    ),
+    "feed_forward": StudySwitch(True, "the position-wise feed-forward sub-layer (§3.3)", "attention sub-layers only"),
+    "ffn_activation": StudySwitch(
+        True, "the feed-forward network's ReLU (or `activation`) (§3.3)", "the network is one linear map"
+    ),
 }
+# the switches' paper values, by field: left out of a saved configuration that keeps them (`to_dict`)
+STUDY_SWITCHES = {name: switch.paper for name, switch in SWITCHES.items()}
 
 
 @strict
@@ -83,18 +114,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         use_cache: reuse keys and values of previous decoding steps in `generate()`.
 
     The study switches (`vanilla-transformer ablate`; every one the paper's by default, and left out of a saved
-    configuration unless changed):
-        d_k: the size of each head's queries and keys (Table 3, row B); None (or d_model / h itself) means d_model /
-            h. The values keep d_v = d_model / h. Another size needs eager, SDPA or flex attention.
-        residual: the residual connection around every sub-layer (§3.1); False leaves LayerNorm(Sublayer(x)).
-        layer_norm: the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one; False leaves x + Sublayer(x).
-        attention_scaling: divide the scores by sqrt(d_k) (§3.2.1); False leaves softmax(Q K^T) V.
-        positional_encoding: add the positional encoding to the embeddings (§3.5); False leaves the sources a bag of
-            tokens to the encoder.
-        decoder_mask: hide the future positions from the decoder's self-attention (§3.2.3); False lets training read
-            the token it is asked to predict.
-        feed_forward: the position-wise feed-forward sub-layer (§3.3); False leaves attention sub-layers only.
-        ffn_activation: the feed-forward network's ReLU (or `activation`); False makes it one linear map.
+    configuration unless changed), as `SWITCHES` declares them:
     """
 
     model_type = "vanilla_transformer"
@@ -135,14 +155,14 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
     is_encoder_decoder: bool = True
     tie_word_embeddings: bool = True
-    d_k: int | None = None
-    residual: bool = True
-    layer_norm: bool = True
-    attention_scaling: bool = True
-    positional_encoding: bool = True
-    decoder_mask: bool = True
-    feed_forward: bool = True
-    ffn_activation: bool = True
+    d_k: int | None = SWITCHES["d_k"].paper
+    residual: bool = SWITCHES["residual"].paper
+    layer_norm: bool = SWITCHES["layer_norm"].paper
+    attention_scaling: bool = SWITCHES["attention_scaling"].paper
+    positional_encoding: bool = SWITCHES["positional_encoding"].paper
+    decoder_mask: bool = SWITCHES["decoder_mask"].paper
+    feed_forward: bool = SWITCHES["feed_forward"].paper
+    ffn_activation: bool = SWITCHES["ffn_activation"].paper
 
     def __post_init__(self, **kwargs):
         model_type = kwargs.pop("model_type", self.model_type)
@@ -284,6 +304,19 @@ def target_vocabulary_size(config) -> int:
     return getattr(config, "target_vocab_size", None) or config.vocab_size
 
 
+def switch_lines() -> str:
+    """The study switches as the configuration's docstring lists them: each field, what it is and what another value
+    leaves."""
+    lines = []
+    for name, switch in SWITCHES.items():
+        other = "another size" if switch.paper is None else str(not switch.paper)
+        lines.append(f"        {name}: {switch.what}; {other}: {switch.otherwise}.")
+    return "\n".join(lines) + "\n"
+
+
+VanillaTransformerConfig.__doc__ = VanillaTransformerConfig.__doc__.rstrip(" ") + switch_lines()
+
+
 def changed_switches(config) -> dict:
     """The study switches a model changes from the paper's, by name: {} for the paper's architecture. Works for any
     config (a field it lacks is the paper's)."""
@@ -303,6 +336,8 @@ def position_limit(config) -> int | None:
 
 __all__ = [
     "STUDY_SWITCHES",
+    "SWITCHES",
+    "StudySwitch",
     "VanillaTransformerConfig",
     "changed_switches",
     "check_tokenizer_matches",

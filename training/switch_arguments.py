@@ -1,53 +1,55 @@
 """The study switches of `vanilla-transformer train`: the flags that take the architecture apart, one paper claim at
 a time, for the studies of `vanilla-transformer ablate` (Table 3's smaller d_k, and the lessons). Every one is the
-paper's unless given, and a model's saved configuration names only those its run changed (`STUDY_SWITCHES`)."""
+paper's unless given, and a model's saved configuration names only those its run changed. The flags are made from the
+configuration's one declaration of the switches (`SWITCHES`): a field, its paper value, what it is and what another
+value leaves."""
 
 import dataclasses
-from dataclasses import dataclass
 
-from ..configuration.configuration_vanilla_transformer import STUDY_SWITCHES
-from .argument_types import ArgumentsError, Checked, PositiveInt, option, option_flag
+from ..configuration.configuration_vanilla_transformer import SWITCHES, StudySwitch
+from .argument_types import ArgumentsError, Checked, PositiveInt, flag_name, option, option_flag
 
 
-@dataclass(frozen=True)
-class SwitchArguments(Checked):
+def switch_field(name: str, switch: StudySwitch) -> tuple:
+    """The `train` option of one switch: `--d-k N` for the key size, `--no-NAME` for the others."""
+    if switch.paper is None:
+        return name, PositiveInt | None, option(help=f"{switch.what}; a size: {switch.otherwise}")
+    return name, bool, option(switch.paper, help=f"{switch.what}; {flag_name('no_' + name)}: {switch.otherwise}")
+
+
+class SwitchGroup(Checked):
     _argument_group_name = "study switches (for `ablate`'s studies; each the paper's unless given)"
-
-    d_k: PositiveInt | None = option(
-        help="the size of each head's queries and keys (Table 3, row B) (default: d_model/h)"
-    )
-    residual: bool = option(
-        True, help="the residual connection around every sub-layer (§3.1); --no-residual leaves it out"
-    )
-    layer_norm: bool = option(
-        True, help="the LayerNorm of every Add&Norm (§3.1); --no-layer-norm leaves x + Sublayer(x)"
-    )
-    attention_scaling: bool = option(
-        True, help="divide the attention scores by sqrt(d_k) (§3.2.1); --no-attention-scaling: softmax(Q K^T) V"
-    )
-    positional_encoding: bool = option(
-        True, help="add the positional encoding (§3.5); --no-positional-encoding: the embeddings alone"
-    )
-    decoder_mask: bool = option(
-        True, help="hide the future from the decoder's self-attention (§3.2.3); --no-decoder-mask lets it see them"
-    )
-    feed_forward: bool = option(
-        True, help="the position-wise feed-forward sub-layer (§3.3); --no-feed-forward leaves it out"
-    )
-    ffn_activation: bool = option(
-        True, help="the ReLU of the feed-forward network (§3.3); --no-ffn-activation makes the network linear"
-    )
 
     def changed(self) -> dict:
         """The switches given, by their configuration field's name, with their values: what a new model differs in."""
         return {
             item.name: getattr(self, item.name)
             for item in dataclasses.fields(self)
-            if getattr(self, item.name) != STUDY_SWITCHES[item.name]
+            if getattr(self, item.name) != SWITCHES[item.name].paper
         }
 
 
-def check_switches(switches: SwitchArguments, init_from: str | None) -> None:
+SwitchArguments = dataclasses.make_dataclass(
+    "SwitchArguments",
+    [switch_field(name, switch) for name, switch in SWITCHES.items()],
+    bases=(SwitchGroup,),
+    frozen=True,
+    namespace={"__module__": __name__},
+)
+SwitchArguments.__doc__ = "The study switches as `train` flags, one per entry of the configuration's `SWITCHES`."
+
+
+def switch_table() -> str:
+    """The manual's table of the study switches (docs/studies.md): each field, its flag, what it is and what the
+    flag leaves."""
+    rows = ["| field | flag | the paper's | what it leaves |", "|---|---|---|---|"]
+    for name, switch in SWITCHES.items():
+        flag = f"`{flag_name(name)} N`" if switch.paper is None else f"`{flag_name('no_' + name)}`"
+        rows.append(f"| `{name}` | {flag} | {switch.what} | {switch.otherwise} |")
+    return "\n".join(rows) + "\n"
+
+
+def check_switches(switches, init_from: str | None) -> None:
     """A study switch builds a new model: it cannot change the one --init-from loads."""
     changed = switches.changed()
     if changed and init_from:
@@ -55,4 +57,4 @@ def check_switches(switches: SwitchArguments, init_from: str | None) -> None:
         raise ArgumentsError(f"{flags}: the study switches build a new model; --init-from loads one as it was saved")
 
 
-__all__ = ["SwitchArguments", "check_switches"]
+__all__ = ["SwitchArguments", "check_switches", "switch_table"]

@@ -122,3 +122,18 @@ def test_the_study_switches_are_flags_that_build_a_new_model_only():
     assert TrainArguments().switches.changed() == {}
     with pytest.raises(ArgumentsError, match="--d-k 8, --no-residual: the study switches build a new model"):
         resolve(TrainArguments.from_options(init_from="some/folder", residual=False, d_k=8))
+
+
+def test_the_manuals_table_of_the_study_switches_is_made_from_their_one_declaration():
+    """docs/studies.md shows `switch_table()`: every switch of the configuration's `SWITCHES`, with its flag."""
+    from vanilla_transformer.configuration import SWITCHES
+    from vanilla_transformer.training.switch_arguments import switch_table
+
+    from tests.documents import PAGES
+
+    assert switch_table() in PAGES["studies.md"]
+    assert all(f"| `{name}` |" in switch_table() for name in SWITCHES)
+    # train's flags are those switches, each the paper's unless given
+    flags = build_parser().parse_args(["train"])
+    assert {name: getattr(flags, name) for name in SWITCHES} == {name: s.paper for name, s in SWITCHES.items()}
+    assert build_parser().parse_args(["train", "--no-feed-forward"]).feed_forward is False
