@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fsdp_on_cpu  # noqa: E402,F401  (the lift applies on import)
 from memory import peak_rss_mib  # noqa: E402
-from vanilla_transformer.training import loop  # noqa: E402
+from vanilla_transformer.training.run import loop  # noqa: E402
 
 from vanilla_transformer.cli import main  # noqa: E402
 

@@ -16,7 +16,7 @@ import argparse
 import json
 
 import torch
-from vanilla_transformer.training.metrics import translation_metrics
+from vanilla_transformer.training.report.metrics import translation_metrics
 
 from vanilla_transformer.translators import load_translator
 

@@ -128,7 +128,8 @@ def write_model_card(folder: str, card_text: str | None, config, num_parameters:
 
 def generic_card(config, num_parameters: int) -> ModelCard:
     """The short card of a model that never had one: Hub metadata and the architecture from the config. A training
-    run writes the full card, with the data, the procedure and the scores (`vanilla_transformer.training.card`)."""
+    run writes the full card, with the data, the procedure and the scores
+    (`vanilla_transformer.training.report.card`)."""
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag="translation",

@@ -10,8 +10,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from vanilla_transformer.training.data import DataError
-from vanilla_transformer.training.loop import TrainingStopped
+from vanilla_transformer.training.data.loading import DataError
+from vanilla_transformer.training.run.loop import TrainingStopped
 
 import vanilla_transformer
 from vanilla_transformer.cli import main
@@ -71,15 +71,15 @@ TRAIN = ["train", "--max-steps", "1"]
 EVALUATE = ["evaluate", "--model", "nowhere"]
 # each command's expected failures and their statuses; None: a bug, raised with its traceback
 FAILURES = [
-    (TRAIN, "vanilla_transformer.training.loop.train", TrainingStopped("the loss is nan"), 1),
-    (TRAIN, "vanilla_transformer.training.loop.train", ValueError("--output-dir run holds a run"), 2),
-    (TRAIN, "vanilla_transformer.training.loop.train", DataError("row 3: no 'de'"), 2),
-    (TRAIN, "vanilla_transformer.training.loop.train", ModelFolderError("--resume-from x: not a model"), 1),
-    (TRAIN, "vanilla_transformer.training.loop.train", KeyError("a bug"), None),
+    (TRAIN, "vanilla_transformer.training.run.loop.train", TrainingStopped("the loss is nan"), 1),
+    (TRAIN, "vanilla_transformer.training.run.loop.train", ValueError("--output-dir run holds a run"), 2),
+    (TRAIN, "vanilla_transformer.training.run.loop.train", DataError("row 3: no 'de'"), 2),
+    (TRAIN, "vanilla_transformer.training.run.loop.train", ModelFolderError("--resume-from x: not a model"), 1),
+    (TRAIN, "vanilla_transformer.training.run.loop.train", KeyError("a bug"), None),
     (EVALUATE, "vanilla_transformer.commands.evaluate.evaluate_pytorch", DataError("row 3: no 'de'"), 2),
     (EVALUATE, "vanilla_transformer.commands.evaluate.evaluate_pytorch", ValueError("a bug"), None),
-    (["plot", "run"], "vanilla_transformer.training.plots.plot_run", ValueError("run: no metrics.jsonl"), 2),
-    (["plot", "run"], "vanilla_transformer.training.plots.plot_run", RuntimeError("a bug"), None),
+    (["plot", "run"], "vanilla_transformer.training.report.plots.plot_run", ValueError("run: no metrics.jsonl"), 2),
+    (["plot", "run"], "vanilla_transformer.training.report.plots.plot_run", RuntimeError("a bug"), None),
     (["translate", "--model", "m", "x"], "vanilla_transformer.commands.translate.translator_for", ValueError(), None),
 ]
 

@@ -84,9 +84,9 @@ def test_dependencies_run_one_way():
 def test_the_rule_sees_an_import_against_it(tmp_path):
     """The check itself: a lazy import of the training stack from the inference layer is found."""
     offending = tmp_path / "demo.py"
-    offending.write_text("def launch():\n    from .training.loop import train\n")
+    offending.write_text("def launch():\n    from .training.run.loop import train\n")
     imports = list(imported_modules(offending, "vanilla_transformer.demo", False))
-    assert imports == [("vanilla_transformer.training.loop.train", 2)]
+    assert imports == [("vanilla_transformer.training.run.loop.train", 2)]
     assert layer(imports[0][0]) > layer("vanilla_transformer.demo")
 
 
@@ -94,11 +94,11 @@ def test_the_rule_sees_the_training_stack_import_a_command(tmp_path):
     """The check itself: the training stack importing a command's module (here a lazy import of the evaluate
     command's backend flags) is found, as the command line is the layer above it."""
     offending = tmp_path / "evaluation.py"
-    offending.write_text("def score():\n    from ..commands.backend import translator_for\n")
-    imports = list(imported_modules(offending, "vanilla_transformer.training.evaluation", False))
+    offending.write_text("def score():\n    from ...commands.backend import translator_for\n")
+    imports = list(imported_modules(offending, "vanilla_transformer.training.report.evaluation", False))
     assert imports == [("vanilla_transformer.commands.backend.translator_for", 2)]
     assert LAYERS[layer(imports[0][0])] == "command line"
-    assert layer(imports[0][0]) > layer("vanilla_transformer.training.evaluation")
+    assert layer(imports[0][0]) > layer("vanilla_transformer.training.report.evaluation")
 
 
 def module_of(imported: str, modules: set[str]) -> str | None:
@@ -190,9 +190,9 @@ def test_the_circle_check_finds_a_circle_and_reads_imports_as_modules():
     # imported whole by a module it holds is not an edge, a name taken from it is
     graph = module_graph()
     assert "vanilla_transformer.commands.train" in graph["vanilla_transformer.cli"]
-    assert "vanilla_transformer.training.arguments" in graph["vanilla_transformer.commands.train"]
+    assert "vanilla_transformer.training.options.arguments" in graph["vanilla_transformer.commands.train"]
     assert "vanilla_transformer" not in graph["vanilla_transformer.model_folder"]
-    assert "vanilla_transformer.modeling" in graph["vanilla_transformer.training.build"]
+    assert "vanilla_transformer.modeling" in graph["vanilla_transformer.training.run.build"]
     assert ancestors("vanilla_transformer.commands.train") == {"vanilla_transformer", "vanilla_transformer.commands"}
 
 
@@ -219,14 +219,15 @@ def test_the_command_line_loads_only_the_training_flags_until_a_training_command
     assert done.stdout.strip() == str(
         [
             "vanilla_transformer.training",
-            "vanilla_transformer.training.argument_checks",
-            "vanilla_transformer.training.argument_types",
-            "vanilla_transformer.training.arguments",
-            "vanilla_transformer.training.presets",
+            "vanilla_transformer.training.options",
+            "vanilla_transformer.training.options.argument_checks",
+            "vanilla_transformer.training.options.argument_types",
+            "vanilla_transformer.training.options.arguments",
+            "vanilla_transformer.training.options.presets",
+            "vanilla_transformer.training.options.switch_arguments",
             "vanilla_transformer.training.studies",
             "vanilla_transformer.training.studies.arguments",
             "vanilla_transformer.training.studies.variants",
-            "vanilla_transformer.training.switch_arguments",
         ]
     )
 
@@ -274,7 +275,7 @@ def test_only_the_entry_point_and_the_run_builder_take_the_whole_training_argume
                         takers.add(f"{path.relative_to(ROOT / 'training')}:{node.name}")
                     elif argument.arg == "args":
                         takers.add(f"{path.relative_to(ROOT / 'training')}:{node.name} (a parameter named args)")
-    assert takers == {"loop.py:train", "startup.py:setup_run"}
+    assert takers == {"run/loop.py:train", "run/startup.py:setup_run"}
 
 
 def test_every_package_folder_is_installed():

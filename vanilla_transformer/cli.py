@@ -21,7 +21,7 @@ from .commands.plot import plot_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
 from .errors import CommandError
-from .training.arguments import ArgumentParser
+from .training.options.arguments import ArgumentParser
 
 COMMANDS = (
     train_command_parser,

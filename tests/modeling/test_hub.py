@@ -213,7 +213,7 @@ def test_a_model_without_a_card_gets_the_generic_card(tmp_path):
     c = model.config
     row = f"| {c.d_model} | {c.num_heads} | {c.d_ff} | {c.encoder_layers} | {c.decoder_layers} | pre-norm | sinusoidal "
     assert row + f"| {c.vocab_size} | {model.num_parameters():,} |" in generic.text
-    # the data, the procedure and the scores are a training run's (training/card.py), not the generic card's
+    # the data, the procedure and the scores are a training run's (training/report/card.py), not the generic card's
     assert "## Training procedure" not in generic.text
     (tmp_path / "made" / "README.md").unlink()
     AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "made").save_pretrained(tmp_path / "copy")

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 
-from vanilla_transformer.training import checkpoints
+from vanilla_transformer.training.run import checkpoints
 
 from vanilla_transformer.cli import main
 

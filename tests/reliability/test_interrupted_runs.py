@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from vanilla_transformer.training.checkpoints import STATE_FILE, TEMPORARY_PREFIX, WEIGHTS_FILE, list_checkpoints
+from vanilla_transformer.training.run.checkpoints import STATE_FILE, TEMPORARY_PREFIX, WEIGHTS_FILE, list_checkpoints
 
 from vanilla_transformer.cli import main
 

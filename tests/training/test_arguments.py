@@ -6,7 +6,7 @@ import re
 
 import pytest
 from vanilla_transformer.configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
-from vanilla_transformer.training.arguments import (
+from vanilla_transformer.training.options.arguments import (
     TRAIN_ARGUMENT_GROUPS,
     ArgumentsError,
     DataArguments,
@@ -16,7 +16,7 @@ from vanilla_transformer.training.arguments import (
     option_groups,
     resolve,
 )
-from vanilla_transformer.training.presets import PRESETS, Preset
+from vanilla_transformer.training.options.presets import PRESETS, Preset
 
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.cli import build_parser
@@ -127,7 +127,7 @@ def test_the_study_switches_are_flags_that_build_a_new_model_only():
 def test_the_manuals_table_of_the_study_switches_is_made_from_their_one_declaration():
     """docs/studies.md shows `switch_table()`: every switch of the configuration's `SWITCHES`, with its flag."""
     from vanilla_transformer.configuration import SWITCHES
-    from vanilla_transformer.training.switch_arguments import switch_table
+    from vanilla_transformer.training.options.switch_arguments import switch_table
 
     from tests.documents import PAGES
 

@@ -1,10 +1,10 @@
-"""The model card a training run writes: the template beside training/card.py filled in from the model's
+"""The model card a training run writes: the template beside training/report/card.py filled in from the model's
 configuration, the arguments the run was trained with (the optimiser among them) and its scores."""
 
 import pytest
 from huggingface_hub import ModelCard
-from vanilla_transformer.training import card
-from vanilla_transformer.training.arguments import TrainArguments
+from vanilla_transformer.training.options.arguments import TrainArguments
+from vanilla_transformer.training.report import card
 
 from ..conftest import tiny_model
 
@@ -135,7 +135,7 @@ def test_a_runs_card_has_the_metadata_and_every_section(tmp_path):
 def test_the_template_is_read_from_beside_the_card_module():
     from importlib import resources
 
-    template = resources.files("vanilla_transformer.training").joinpath(card.CARD_TEMPLATE)
+    template = resources.files("vanilla_transformer.training.report").joinpath(card.CARD_TEMPLATE)
     assert template.is_file() and "{{ procedure }}" in template.read_text(encoding="utf-8")
 
 

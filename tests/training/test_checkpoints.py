@@ -9,7 +9,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file
-from vanilla_transformer.training.checkpoints import WEIGHTS_FILE, list_checkpoints, save_checkpoint
+from vanilla_transformer.training.run.checkpoints import WEIGHTS_FILE, list_checkpoints, save_checkpoint
 
 from tests.conftest import tiny_config
 from vanilla_transformer import VanillaTransformerForConditionalGeneration

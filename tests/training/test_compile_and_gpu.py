@@ -9,7 +9,7 @@ import torch
 from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
-from vanilla_transformer.training import criterion
+from vanilla_transformer.training.optim import criterion
 
 from .conftest import TINY_MODEL_FLAGS, train_cli
 

@@ -56,10 +56,10 @@ def test_two_processes_match_one_process_with_accumulation(tmp_path, data_files,
 BPE_DROPOUT_SCRIPT = """
 import json, sys
 from accelerate import Accelerator
-from vanilla_transformer.training.arguments import DataArguments
+from vanilla_transformer.training.options.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import numbers_dataset
-from vanilla_transformer.training.tokenizer import train_bpe_tokenizer, training_texts
-from vanilla_transformer.training.tokenizing import BpeDropoutPairs
+from vanilla_transformer.training.data.tokenizer import train_bpe_tokenizer, training_texts
+from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs
 
 accelerator = Accelerator(cpu=True)
 raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from vanilla_transformer.training.arguments import ArgumentsError, TrainArguments, resolve
+from vanilla_transformer.training.options.arguments import ArgumentsError, TrainArguments, resolve
 
 from tests import importing_sources as sources
 from vanilla_transformer import import_checkpoint

@@ -3,7 +3,7 @@
 import json
 
 import matplotlib.image
-from vanilla_transformer.training.plots import read_metrics
+from vanilla_transformer.training.report.plots import read_metrics
 
 from vanilla_transformer.cli import main
 

@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from vanilla_transformer.training.checkpoints import STATE_FILE
+from vanilla_transformer.training.run.checkpoints import STATE_FILE
 
 from .conftest import TINY_MODEL_FLAGS, pairs, train_cli, write_jsonl
 

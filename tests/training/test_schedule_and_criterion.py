@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 from vanilla_transformer.modeling import kernels_vanilla_transformer
-from vanilla_transformer.training.criterion import label_smoothed_nll_loss, rdrop_kl_sum
-from vanilla_transformer.training.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
+from vanilla_transformer.training.optim.criterion import label_smoothed_nll_loss, rdrop_kl_sum
+from vanilla_transformer.training.optim.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
 
 
 def test_schedule_is_equation_3_of_the_paper():

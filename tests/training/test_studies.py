@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from vanilla_transformer.configuration import STUDY_SWITCHES
-from vanilla_transformer.training.argument_types import ArgumentsError
-from vanilla_transformer.training.arguments import TrainArguments, resolve
+from vanilla_transformer.training.options.argument_types import ArgumentsError
+from vanilla_transformer.training.options.arguments import TrainArguments, resolve
 from vanilla_transformer.training.studies.arguments import StudyArguments
 from vanilla_transformer.training.studies.results import main_metric, markdown_table, variant_row
 from vanilla_transformer.training.studies.runs import (

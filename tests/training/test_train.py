@@ -13,9 +13,9 @@ import torch
 from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from vanilla_transformer.training.arguments import PRESETS
-from vanilla_transformer.training.checkpoints import STATE_FILE, average_checkpoints, list_checkpoints
-from vanilla_transformer.training.schedule import inverse_sqrt_lr, lr_lambda
+from vanilla_transformer.training.optim.schedule import inverse_sqrt_lr, lr_lambda
+from vanilla_transformer.training.options.arguments import PRESETS
+from vanilla_transformer.training.run.checkpoints import STATE_FILE, average_checkpoints, list_checkpoints
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
@@ -480,7 +480,7 @@ def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys
 
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys, monkeypatch):
-    from vanilla_transformer.training import criterion
+    from vanilla_transformer.training.optim import criterion
 
     calls = {"n": 0}
     real = criterion.label_smoothed_nll_loss

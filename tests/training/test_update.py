@@ -12,8 +12,8 @@ import torch
 from accelerate import Accelerator
 from vanilla_transformer.configuration import VanillaTransformerConfig
 from vanilla_transformer.modeling import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.training.criterion import TranslationCriterion
-from vanilla_transformer.training.loop import accumulate_gradients
+from vanilla_transformer.training.optim.criterion import TranslationCriterion
+from vanilla_transformer.training.run.loop import accumulate_gradients
 
 PAD, BOS, EOS = 0, 1, 2
 

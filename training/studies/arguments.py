@@ -3,7 +3,7 @@ once; train's own flags set the base run every variant changes."""
 
 from dataclasses import dataclass
 
-from ..argument_types import Checked, NonNegativeFloat, PositiveInt, option
+from ..options.argument_types import Checked, NonNegativeFloat, PositiveInt, option
 from .variants import STUDIES
 
 

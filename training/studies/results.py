@@ -9,7 +9,7 @@ import statistics
 
 from safetensors import safe_open
 
-from ..plots import read_metrics
+from ..report.plots import read_metrics
 from .runs import PlannedRun, read_record
 
 GRADIENT_NAMES = ("encoder_first", "encoder_last", "decoder_first", "decoder_last")

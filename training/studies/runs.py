@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..argument_types import ArgumentsError, flag_name
-from ..arguments import TrainArguments, resolve
+from ..options.argument_types import ArgumentsError, flag_name
+from ..options.arguments import TrainArguments, resolve
 from .variants import Variant
 
 RECORD = "study_run.json"  # in each run's folder: the options it was trained with, and how it ended

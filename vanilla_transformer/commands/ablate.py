@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from ..training.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
+from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
 from .failures import reported_as
 

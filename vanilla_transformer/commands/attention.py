@@ -3,7 +3,7 @@
 import argparse
 
 from ..model_folder import load_model_folder
-from ..training.arguments import PositiveInt
+from ..training.options.arguments import PositiveInt
 
 
 def attention_command_parser(subparsers) -> argparse.ArgumentParser:

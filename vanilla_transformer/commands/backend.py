@@ -4,7 +4,7 @@ the translator they choose (PyTorch for a model folder, CTranslate2 for an expor
 import argparse
 
 from ..errors import CommandError, ModelFolderError
-from ..training.arguments import PositiveInt
+from ..training.options.arguments import PositiveInt
 from ..translators import load_translator, uses_ctranslate2
 
 

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..training.arguments import PositiveInt
+from ..training.options.arguments import PositiveInt
 
 
 def demo_command_parser(subparsers) -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..errors import CommandError
-from ..training.arguments import DataArguments, GenerationArguments
+from ..training.options.arguments import DataArguments, GenerationArguments
 from ..translators import CTranslate2Translator
 from .backend import add_backend_arguments, runs_on_pytorch, translator_for
 from .failures import reported_as
@@ -34,7 +34,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
-    from ..training.data import DataError
+    from ..training.data.loading import DataError
 
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     with reported_as(2, DataError):
@@ -53,7 +53,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def split_of(data: DataArguments, split: str, seed: int) -> "datasets.Dataset":
     """The split `--split` of the data (`seed` draws the embedded task's numbers); a `DataError` for bad data."""
-    from ..training.data import load_raw_datasets
+    from ..training.data.loading import load_raw_datasets
 
     return evaluation_split(load_raw_datasets(data, seed, require_train=False), split)
 
@@ -75,8 +75,8 @@ def evaluate_pytorch(
 
     from ..configuration import position_limit
     from ..model_folder import load_model_folder
-    from ..training.evaluation import evaluate_split, reference_cross_entropy
-    from ..training.tokenizing import tokenize_pairs
+    from ..training.data.tokenizing import tokenize_pairs
+    from ..training.report.evaluation import evaluate_split, reference_cross_entropy
 
     model, tokenizer = load_model_folder(model_name, f"--model {model_name}")
     if threads:
@@ -101,7 +101,7 @@ def evaluate_exported(
     translator: CTranslate2Translator, split: "datasets.Dataset", data: DataArguments, generation: GenerationArguments
 ) -> dict:
     """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments."""
-    from ..training.evaluation import cross_entropy_figures, split_metrics
+    from ..training.report.evaluation import cross_entropy_figures, split_metrics
 
     sources = [pair[data.source_lang] for pair in split["translation"]]
     references = [pair[data.target_lang] for pair in split["translation"]]

@@ -15,7 +15,7 @@ def plot_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def plot_command(args: argparse.Namespace) -> int:
-    from ..training.plots import plot_run
+    from ..training.report.plots import plot_run
 
     with reported_as(2, ValueError):  # not a run folder
         print(plot_run(args.run_dir, args.out))

@@ -4,7 +4,7 @@ model folder. Its flags are the training stack's argument dataclasses (`TRAIN_AR
 
 import argparse
 
-from ..training.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
+from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from .failures import reported_as
 from .launch_check import check_launched_processes
 from .process_settings import apply_cpu_process_settings
@@ -29,7 +29,7 @@ def train_command(namespace: argparse.Namespace) -> int:
         args = resolve(TrainArguments.from_namespace(namespace))
     except ValueError as error:
         namespace.refuse(str(error))
-    from ..training.loop import TrainingStopped, train
+    from ..training.run.loop import TrainingStopped, train
 
     apply_cpu_process_settings(args.optimisation.cpu)
     with reported_as(1, TrainingStopped), reported_as(2, ValueError):

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..errors import CommandError
-from ..training.arguments import PositiveInt
+from ..training.options.arguments import PositiveInt
 from .backend import add_backend_arguments, translator_for
 
 

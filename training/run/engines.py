@@ -19,7 +19,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, extract_model_from_parallel
 
-from ..modeling.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ...modeling.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import load_saved_weights
 
 ENGINE_VARIABLES = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}

@@ -9,9 +9,9 @@ dropout flags, where given, replace the folder's rates for this run.
 
 import os
 
-from ..configuration import VanillaTransformerConfig, check_tokenizer_matches
-from ..modeling import VanillaTransformerForConditionalGeneration
-from .argument_types import ArgumentsError, flag_name
+from ...configuration import VanillaTransformerConfig, check_tokenizer_matches
+from ...modeling import VanillaTransformerForConditionalGeneration
+from ..options.argument_types import ArgumentsError, flag_name
 
 # ModelArguments' architecture fields, each named as the configuration's field it sets
 ARCHITECTURE = (

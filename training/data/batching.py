@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .data_checks import DataError
+from .checks import DataError
 
 
 class TokenBatchSampler:

@@ -3,7 +3,7 @@ own flag can set instead."""
 
 from dataclasses import dataclass
 
-from ..configuration import VanillaTransformerConfig
+from ...configuration import VanillaTransformerConfig
 
 
 @dataclass(frozen=True)

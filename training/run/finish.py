@@ -6,12 +6,12 @@ import os
 import time
 from collections.abc import Callable
 
-from ..modeling.hub_vanilla_transformer import upload_folder
-from .arguments import HubArguments
+from ...modeling.hub_vanilla_transformer import upload_folder
+from ..options.arguments import HubArguments
+from ..report.evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
 from .checkpoints import average_checkpoints, list_checkpoints, load_saved_weights
 from .engines import describe_engine, engine_record
-from .evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
-from .run import Run, TrainingStopped
+from .state import Run, TrainingStopped
 
 
 def finish(run: Run) -> tuple:
@@ -176,7 +176,7 @@ def write_final_model(output_dir: str, unwrapped, tokenizer, results: dict, writ
             f"are untouched (last: {last[-1] if last else 'none'}); free space, then run again with --resume-from "
             "to evaluate and save."
         ) from error
-    from .plots import plot_run
+    from ..report.plots import plot_run
 
     plot_run(output_dir, quiet=True)
 

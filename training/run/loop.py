@@ -11,15 +11,15 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from .arguments import TrainArguments
-from .card import RunDescription, write_run_card
+from ..data.tokenizing import BpeDropoutPairs
+from ..options.arguments import TrainArguments
+from ..report.card import RunDescription, write_run_card
+from ..report.evaluation import evaluate_split, reference_cross_entropy, summary
 from .checkpoints import CheckpointWriteError, built_with, list_checkpoints, save_checkpoint
 from .engines import deepspeed_boundary, engine_record, full_weights
-from .evaluation import evaluate_split, reference_cross_entropy, summary
 from .finish import end_process_group, finish, upload, write_final_model
-from .run import Run, TrainingStopped, log_metrics
 from .startup import setup_run
-from .tokenizing import BpeDropoutPairs
+from .state import Run, TrainingStopped, log_metrics
 
 # --------------------------------------------------------------------------------------------------------------------
 # The updates

@@ -8,13 +8,10 @@ from collections.abc import Callable, Iterable
 import datasets
 from transformers import GenerationConfig
 
-from ..configuration import VanillaTransformerConfig, position_limit
-from ..modeling import VanillaTransformerForConditionalGeneration
-from .argument_types import ArgumentsError
-from .arguments import DataArguments, GenerationArguments, ModelArguments, TokenizerArguments
-from .finetuning import DROPOUTS, model_from_folder
-from .streaming import stream_bpe_texts, stream_identity
-from .tokenizer import (
+from ...configuration import VanillaTransformerConfig, position_limit
+from ...modeling import VanillaTransformerForConditionalGeneration
+from ..data.streaming import stream_bpe_texts, stream_identity
+from ..data.tokenizer import (
     bpe_cache_folder,
     bpe_cache_path,
     load_tokenizer,
@@ -22,7 +19,10 @@ from .tokenizer import (
     train_bpe_tokenizer,
     training_texts,
 )
-from .tokenizing import trained_positions
+from ..data.tokenizing import trained_positions
+from ..options.argument_types import ArgumentsError
+from ..options.arguments import DataArguments, GenerationArguments, ModelArguments, TokenizerArguments
+from .finetuning import DROPOUTS, model_from_folder
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from ..configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
+from ...configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
 from .argument_checks import check_outputs, check_sources
 from .argument_types import (
     ArgumentParser,
@@ -378,7 +378,7 @@ def resolve(args: TrainArguments) -> TrainArguments:
     check_switches(args.switches, args.model.init_from)
     preset = args.run.preset or ("numbers" if data.uses_embedded_task else "small")
     if args.model.init_from:  # the folder's architecture and tokenizer
-        from .finetuning import options_from_folder  # the command line's parsers load this file alone
+        from ..run.finetuning import options_from_folder  # the command line's parsers load this file alone
 
         args = args.replace(**options_from_folder(args.model.init_from, args.options(), TrainArguments().options()))
     given = args.options()

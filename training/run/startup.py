@@ -12,12 +12,16 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
-from .arguments import DataArguments, OptimisationArguments, RunArguments, TokenizerArguments, TrainArguments
-from .batching import TokenBatchSampler
+from ..data.batching import TokenBatchSampler
+from ..data.loading import load_pairs
+from ..data.memory import release_file_pages, trim_freed_memory
+from ..data.streaming import StreamingBatches, train_stream_source
+from ..data.tokenizing import BpeDropoutPairs, TrainingRows, make_collator, tokenize_datasets
+from ..optim.criterion import TranslationCriterion
+from ..optim.schedule import lr_lambda
+from ..options.arguments import DataArguments, OptimisationArguments, RunArguments, TokenizerArguments, TrainArguments
 from .build import bpe_corpus, build_model, build_tokenizer
 from .checkpoints import check_resume_matches, read_state, resolve_resume, tokenizer_identity
-from .criterion import TranslationCriterion
-from .data import load_pairs
 from .engines import (
     check_engine,
     check_resume_engine,
@@ -27,11 +31,7 @@ from .engines import (
     shard_tied_weights,
     shards_model,
 )
-from .memory import release_file_pages, trim_freed_memory
-from .run import RUN_MARKERS, Run, forget_metrics_after
-from .schedule import lr_lambda
-from .streaming import StreamingBatches, train_stream_source
-from .tokenizing import BpeDropoutPairs, TrainingRows, make_collator, tokenize_datasets
+from .state import RUN_MARKERS, Run, forget_metrics_after
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None) -> None:

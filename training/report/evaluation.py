@@ -7,9 +7,9 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
-from ..modeling.kernels_vanilla_transformer import token_cross_entropy
+from ...modeling.kernels_vanilla_transformer import token_cross_entropy
+from ..data.tokenizing import make_collator
 from .metrics import exact_match_by_group, translation_metrics
-from .tokenizing import make_collator
 
 
 def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):

@@ -13,9 +13,9 @@ from accelerate.utils import broadcast_object_list
 from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
-from ..model_folder import encode_within
-from .arguments import DataArguments
-from .data_checks import ARROW_BATCH, DataError
+from ...model_folder import encode_within
+from ..options.arguments import DataArguments
+from .checks import ARROW_BATCH, DataError
 
 
 def within_length_limits(source_lengths, target_lengths, data: DataArguments):

@@ -4,7 +4,7 @@ metrics.jsonl."""
 import json
 import os
 
-from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
 
 
 def read_metrics(run_dir: str) -> list[dict]:

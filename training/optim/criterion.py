@@ -3,8 +3,8 @@ and R-Drop's consistency term between two dropout passes of the same batch."""
 
 import torch
 
-from ..modeling.kernels_vanilla_transformer import token_cross_entropy
-from .arguments import OptimisationArguments
+from ...modeling.kernels_vanilla_transformer import token_cross_entropy
+from ..options.arguments import OptimisationArguments
 
 COMPILE_BACKEND = "inductor"  # torch.compile's code generator for --compile
 

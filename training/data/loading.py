@@ -6,15 +6,15 @@ import os
 
 import datasets
 
-from .arguments import DataArguments
-from .data_checks import (
+from ..options.arguments import DataArguments
+from ..tasks.numbers import numbers_dataset
+from .checks import (
     DataError,
     check_file,
     check_translation_column,
     drop_pairs_without_text,
     first_bad_line,
 )
-from .tasks.numbers import numbers_dataset
 
 
 def load_raw_datasets(data: DataArguments, seed: int, require_train: bool = True) -> datasets.DatasetDict:

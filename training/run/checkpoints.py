@@ -16,9 +16,9 @@ from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ..configuration.configuration_vanilla_transformer import STUDY_SWITCHES
-from .argument_types import option_flag
-from .arguments import TokenizerArguments
+from ...configuration.configuration_vanilla_transformer import STUDY_SWITCHES
+from ..options.argument_types import option_flag
+from ..options.arguments import TokenizerArguments
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"

@@ -12,8 +12,8 @@ from importlib import resources
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..configuration import changed_switches
-from .arguments import (
+from ...configuration import changed_switches
+from ..options.arguments import (
     CheckpointArguments,
     DataArguments,
     EvaluationArguments,

@@ -26,9 +26,9 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from .arguments import DataArguments
+from ..options.arguments import DataArguments
 from .batching import batch_bounds
-from .data_checks import FILE_BUILDERS, DataError, check_file, first_bad_line
+from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line
 from .tokenizing import within_length_limits
 
 CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks

@@ -6,7 +6,7 @@ value leaves."""
 
 import dataclasses
 
-from ..configuration.configuration_vanilla_transformer import SWITCHES, StudySwitch
+from ...configuration.configuration_vanilla_transformer import SWITCHES, StudySwitch
 from .argument_types import ArgumentsError, Checked, PositiveInt, flag_name, option, option_flag
 
 

@@ -12,12 +12,12 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
-from .arguments import CheckpointArguments, DataArguments, EvaluationArguments, OptimisationArguments
-from .batching import TokenBatchSampler
-from .criterion import TranslationCriterion
+from ..data.batching import TokenBatchSampler
+from ..data.streaming import StreamingBatches
+from ..data.tokenizing import BpeDropoutPairs
+from ..optim.criterion import TranslationCriterion
+from ..options.arguments import CheckpointArguments, DataArguments, EvaluationArguments, OptimisationArguments
 from .engines import whole_copy
-from .streaming import StreamingBatches
-from .tokenizing import BpeDropoutPairs
 
 METRICS_FILE = "metrics.jsonl"
 RUN_MARKERS = ("config.json", "model.safetensors", METRICS_FILE, "checkpoints")
