@@ -166,3 +166,27 @@ def test_the_first_run_translates_a_200_token_input(first_run):
     # German, from the sentence's start: "nine hundred ..." (a model of 600 updates on sentences of at most 16 tokens
     # need not get the forty repetitions right)
     assert expected.startswith("neunhundert"), expected
+
+
+def code_map() -> dict[str, str]:
+    """docs/development.md's map of the code: each file a row names (a path, then its siblings by name) -> the row."""
+    section = PAGES["development.md"].split("## How the code is organised")[1]
+    named = {}
+    for row in (line for line in section.splitlines() if line.startswith("| `")):
+        first, *siblings = re.findall(r"`([^`]+)`", row.split(" | ")[0])
+        folder = first.rpartition("/")[0]
+        for name in (first, *(f"{folder}/{sibling}" for sibling in siblings)):
+            named[name] = row
+    return named
+
+
+def test_the_code_map_names_files_that_exist_and_every_module_of_the_training_stack():
+    named = code_map()
+    missing = [name for name in named if not (ROOT / name).exists()]
+    assert not missing, f"docs/development.md names files that do not exist: {missing}"
+    modules = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "training").rglob("*.py")
+        if path.name != "__init__.py" and "studies" not in path.parts and "recipes" not in path.parts
+    }
+    assert modules <= set(named), f"docs/development.md leaves out {sorted(modules - set(named))}"
