@@ -1,5 +1,5 @@
 """Loading the data, always through the `datasets` library: a Hub dataset, local files or the embedded number task,
-in the translation schema, checked (data_checks.py) and without the pairs that lack text on a side."""
+in the translation schema, checked (checks.py) and without the pairs that lack text on a side."""
 
 import json
 import os
