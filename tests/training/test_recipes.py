@@ -14,10 +14,10 @@ RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "training", "recipe
 # the recipe's flags, shortened to a few steps and a small vocabulary for the smoke test
 SHORTENED = ["--max-steps", "4", "--eval-steps", "2", "--vocab-size", "200", "--report-to", "none"]
 SHORTENED += ["--eval-batch-size", "20", "--keep-checkpoints", "2", "--average-checkpoints", "2"]
-SHORTENED += ["--tune-length-penalty", "1.0"]
+SEARCH = ["--tune-length-penalty", "1.0", "1.2"]
 
 
-def run_recipe(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_recipe(tmp_path, *flags: str, dropouts=(0.1, 0.1)) -> tuple[subprocess.CompletedProcess, dict]:
     data = tmp_path / "multi30k"
     data.mkdir()
     rows = [{"translation": {"en": p["translation"]["en"], "fr": p["translation"]["de"]}} for p in pairs(range(300))]
@@ -28,12 +28,14 @@ def run_recipe(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, dict
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "HF_HUB_OFFLINE": "1"}
     command = ["bash", RECIPE, str(data), "fr", str(out), *flags, *SHORTENED]
+    command += SEARCH if "reference" not in flags else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "eval_results.json").read_text())
-    assert {"validation", "test", "length_penalty_search"} <= results.keys()
+    assert {"validation", "test", "length_penalty"} <= results.keys()
     config = AutoModelForSeq2SeqLM.from_pretrained(out).config
-    # Transformer-Tiny: 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3, and 0.1 on attention weights and ReLU
+    # Transformer-Tiny: 4+4 layers, d_model 128, h 4, d_ff 256, P_drop 0.3; the recipe adds 0.1 on the attention
+    # weights and after the ReLU, the reference settings leave them out
     assert (
         config.encoder_layers,
         config.decoder_layers,
@@ -42,12 +44,13 @@ def run_recipe(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, dict
         config.d_ff,
         config.dropout,
     ) == (4, 4, 128, 4, 256, 0.3)
-    assert (config.attention_dropout, config.activation_dropout) == (0.1, 0.1)
+    assert (config.attention_dropout, config.activation_dropout) == dropouts
     return done, results
 
 
 def test_multi30k_recipe_runs_its_configuration(tmp_path):
     done, results = run_recipe(tmp_path, "--cooldown-steps", "2", "--save-steps", "2")
+    assert set(results["length_penalty_search"]) == {"1.0", "1.2"}
     assert "Averaged the last 2 checkpoints." in done.stdout
     assert "averaging_search" not in results
     assert "up to 2048 tokens per process" in (tmp_path / "run" / "README.md").read_text()  # 4096 an update
@@ -68,11 +71,21 @@ def test_multi30k_recipe_at_the_published_budget(tmp_path, budget):
     assert "up to 4096 tokens per process" in (tmp_path / "run" / "README.md").read_text()  # 8192 an update
 
 
+def test_multi30k_recipe_with_the_reference_runs_settings(tmp_path):
+    """The published budget with the reference run's settings: no attention or activation dropout, the average of
+    the last checkpoints always kept, length penalty 1 without a search."""
+    done, results = run_recipe(tmp_path, "--budget", "reference", dropouts=(0.0, 0.0))
+    assert "Averaged the last 2 checkpoints." in done.stdout
+    assert "averaging_search" not in results and "length_penalty_search" not in results
+    assert results["length_penalty"] == 1.0
+    assert "up to 4096 tokens per process" in (tmp_path / "run" / "README.md").read_text()
+
+
 def test_an_unknown_budget_is_refused(tmp_path):
     done = subprocess.run(
         ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run"), "--budget", "huge"], text=True, capture_output=True
     )
-    assert done.returncode == 2 and "--budget huge: expected recipe or published" in done.stderr
+    assert done.returncode == 2 and "--budget huge: expected recipe, published or reference" in done.stderr
 
 
 def test_an_unknown_device_is_refused(tmp_path):
