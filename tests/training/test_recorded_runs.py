@@ -1,7 +1,7 @@
 """The Multi30k figures that RESULTS.md and the README state are those of the recorded runs: each run's row holds its
-commit and the scores in its `eval_results.json` (training/recipes/runs/DIRECTION[_published]_seedN_COMMIT_...); the
-README's table gives each direction and budget as the mean and range of its runs, in bold the budget whose
-validation mean is higher."""
+commit and the scores in its `eval_results.json` (training/recipes/runs/DIRECTION[_gpu][_BUDGET]_seedN_COMMIT_...);
+the README's table gives each direction and budget as the mean and range of its runs, in bold the budget whose
+validation mean is higher. Runs on a GPU are their own budgets, marked GPU."""
 
 import json
 import re
@@ -14,21 +14,34 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "training" / "recipes" / "runs"
 RESULTS = (ROOT / "training" / "recipes" / "RESULTS.md").read_text(encoding="utf-8")
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-NAME = re.compile(r"(?P<pair>en_de|en_fr)(?P<published>_published)?_seed(?P<seed>\d+)_(?P<commit>[0-9a-f]{7})_eval")
+NAME = re.compile(
+    r"(?P<pair>en_de|en_fr)(?P<gpu>_gpu)?(?:_(?P<budget>published|reference))?_seed(?P<seed>\d+)_(?P<commit>[0-9a-f]{7})_eval"
+)
+BUDGETS = {None: "current recipe", "published": "published budget", "reference": "reference settings"}
 RECORDED = sorted(RUNS.glob("*_seed*_eval_results.json"))
 DIRECTIONS = {"en_de": "En->De", "en_fr": "En->Fr"}
 
 
 def test_there_are_recorded_runs_of_both_budgets():
     names = [NAME.match(p.name) for p in RECORDED]
-    assert all(names) and {bool(n["published"]) for n in names} == {False, True}
+    assert all(names) and {n["budget"] for n in names} == set(BUDGETS)
+
+
+def budget(name: re.Match) -> str:
+    """The README's name for a run's budget: "published budget", "reference settings, GPU", ..."""
+    return BUDGETS[name["budget"]] + (", GPU" if name["gpu"] else "")
+
+
+def run_label(name: re.Match) -> str:
+    """The run's label in RESULTS.md: "En->De, seed 42", or "En->De, seed 42, GPU, reference settings"."""
+    label = f"{DIRECTIONS[name['pair']]}, seed {name['seed']}"
+    return label + (f", GPU, {BUDGETS[name['budget']]}" if name["gpu"] else "")
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])
 def test_results_states_each_recorded_run_as_recorded(path):
     name, recorded = NAME.match(path.name), json.loads(path.read_text())
-    direction = DIRECTIONS[name["pair"]]
-    rows = [line for line in RESULTS.splitlines() if line.startswith(f"| {direction}, seed {name['seed']} | ")]
+    rows = [line for line in RESULTS.splitlines() if line.startswith(f"| {run_label(name)} | ")]
     rows = [row for row in rows if f"| {name['commit']} |" in row]
     assert len(rows) == 1, f"one row for {path.name} in RESULTS.md"
     cells = [cell.strip().strip("*") for cell in rows[0].strip("|").split("|")]
@@ -36,7 +49,7 @@ def test_results_states_each_recorded_run_as_recorded(path):
     scores += [recorded["test"]["chrf_lowercase"], recorded["length_penalty"]]
     for score in scores:
         assert any(float(cell) == score for cell in cells if re.fullmatch(r"\d+(\.\d+)?", cell)), score
-    if name["published"]:
+    if name["budget"] == "published":
         search = recorded["averaging_search"]
         assert search["chosen"] in cells and f"{search['last_update']['validation_bleu_lowercase']:.2f}" in cells
     assert name["commit"] in README  # the README names the commit of every run its table summarises
@@ -47,8 +60,7 @@ def recorded_groups() -> dict[tuple[str, str], list[dict]]:
     groups = {}
     for path in RECORDED:
         name = NAME.match(path.name)
-        budget = "published budget" if name["published"] else "current recipe"
-        groups.setdefault((DIRECTIONS[name["pair"]], budget), []).append(json.loads(path.read_text()))
+        groups.setdefault((DIRECTIONS[name["pair"]], budget(name)), []).append(json.loads(path.read_text()))
     return groups
 
 
