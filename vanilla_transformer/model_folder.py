@@ -120,3 +120,25 @@ def encode_within(tokenizer, texts: list[str], limit: int | None, where="warning
 
 
 __all__ = ["load_model_folder", "encode_within", "truncation_warning", "vocabularies", "source_tokens"]
+
+
+def card_languages(folder: str) -> tuple[str, str] | None:
+    """The (source, target) languages of a model folder's card, README.md's `language: [source, target]` as
+    `vanilla-transformer train` and the Hub write it; None where the folder has no such card."""
+    import yaml
+
+    path = os.path.join(folder, "README.md")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    if not text.startswith("---"):
+        return None
+    try:
+        metadata = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return None
+    languages = metadata.get("language") if isinstance(metadata, dict) else None
+    if isinstance(languages, list) and len(languages) == 2 and all(isinstance(code, str) for code in languages):
+        return languages[0], languages[1]
+    return None

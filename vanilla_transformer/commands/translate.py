@@ -2,9 +2,12 @@
 CTranslate2 folder, one translation per line or an n-best list."""
 
 import argparse
+import os
 import sys
 
 from ..errors import CommandError
+from ..model_folder import card_languages
+from ..serving.documents import split_document
 from ..training.options.arguments import PositiveInt
 from .backend import add_backend_arguments, translator_for
 
@@ -31,6 +34,15 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         metavar="K",
         help="print the K best translations of each sentence, each with its score (K <= --num-beams), tab-separated",
     )
+    translate.add_argument(
+        "--no-split",
+        action="store_true",
+        help="translate each line whole; by default a line of several sentences is split into its sentences (pysbd, "
+        "in the rules of --source-lang), each translated, and put back together on one output line",
+    )
+    translate.add_argument(
+        "--source-lang", help="the language whose sentence rules split the lines (default: the model card's, else en)"
+    )
     add_backend_arguments(translate)
     translate.set_defaults(func=translate_command)
     return translate
@@ -50,11 +62,19 @@ def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
+def source_language(args: argparse.Namespace) -> str:
+    languages = card_languages(args.model) if os.path.isdir(args.model) else None
+    return args.source_lang or (languages[0] if languages else "en")
+
+
 def translate_command(args: argparse.Namespace) -> int:
-    """One translation per line; with --n-best K, K lines per sentence: the sentence's number, the score and the
-    translation, tab-separated, best first."""
-    sentences = read_sentences(args.sentences, args.input)
+    """One translation per line (the line's sentences translated one by one, unless --no-split); with --n-best K,
+    K lines per sentence: the sentence's number, the score and the translation, tab-separated, best first."""
+    lines = read_sentences(args.sentences, args.input)
     translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
+    split = args.n_best == 1 and not args.no_split  # an n-best list is of whole lines
+    documents = [split_document(line, source_language(args)) for line in lines] if split else None
+    sentences = [sentence for document in documents for sentence in document.sentences] if split else lines
     try:
         results = translator.translate(
             sentences,
@@ -66,6 +86,11 @@ def translate_command(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error
+    if split:
+        texts = iter(translations[0].text for translations in results)
+        for document in documents:
+            print(document.assemble([next(texts) for _ in document.sentences]))
+        return 0
     for number, translations in enumerate(results):
         for translation in translations:
             if args.n_best == 1:

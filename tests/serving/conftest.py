@@ -1,0 +1,98 @@
+"""The real server in a subprocess on a free loopback port, and real HTTP clients."""
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from ..apps import free_port
+
+SERVE = [sys.executable, "-m", "vanilla_transformer.cli", "serve"]
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen, url: str, log):
+        self.process, self.url, self.log = process, url, log
+
+    def post(self, **fields) -> httpx.Response:
+        return httpx.post(self.url + "/translate", json=fields, timeout=60)
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples whose line starts with `name` (a name and, optionally, labels)."""
+        text = httpx.get(self.url + "/metrics").text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+
+def wait_until_ready(server: Server, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError(f"serve exited with {server.process.returncode}: {server.output()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(server.url + "/ready", timeout=5).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"not ready within {timeout} s: {server.output()[-3000:]}")
+
+
+@contextlib.contextmanager
+def serving(model, *flags: str, tmp_path=None):
+    """`vanilla-transformer serve MODEL FLAGS` on a free port, ready; stopped (SIGTERM) at the end."""
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [*SERVE, str(model), "--port", str(port), "--threads", "1", *flags]
+    with open(os.devnull if tmp_path is None else tmp_path / "serve.log", "w+") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        server = Server(process, f"http://127.0.0.1:{port}", log)
+        try:
+            wait_until_ready(server)
+            yield server
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+
+
+def burst(url: str, bodies: list[dict]) -> list[httpx.Response]:
+    """POST every body to /translate at once, each on its own connection."""
+
+    async def send():
+        limits = httpx.Limits(max_connections=len(bodies))
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            return await asyncio.gather(*(client.post(url + "/translate", json=body) for body in bodies))
+
+    return asyncio.run(send())
+
+
+def offline(model, sentences: list[str], *flags: str) -> list[str]:
+    """`vanilla-transformer translate` on the same sentences, in a process of its own."""
+    command = [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", str(model), *flags]
+    done = subprocess.run(
+        command, input="\n".join(sentences) + "\n", capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def error_of(response: httpx.Response) -> str:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+@pytest.fixture(scope="session")
+def exported_folder(trained_folder, tmp_path_factory):
+    from vanilla_transformer import export_ctranslate2
+
+    return export_ctranslate2(trained_folder, str(tmp_path_factory.mktemp("ct2") / "model"))

@@ -1,0 +1,96 @@
+"""`vanilla-transformer serve`: the real server in a subprocess, real clients over loopback, for both engines; its
+answers are the offline `translate` command's."""
+
+import httpx
+import pytest
+from deep_translator import LibreTranslator
+from libretranslatepy import LibreTranslateAPI
+from vanilla_transformer.training.tasks.numbers import english
+
+from .conftest import burst, error_of, offline, serving
+
+SENTENCES = [english(n) for n in range(500, 532)]  # 32 sentences the model did not see in training
+BEAMS = ("--num-beams", "2")
+
+
+@pytest.fixture(scope="module", params=["torch", "ctranslate2"])
+def server(request, trained_folder, exported_folder, tmp_path_factory):
+    """The server on the trained model folder: through generate(), or exported to CTranslate2 on the fly."""
+    log_dir = tmp_path_factory.mktemp(f"serve-{request.param}")
+    flags = ("--engine", request.param, *BEAMS, "--max-chars", "300", "--max-sentence-tokens", "24")
+    with serving(trained_folder, *flags, tmp_path=log_dir) as running:
+        running.offline_model = trained_folder if request.param == "torch" else exported_folder
+        yield running
+
+
+def test_the_operators_endpoints_answer(server):
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    assert httpx.get(server.url + "/ready").json()["status"] == "ready"
+    assert "vanilla_transformer_queue_tokens" in httpx.get(server.url + "/metrics").text
+
+
+def test_libretranslate_clients_translate_unchanged(server):
+    expected = offline(server.offline_model, SENTENCES[:2], *BEAMS)
+    client = LibreTranslateAPI(server.url)
+    assert client.translate(SENTENCES[0], "en", "de") == expected[0]
+    assert client.languages() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+    other = LibreTranslator(source="en", target="de", api_key="unused", custom_url=server.url + "/")
+    assert other.translate(SENTENCES[1]) == expected[1]
+
+
+def test_32_requests_at_once_are_batched_and_answered_as_offline(server):
+    expected = offline(server.offline_model, SENTENCES, *BEAMS)
+    batches_before = server.metric("vanilla_transformer_batch_sentences_count")
+    answers = burst(server.url, [{"q": s, "source": "en", "target": "de"} for s in SENTENCES])
+    assert [a.status_code for a in answers] == [200] * 32
+    assert [a.json()["translatedText"] for a in answers] == expected
+    assert server.metric("vanilla_transformer_batch_sentences_count") - batches_before < 32  # sentences shared batches
+
+
+def test_a_document_is_split_into_sentences_and_keeps_its_layout(server):
+    sentences = offline(server.offline_model, SENTENCES[:3], *BEAMS)
+    text = f"{SENTENCES[0]}. {SENTENCES[1]}!\n\n  {SENTENCES[2]}\n"
+    answer = server.post(q=[text, SENTENCES[0]], source="en", target="de").json()
+    # the sentences' own punctuation belongs to them: the model translates "x." as it sees fit
+    first, second = offline(server.offline_model, [SENTENCES[0] + ".", SENTENCES[1] + "!"], *BEAMS)
+    assert answer["translatedText"] == [f"{first} {second}\n\n  {sentences[2]}\n", sentences[0]]
+
+
+def test_alternatives_are_distinct_and_other_than_the_translation(server):
+    answer = server.post(q=SENTENCES[0], source="auto", target="de", alternatives=1).json()
+    assert answer["translatedText"] == offline(server.offline_model, SENTENCES[:1], *BEAMS)[0]
+    assert answer["detectedLanguage"] == {"language": "en"}
+    assert len(answer["alternatives"]) <= 1 and answer["translatedText"] not in answer["alternatives"]
+
+
+BAD_REQUESTS = [
+    ({"source": "en", "target": "de"}, 400, "missing q parameter"),
+    ({"q": "one", "target": "de"}, 400, "missing source parameter"),
+    ({"q": "one", "source": "en", "target": "fr"}, 400, "target 'fr': this server translates en -> de only"),
+    ({"q": "one", "source": "en", "target": "de", "format": "html"}, 400, "format 'html'"),
+    ({"q": "one", "source": "en", "target": "de", "alternatives": 9}, 400, "alternatives 9: expected 0 to 4"),
+    ({"q": 7, "source": "en", "target": "de"}, 422, "q: expected a string or a list of strings, got int"),
+    ({"q": "one", "source": "en", "target": "de", "alternatives": "2x"}, 422, "alternatives: expected a whole number"),
+    ({"q": "one " * 100, "source": "en", "target": "de"}, 413, "q has 400 characters; this server takes at most 300"),
+    ({"q": "one " * 30, "source": "en", "target": "de"}, 413, "the model reads at most 24 tokens a sentence"),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD_REQUESTS, ids=[m for _, _, m in BAD_REQUESTS])
+def test_bad_input_gets_its_status_and_an_error_naming_the_field(server, body, status, message):
+    response = server.post(**body)
+    assert response.status_code == status and message in error_of(response)
+    assert server.post(q="one", source="en", target="de").status_code == 200  # and the server goes on
+
+
+def test_a_malformed_body_and_an_unknown_path_get_json_errors(server):
+    broken = httpx.post(
+        server.url + "/translate", content=b'{"q": "one",', headers={"content-type": "application/json"}
+    )
+    assert broken.status_code == 400 and "the body is not valid JSON" in error_of(broken)
+    assert httpx.get(server.url + "/nowhere").status_code == 404
+    form = httpx.post(server.url + "/translate", data={"q": SENTENCES[0], "source": "en", "target": "de"})
+    assert form.json()["translatedText"] == offline(server.offline_model, SENTENCES[:1], *BEAMS)[0]

@@ -1,0 +1,113 @@
+"""The server under pressure: API keys and their limits, a full queue, deadlines, loading and draining."""
+
+import signal
+import threading
+import time
+
+import httpx
+from vanilla_transformer.training.tasks.numbers import english
+
+from .conftest import burst, error_of, serving
+
+BODY = {"q": english(123), "source": "en", "target": "de"}
+
+
+def test_keys_are_required_and_each_has_its_requests_per_minute(trained_folder, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# key  requests per minute\nteam-a 2\nunlimited\n", encoding="utf-8")
+    with serving(trained_folder, "--api-keys", str(keys)) as server:
+        missing = server.post(**BODY)
+        assert missing.status_code == 403 and "needs an API key" in error_of(missing)
+        assert server.post(**BODY, api_key="guess").status_code == 403
+        assert [server.post(**BODY, api_key="team-a").status_code for _ in range(2)] == [200, 200]
+        over = server.post(**BODY, api_key="team-a")
+        assert over.status_code == 429 and "requests per minute" in error_of(over)
+        assert 1 <= int(over.headers["Retry-After"]) <= 60
+        assert all(server.post(**BODY, api_key="unlimited").status_code == 200 for _ in range(3))
+
+
+def test_a_bad_key_file_is_named_with_its_line(trained_folder, tmp_path):
+    from vanilla_transformer.cli import main
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("team-a 2\nteam-b many\n", encoding="utf-8")
+    assert main(["serve", str(trained_folder), "--api-keys", str(keys)]) == 2
+
+
+def test_an_overload_burst_gets_429s_at_once_and_the_metrics_count_every_answer(trained_folder, tmp_path):
+    flags = ("--max-queue-requests", "3", "--max-wait-ms", "300")
+    with serving(trained_folder, *flags) as server:
+        before = server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="200"}')
+        answers = burst(server.url, [{**BODY, "q": english(n)} for n in range(600, 640)])
+        statuses = [a.status_code for a in answers]
+        assert set(statuses) == {200, 429} and statuses.count(200) >= 3
+        refused = [a for a in answers if a.status_code == 429]
+        assert all(int(a.headers["Retry-After"]) >= 1 and "--max-queue-requests" in error_of(a) for a in refused)
+        after = server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="200"}')
+        assert after - before == statuses.count(200)
+        assert server.metric("vanilla_transformer_queue_requests") == 0
+        assert server.post(**BODY).status_code == 200
+
+
+def test_a_request_past_its_deadline_gets_504_and_leaves_the_queue(trained_folder):
+    with serving(trained_folder, "--timeout", "0.2", "--max-wait-ms", "1000") as server:
+        late = server.post(**BODY)
+        assert late.status_code == 504 and "--timeout" in error_of(late)
+        assert server.metric("vanilla_transformer_queue_tokens") == 0
+        assert server.metric("vanilla_transformer_queue_requests") == 0
+        time.sleep(1.2)  # the worker wakes and finds nothing to translate
+        assert server.metric("vanilla_transformer_batch_sentences_count") == 0
+
+
+def test_sigterm_answers_every_queued_request_and_exits_0(trained_folder):
+    with serving(trained_folder, "--max-wait-ms", "1500", "--max-batch-tokens", "100000") as server:
+        answers = []
+        sender = threading.Thread(
+            target=lambda: answers.extend(burst(server.url, [{**BODY, "q": english(n)} for n in range(700, 710)]))
+        )
+        sender.start()
+        deadline = time.time() + 10
+        while server.metric("vanilla_transformer_queue_requests") < 10 and time.time() < deadline:
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGTERM)
+        sender.join(60)
+        assert [a.status_code for a in answers] == [200] * 10
+        assert server.process.wait(timeout=60) == 0
+
+
+def test_ready_says_503_until_the_model_is_loaded_and_translations_wait_for_it(trained_folder):
+    import uvicorn
+
+    from vanilla_transformer.serving.app import create_app
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    from ..apps import free_port
+
+    release = threading.Event()
+    app = create_app(lambda: release.wait(60) and load_engine(EngineSettings(str(trained_folder), threads=1)))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                health = httpx.get(url + "/health")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        assert health.json() == {"status": "ok"}
+        loading = httpx.get(url + "/ready")
+        assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+        early = httpx.post(url + "/translate", json=BODY)
+        assert early.status_code == 503 and error_of(early) == "the model is loading"
+        release.set()
+        while httpx.get(url + "/ready").status_code != 200 and time.time() < deadline:
+            time.sleep(0.1)
+        assert httpx.post(url + "/translate", json=BODY).status_code == 200
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(30)

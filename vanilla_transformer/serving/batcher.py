@@ -1,0 +1,201 @@
+"""Dynamic batching across requests: one bounded queue of sentences, and one worker thread that takes a batch of
+them at a time, by a token budget or after a short wait, and translates it.
+
+A request's sentences enter the queue together (`submit`), or not at all: when the queue would hold more than
+`max_queue_tokens` source tokens or `max_queue_requests` requests, `submit` raises `QueueFull` at once, without
+touching the model. The worker waits for the first sentence, then until the waiting sentences of the same search
+(the same number of hypotheses) fill `max_batch_tokens`, or `max_wait` seconds have passed since that first one
+arrived; it sorts the batch by length, translates it in one call, and hands each sentence's result to its request.
+A request whose deadline passed is `cancel`led: its sentences still waiting are dropped from the queue."""
+
+import collections
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+class QueueFull(Exception):
+    """The queue is full: try again after `retry_after` seconds."""
+
+    def __init__(self, retry_after: int, what: str):
+        super().__init__(what)
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sentences, their lengths in tokens and the hypotheses asked for each; `future` receives the list
+    of each sentence's translations (best first) once all are translated."""
+
+    sentences: list[str]
+    lengths: list[int]
+    n_best: int
+    arrived: float = field(default_factory=time.monotonic)
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    results: list = field(default_factory=list)
+    waiting: int = 0  # sentences not yet translated
+    cancelled: bool = False  # its deadline passed: what is left of it is dropped
+    answered: bool = False
+
+    def __post_init__(self):
+        self.results = [None] * len(self.sentences)
+        self.waiting = len(self.sentences)
+
+
+class Batcher:
+    def __init__(self, engine, max_batch_tokens, max_wait, max_queue_tokens, max_queue_requests, metrics=None):
+        """`engine.translate(sentences, n_best)` gives each sentence's n_best translations, best first, and
+        `engine.count_tokens(texts)` each text's length in tokens."""
+        self.engine = engine
+        self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait
+        self.max_queue_tokens, self.max_queue_requests = max_queue_tokens, max_queue_requests
+        self.metrics = metrics
+        self.condition = threading.Condition()
+        self.pending: collections.deque[tuple[Job, int]] = collections.deque()  # (job, sentence index), oldest first
+        self.queued_tokens = 0
+        self.open_jobs = 0  # accepted and not yet answered
+        self.tokens_per_second = None  # of the last batch: the queue's expected rate, for Retry-After
+        self.stopping = False
+        self.worker = threading.Thread(target=self.run, name="translation-worker", daemon=True)
+
+    def start(self) -> None:
+        self.worker.start()
+
+    def submit(self, sentences: list[str], lengths: list[int], n_best: int) -> Job:
+        """Queue a request's sentences, or raise `QueueFull`."""
+        job = Job(sentences, lengths, n_best)
+        tokens = sum(lengths)
+        with self.condition:
+            if self.stopping:
+                raise RuntimeError("the server is shutting down")
+            if self.open_jobs >= self.max_queue_requests:
+                raise QueueFull(self.retry_after(), f"{self.open_jobs} requests are waiting (--max-queue-requests)")
+            if self.queued_tokens and self.queued_tokens + tokens > self.max_queue_tokens:
+                raise QueueFull(self.retry_after(), f"{self.queued_tokens} tokens are waiting (--max-queue-tokens)")
+            if not sentences:
+                job.future.set_result([])
+                return job
+            self.pending.extend((job, i) for i in range(len(sentences)))
+            self.queued_tokens += tokens
+            self.open_jobs += 1
+            self.update_gauges()
+            self.condition.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop what is left of a request whose answer is no longer awaited."""
+        with self.condition:
+            if job.cancelled or job.answered:
+                return
+            job.cancelled = True
+            kept = collections.deque(item for item in self.pending if item[0] is not job)
+            self.queued_tokens -= sum(job.lengths[i] for other, i in self.pending if other is job)
+            self.pending = kept
+            self.open_jobs -= 1
+            self.update_gauges()
+        job.future.cancel()
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has room again, at the last batch's speed; at least 1."""
+        rate = self.tokens_per_second or 0
+        return max(1, round(self.queued_tokens / rate)) if rate else 1
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Refuse new work, translate what is queued, and end the worker; whether it ended within `timeout`."""
+        with self.condition:
+            self.stopping = True
+            self.condition.notify()
+        self.worker.join(timeout)
+        return not self.worker.is_alive()
+
+    def run(self) -> None:
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            self.translate_batch(batch)
+
+    def next_batch(self) -> list[tuple[Job, int]] | None:
+        """The next batch: the oldest sentence and those of the same search after it, up to the token budget, once
+        the budget is full or the oldest has waited `max_wait`; None once stopping with nothing queued."""
+        with self.condition:
+            while True:
+                if not self.pending:
+                    if self.stopping:
+                        return None
+                    self.condition.wait()
+                    continue
+                first = self.pending[0][0]
+                waited = time.monotonic() - first.arrived
+                ready = [item for item in self.pending if item[0].n_best == first.n_best]
+                tokens = sum(job.lengths[i] for job, i in ready)
+                if tokens >= self.max_batch_tokens or waited >= self.max_wait or self.stopping:
+                    break
+                self.condition.wait(self.max_wait - waited)
+            batch, tokens = [], 0
+            for item in ready:
+                length = item[0].lengths[item[1]]
+                if batch and tokens + length > self.max_batch_tokens:
+                    break
+                batch.append(item)
+                tokens += length
+            taken = set(map(id, batch))
+            self.pending = collections.deque(item for item in self.pending if id(item) not in taken)
+            self.queued_tokens -= tokens
+            self.update_gauges()
+        if self.metrics:
+            self.metrics.batch_sentences.observe(len(batch))
+            self.metrics.batch_tokens.observe(tokens)
+            now = time.monotonic()
+            for job, _ in batch:
+                self.metrics.queue_wait.observe(now - job.arrived)
+        return batch
+
+    def translate_batch(self, batch: list[tuple[Job, int]]) -> None:
+        batch = sorted(batch, key=lambda item: item[0].lengths[item[1]])  # similar lengths pad least
+        sentences = [job.sentences[i] for job, i in batch]
+        start = time.perf_counter()
+        try:
+            translations = self.engine.translate(sentences, batch[0][0].n_best)
+        except Exception as error:  # the requests of the batch get the error; the worker goes on
+            for job in {id(job): job for job, _ in batch}.values():
+                self.finish(job, error=error)
+            return
+        seconds = time.perf_counter() - start
+        self.record_speed(batch, translations, seconds)
+        for (job, i), result in zip(batch, translations):
+            job.results[i] = result
+            job.waiting -= 1
+            if job.waiting == 0:
+                self.finish(job)
+
+    def record_speed(self, batch, translations, seconds: float) -> None:
+        tokens = sum(job.lengths[i] for job, i in batch)
+        self.tokens_per_second = tokens / seconds if seconds > 0 else None
+        if self.metrics:
+            self.metrics.engine_seconds.inc(seconds)
+            self.metrics.source_tokens.inc(tokens)
+            written = sum(self.engine.count_tokens([result[0].text for result in translations]))
+            self.metrics.output_tokens.inc(written)
+            if seconds > 0:
+                self.metrics.tokens_per_second.set(written / seconds)
+
+    def finish(self, job: Job, error: Exception | None = None) -> None:
+        with self.condition:
+            if job.cancelled or job.answered:
+                return
+            job.answered = True
+            self.open_jobs -= 1
+            self.update_gauges()
+        if job.future.set_running_or_notify_cancel():  # False: the awaiting side gave up first
+            if error is None:
+                job.future.set_result(job.results)
+            else:
+                job.future.set_exception(error)
+
+    def update_gauges(self) -> None:
+        if self.metrics:
+            self.metrics.queue_sentences.set(len(self.pending))
+            self.metrics.queue_tokens.set(self.queued_tokens)
+            self.metrics.queue_requests.set(self.open_jobs)
