@@ -9,6 +9,7 @@ import sys
 SUITES = {
     "speed": ("speed", "training, generation, memory and utilisation against MarianMTModel: BENCHMARKS.md's head"),
     "serving": ("serving", "CTranslate2 exports against generate() and MarianMTModel: the serving section"),
+    "serve": ("serve", "`vanilla-transformer serve` under load against offline batches: the serve section"),
     "data": ("data", "the data pipeline at scale, time to the first update and peak memory: the data section"),
     "gpu": ("gpu", "training and generation in bf16 on a CUDA GPU: the GPU section"),
     "engines": ("engines", "peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO: the engines section"),

@@ -25,7 +25,9 @@ SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"  # BENCHMARKS.m
 DATA_MARKER = "<!-- data: written by bench/data.py -->"  # the data suite's section, after the serving suite's
 GPU_MARKER = "<!-- gpu: written by bench/gpu.py -->"  # the GPU suite's, after the data suite's
 ENGINES_MARKER = "<!-- engines: written by bench/engines.py -->"  # the engines suite's, after the GPU suite's
-MARKERS = (SERVING_MARKER, DATA_MARKER, GPU_MARKER, ENGINES_MARKER)  # in the order their sections come in the report
+SERVE_MARKER = "<!-- serve: written by bench/serve.py -->"  # the serve suite's, after the engines suite's
+# in the order their sections come in the report
+MARKERS = (SERVING_MARKER, DATA_MARKER, GPU_MARKER, ENGINES_MARKER, SERVE_MARKER)
 NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any suite's section marker
 
 

@@ -83,6 +83,14 @@ class Batcher:
             self.condition.notify()
         return job
 
+    def refusal(self) -> QueueFull | None:
+        """Why a new request would be refused now, before it is read: the queue holds its most requests or tokens."""
+        if self.open_jobs >= self.max_queue_requests:
+            return QueueFull(self.retry_after(), f"{self.open_jobs} requests are waiting (--max-queue-requests)")
+        if self.queued_tokens >= self.max_queue_tokens:
+            return QueueFull(self.retry_after(), f"{self.queued_tokens} tokens are waiting (--max-queue-tokens)")
+        return None
+
     def cancel(self, job: Job) -> None:
         """Drop what is left of a request whose answer is no longer awaited."""
         with self.condition:
