@@ -341,7 +341,14 @@ def section(results: dict, command: str) -> str:
         f"and against one request at a time (1 client), measured in the same run. Random weights at d_model 256, "
         f"3+3 layers, {NEW_TOKENS} new tokens per sentence, greedy search; the server and the offline engine on 1 "
         f"thread; `--max-wait-ms {MAX_WAIT_MS:g} --max-queue-requests {QUEUE_REQUESTS}`. Each request is one "
-        "sentence."
+        "sentence. Answers per second count from the first request sent to the last answer.",
+        "",
+        "On this machine's 2 cores the load generator, the server's event loop and the engine share the cores, "
+        "CTranslate2 most (it releases the GIL while it translates). In the open loops the generator falls behind its "
+        "schedule, requests wait in the kernel's accept queue before the server reads them, and the clients' "
+        "latencies count that time; the server's own time to answer a 429, from reading the request to answering, is "
+        "given beside them (the bucket of its latency histogram that holds the 99th percentile). A status 0 is a "
+        "connection the client saw fail.",
     ]
     facts = [
         f"machine: {report.machine()}",
@@ -356,7 +363,9 @@ def section(results: dict, command: str) -> str:
             f"### {engine}",
             "",
             f"Offline: {off['sentences_per_second']:.1f} sentences/s in batches of 32; one sentence alone "
-            f"{off['one_sentence_ms']:.1f} ms. Capacity (the best closed loop): {r['capacity']:.1f} answers/s.",
+            f"{off['one_sentence_ms']:.1f} ms. Capacity (the best closed loop): {r['capacity']:.1f} answers/s. "
+            f"The server process's memory (VmRSS): {r['overload']['rss_before_mib']:.0f} MiB before the overload, "
+            f"{r['overload']['rss_after_mib']:.0f} MiB after it.",
             "",
             *load_rows(r),
             "",
@@ -376,11 +385,18 @@ def build_parser():
     parser.add_argument("--soak", type=float, default=300.0, help="seconds of the soak at 70%% of capacity; 0: none")
     parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--report-from", metavar="JSON", help="rewrite the section from a run's --json, measuring nothing"
+    )
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.report_from:
+        results = report.read_json(args.report_from)
+        report.replace_section(section(results, results["command"]), args.out, report.SERVE_MARKER)
+        return 0
     sentences = sentences_of(args.data)
     results = {"sentences": "Multi30k validation (English)" if args.data else "number words", "engines": {}}
     results["duration"] = args.duration
@@ -389,8 +405,9 @@ def main(argv: list[str]) -> int:
         for engine in args.engines:
             path = engine_folder(engine, model, folder)
             results["engines"][engine] = measure_engine(engine, path, sentences, args.duration, args.soak)
+    results["command"] = report.measuring_command(SUITE, argv, folders=("--data",))
     report.write_json(results, args.json)
-    text = section(results, report.measuring_command(SUITE, argv, folders=("--data",)))
+    text = section(results, results["command"])
     report.replace_section(text, args.out, report.SERVE_MARKER)
     print(text)
     return 0

@@ -205,6 +205,14 @@ def trained_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def exported_folder(trained_folder, tmp_path_factory):
+    """`trained_folder` exported to CTranslate2 (float32)."""
+    from vanilla_transformer import export_ctranslate2
+
+    return export_ctranslate2(trained_folder, str(tmp_path_factory.mktemp("ct2") / "model"))
+
+
+@pytest.fixture(scope="session")
 def learned_folder(trained_folder, tmp_path_factory):
     """`trained_folder`'s tokenizer and generation settings with an untrained model of learned positions, as many as
     a learned-positions model trained like it gets (max_position_embeddings=18: its 16-token limits and two to

@@ -39,7 +39,7 @@ def test_python_m_runs_the_command_line(tmp_path):
     done = run(sys.executable, "-m", "vanilla_transformer", "--help")
     assert done.returncode == 0
     usage = " ".join(done.stdout.split())  # as wide as the terminal
-    assert usage.startswith("usage: vanilla-transformer [-h] [--version] {train,evaluate,translate,serve,export,")
+    assert usage.startswith("usage: vanilla-transformer [-h] [--version] {train,evaluate,translate,serve,score,export,")
     done = run(sys.executable, "-m", "vanilla_transformer", "plot", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {tmp_path}") and "no metrics.jsonl" in done.stderr

@@ -3,15 +3,14 @@
 import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
-from vanilla_transformer.ctranslate2_export import export_ctranslate2
 from vanilla_transformer.translators import CTranslate2Translator, PyTorchTranslator, load_translator
 
 SENTENCES = [english(n) for n in (101, 152, 203, 254, 305, 356, 399, 42)]
 
 
 @pytest.fixture(scope="module")
-def exported(trained_folder, tmp_path_factory):
-    return export_ctranslate2(trained_folder, tmp_path_factory.mktemp("exported") / "ct2")
+def exported(exported_folder):
+    return exported_folder
 
 
 def test_the_backend_is_told_from_the_folder(trained_folder, exported):
@@ -85,3 +84,45 @@ def test_batches_translated_in_parallel_give_what_one_batch_at_a_time_gives(expo
 def test_batches_in_parallel_are_refused_for_the_pytorch_backend(trained_folder):
     with pytest.raises(ValueError, match="inter_threads=2: batches in parallel need the CTranslate2 backend"):
         load_translator(str(trained_folder), inter_threads=2)
+
+
+def test_distinct_n_best_lists_hold_each_text_once_with_its_best_score():
+    from vanilla_transformer.translators import Translation, distinct_texts
+
+    hypotheses = [Translation("a b", -0.1), Translation("a b", -0.3), Translation("a c", -0.4), Translation("d", -0.9)]
+    assert distinct_texts([hypotheses], 2) == [[Translation("a b", -0.1), Translation("a c", -0.4)]]
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
+def test_a_distinct_n_best_list_starts_with_the_translation_and_repeats_no_text(trained_folder, exported, backend):
+    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+    plain = translator.translate(SENTENCES, num_beams=4, n_best=4)
+    distinct = translator.translate(SENTENCES, num_beams=4, n_best=3, distinct=True)
+    for every, unique in zip(plain, distinct):
+        assert unique[0] == every[0] and len({t.text for t in unique}) == len(unique) <= 3
+        assert [t.text for t in unique] == list(dict.fromkeys(t.text for t in every))[:3]
+
+
+PREFIXES = ["", "dreihundert", "zwei", "", "dreihundert drei", "drei", "", "vier"]  # 0 to 2 tokens, mixed
+
+
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_translations_go_on_from_their_prefixes_batched_as_alone(trained_folder, num_beams):
+    ours = load_translator(str(trained_folder))
+    plain = [t[0].text for t in ours.translate(SENTENCES, num_beams=num_beams)]
+    given = [t[0].text for t in ours.translate(SENTENCES, num_beams=num_beams, prefix=PREFIXES)]
+    assert all(text.startswith(p) for text, p in zip(given, PREFIXES))
+    assert [g for g, p in zip(given, PREFIXES) if not p] == [t for t, p in zip(plain, PREFIXES) if not p]
+    alone = [ours.translate([s], num_beams=num_beams, prefix=[p])[0][0].text for s, p in zip(SENTENCES, PREFIXES)]
+    assert given == alone  # batched with prefixes of other lengths, or alone: the same
+
+
+def test_greedy_translations_from_prefixes_are_ctranslate2s(trained_folder, exported):
+    ours, theirs = load_translator(str(trained_folder)), load_translator(str(exported))
+    given = [t[0].text for t in ours.translate(SENTENCES, num_beams=1, prefix=PREFIXES)]
+    assert given == [t[0].text for t in theirs.translate(SENTENCES, num_beams=1, prefix=PREFIXES)]
+
+
+def test_a_prefix_per_sentence_is_required(trained_folder):
+    with pytest.raises(ValueError, match="2 prefixes for 1 sentences"):
+        load_translator(str(trained_folder)).translate(["one"], prefix=["eins", "zwei"])

@@ -1,4 +1,5 @@
-"""The `vanilla-transformer` command: train, evaluate, translate, serve, export, attention, demo, import, plot, ablate.
+"""The `vanilla-transformer` command: train, evaluate, translate, serve, score, export, attention, demo, import,
+plot, ablate.
 
 Each command is a module of `vanilla_transformer.commands`, its parser beside its handler; this module builds the
 top parser, registers them, and runs the one named. Library functions raise exceptions and the handlers turn the
@@ -18,6 +19,7 @@ from .commands.evaluate import evaluate_command_parser
 from .commands.export import export_command_parser
 from .commands.import_model import import_command_parser
 from .commands.plot import plot_command_parser
+from .commands.score import score_command_parser
 from .commands.serve import serve_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
@@ -29,6 +31,7 @@ COMMANDS = (
     evaluate_command_parser,
     translate_command_parser,
     serve_command_parser,
+    score_command_parser,
     export_command_parser,
     attention_command_parser,
     demo_command_parser,

@@ -77,7 +77,12 @@ class Demo:
         num_beams = int(num_beams)
         start = time.perf_counter()
         best = self.translator.translate(
-            [source], num_beams=num_beams, max_length=MAX_NEW_TOKENS, n_best=min(num_beams, 5), scores=True
+            [source],
+            num_beams=num_beams,
+            max_length=MAX_NEW_TOKENS,
+            n_best=min(num_beams, 5),
+            scores=True,
+            distinct=True,
         )[0]
         seconds = time.perf_counter() - start
         return [[rank + 1, t.text, round(t.score, 4)] for rank, t in enumerate(best)], seconds

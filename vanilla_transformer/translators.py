@@ -17,6 +17,7 @@ import torch
 from .configuration import position_limit
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from .model_folder import encode_within, load_model_folder
+from .scoring import PairScore, teacher_forced_log_probs
 
 BACKENDS = ("auto", "pytorch", "ctranslate2")
 
@@ -66,45 +67,102 @@ class PyTorchTranslator:
 
     @torch.no_grad()
     def translate(
-        self, sentences, num_beams=None, length_penalty=None, max_length=256, n_best=1, batch_size=32, scores=None
+        self,
+        sentences,
+        num_beams=None,
+        length_penalty=None,
+        max_length=256,
+        n_best=1,
+        batch_size=32,
+        scores=None,
+        distinct=False,
+        prefix=None,
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens. Their
         scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
-        scores, which costs memory for large vocabularies, and a translation's score is otherwise None."""
+        scores, which costs memory for large vocabularies, and a translation's score is otherwise None. With
+        `distinct`, hypotheses whose texts are the same (two segmentations of one string) are one, with the best
+        score: the list may then be shorter than `n_best`. `prefix`, a target prefix per sentence (None or "" for
+        none), is where each translation starts: the search goes on from its tokens, and `max_length` new tokens
+        follow it; sentences with prefixes of one length are batched together."""
         scores = n_best > 1 if scores is None else scores
         num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
+        wanted, n_best = n_best, num_beams if distinct else n_best
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         max_length = max_length if limit is None else min(max_length, limit)
-        results = []
-        for start in range(0, len(sentences), batch_size):
-            chunk = list(sentences[start : start + batch_size])
+        search = dict(num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_length)
+        search.update(num_return_sequences=n_best, output_scores=scores, return_dict_in_generate=True)
+        prefixes = self.prefix_ids(prefix, len(sentences), limit)
+        results = [None] * len(sentences)
+        for indices in prefix_batches(prefixes, batch_size):
+            chunk = [sentences[i] for i in indices]
             ids = encode_within(self.tokenizer, chunk, limit)  # a sentence cut to the positions is named
             batch = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-            out = self.model.generate(
-                **batch,
-                num_beams=num_beams,
-                length_penalty=length_penalty,
-                max_new_tokens=max_length,
-                num_return_sequences=n_best,
-                output_scores=scores,
-                return_dict_in_generate=True,
-            )
+            start = [[self.model.config.decoder_start_token_id, *prefixes[i]] for i in indices]
+            out = self.model.generate(**batch, decoder_input_ids=torch.tensor(start), **search)
             texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
-            ranks = self.scores(out, num_beams, length_penalty) if scores else [None] * len(texts)
-            results += [
-                [Translation(texts[i + k], ranks[i + k]) for k in range(n_best)] for i in range(0, len(texts), n_best)
-            ]
-        return results
+            ranks = self.scores(out, num_beams, length_penalty, len(start[0])) if scores else [None] * len(texts)
+            for row, i in enumerate(indices):
+                results[i] = [Translation(texts[row * n_best + k], ranks[row * n_best + k]) for k in range(n_best)]
+        return distinct_texts(results, wanted) if distinct else results
 
-    def scores(self, out, num_beams: int, length_penalty: float) -> list[float]:
-        """Beam search reports its ranking score; for greedy search it is computed the same way from the steps."""
+    def prefix_ids(self, prefix, count: int, limit: int | None) -> list[list[int]]:
+        """Each sentence's target prefix as token ids, without the end of sentence; none: empty."""
+        if prefix is None:
+            return [[] for _ in range(count)]
+        if len(prefix) != count:
+            raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
+        ids = encode_within(self.tokenizer, [text or "" for text in prefix], limit, target=True)
+        eos = self.tokenizer.eos_token_id
+        return [row[:-1] if row and row[-1] == eos else row for row in ids]
+
+    def score(self, sources, targets, batch_size=32) -> list[PairScore]:
+        """Each (source, target) pair scored by the model: each target token's log-probability (see `scoring`)."""
+        limit = position_limit(self.model.config)
+        log_probs = teacher_forced_log_probs(self.model, self.tokenizer, sources, targets, batch_size, limit)
+        target_ids = encode_within(self.tokenizer, targets, limit, warn=lambda index, line: None, target=True)
+        return pair_scores(self.tokenizer, log_probs, target_ids)
+
+    def scores(self, out, num_beams: int, length_penalty: float, given: int = 1) -> list[float]:
+        """Beam search reports its ranking score; for greedy search it is computed the same way from the steps
+        after the `given` tokens (the decoder's start and a prefix)."""
         if num_beams > 1:
             return out.sequences_scores.tolist()
         steps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (n, len)
-        generated = out.sequences[:, 1:]  # after the decoder start token
+        generated = out.sequences[:, given:]  # after the decoder start token and the prefix
         lengths = (generated != self.tokenizer.pad_token_id).sum(dim=1)
         totals = steps.masked_fill(generated == self.tokenizer.pad_token_id, 0).sum(dim=1)
         return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
+
+
+def prefix_batches(prefixes: list[list[int]], batch_size: int) -> list[list[int]]:
+    """The sentences' indices in batches of at most `batch_size`, each of prefixes of one length, in input order
+    within a length."""
+    by_length = {}
+    for index, ids in enumerate(prefixes):
+        by_length.setdefault(len(ids), []).append(index)
+    return [group[i : i + batch_size] for group in by_length.values() for i in range(0, len(group), batch_size)]
+
+
+def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[Translation]]:
+    """Each sentence's translations with each text once, the best-scored kept (they come best first), at most
+    `n_best`."""
+    kept = []
+    for translations in results:
+        texts, unique = set(), []
+        for translation in translations:
+            if translation.text not in texts:
+                texts.add(translation.text)
+                unique.append(translation)
+        kept.append(unique[:n_best])
+    return kept
+
+
+def pair_scores(tokenizer, log_probs, target_ids) -> list[PairScore]:
+    return [
+        PairScore(tokenizer.convert_ids_to_tokens(ids), [float(p) for p in probs])
+        for ids, probs in zip(target_ids, log_probs)
+    ]
 
 
 class CTranslate2Translator:
@@ -170,6 +228,8 @@ class CTranslate2Translator:
         batch_size=32,
         scores=None,
         patience=None,
+        distinct=False,
+        prefix=None,
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens, with
         their scores (ctranslate2 computes them at no cost, whatever `scores` says).
@@ -180,6 +240,7 @@ class CTranslate2Translator:
         the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
         at other points than any patience does, and the two may choose different translations."""
         num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
+        wanted, n_best = n_best, num_beams if distinct else n_best
         if patience is None:
             patience = 1.0 if self.generation_config.early_stopping is True else 2.0
         if self.max_positions is not None:
@@ -187,25 +248,47 @@ class CTranslate2Translator:
         if self.generation_config.forced_eos_token_id is not None:  # generate() ends the last step with </s>
             max_length = max(1, max_length - 1)
         tokens = self.tokens(sentences, warn=True)
+        prefixes = self.target_prefix(prefix, len(tokens))
         results = self.translator.translate_batch(
             tokens,
+            target_prefix=prefixes,
             max_batch_size=self.batch_share(len(tokens), batch_size),
             beam_size=num_beams,
             num_hypotheses=n_best,
             patience=patience,
             length_penalty=length_penalty,
-            max_decoding_length=max_length,
+            max_decoding_length=max_length + max((len(row or []) for row in prefixes or []), default=0),
             min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
             suppress_sequences=self.suppressed(),
             return_scores=True,
         )
-        return [
+        results = [
             [Translation(self.text(tokens), score) for tokens, score in zip(r.hypotheses, r.scores)] for r in results
         ]
+        return distinct_texts(results, wanted) if distinct else results
+
+    def target_prefix(self, prefix, count: int) -> list[list[str] | None] | None:
+        """Each sentence's target prefix as target tokens without the end of sentence (None for none), as
+        ctranslate2's `target_prefix` takes them."""
+        if prefix is None:
+            return None
+        if len(prefix) != count:
+            raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
+        rows = self.tokens([text or "" for text in prefix], target=True)
+        rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
+        return [row or None for row in rows]
 
     def batch_share(self, count: int, batch_size: int) -> int:
         """At most `batch_size` sentences a batch, and few enough that each of the parallel batches gets some."""
         return max(1, min(batch_size, -(-count // self.inter_threads)))
+
+    def score(self, sources, targets, batch_size=32) -> list[PairScore]:
+        """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources for {len(targets)} targets: score pairs")
+        log_probs = self.reference_log_probs(sources, targets, batch_size)
+        tokens = self.tokens(targets, target=True)
+        return [PairScore(row, [float(p) for p in probs]) for row, probs in zip(tokens, log_probs)]
 
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
@@ -255,6 +338,7 @@ def load_translator(path: str, backend: str = "auto", threads: int | None = None
 
 __all__ = [
     "Translation",
+    "PairScore",
     "PyTorchTranslator",
     "CTranslate2Translator",
     "load_translator",

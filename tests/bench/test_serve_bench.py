@@ -21,7 +21,8 @@ def test_the_shortest_serve_run_writes_its_section_with_a_verdict_per_target(tmp
     assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
     assert report.count("<!-- serve: written by bench/serve.py -->") == 1
     assert "- command: `python -m bench serve --engines torch --duration 2 --soak 2`" in report
-    loads = [line.split(" | ")[0] for line in report.splitlines() if line.startswith(("| 1 client", "| 8 clients", "| 32 clients"))]
+    names = ("| 1 client", "| 8 clients", "| 32 clients")
+    loads = [line.split(" | ")[0] for line in report.splitlines() if line.startswith(names)]
     assert loads == ["| 1 client", "| 8 clients", "| 32 clients"]
     verdicts = [line.rsplit(" | ", 1)[1] for line in report.splitlines() if line.startswith("| concurrency")]
     assert len(verdicts) == 4 and all(v.startswith(("met", "missed")) for v in verdicts)

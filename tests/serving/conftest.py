@@ -9,7 +9,6 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from ..apps import free_port
 
@@ -89,10 +88,3 @@ def error_of(response: httpx.Response) -> str:
     body = response.json()
     assert set(body) == {"error"}, body
     return body["error"]
-
-
-@pytest.fixture(scope="session")
-def exported_folder(trained_folder, tmp_path_factory):
-    from vanilla_transformer import export_ctranslate2
-
-    return export_ctranslate2(trained_folder, str(tmp_path_factory.mktemp("ct2") / "model"))

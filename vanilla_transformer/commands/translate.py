@@ -35,6 +35,16 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         help="print the K best translations of each sentence, each with its score (K <= --num-beams), tab-separated",
     )
     translate.add_argument(
+        "--prefix-file",
+        help="a text file of target prefixes, one per input line (an empty line: none): each translation starts with "
+        "its prefix and goes on from it",
+    )
+    translate.add_argument(
+        "--distinct",
+        action="store_true",
+        help="with --n-best: list each text once (two segmentations of one string are one), with its best score",
+    )
+    translate.add_argument(
         "--no-split",
         action="store_true",
         help="translate each line whole; by default a line of several sentences is split into its sentences (pysbd, "
@@ -62,6 +72,20 @@ def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
+def prefixes(path: str | None, count: int) -> list[str] | None:
+    """The lines of --prefix-file, one per sentence; a `CommandError` where their numbers differ."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [line.rstrip("\n") for line in handle]
+    except OSError as error:
+        raise CommandError(f"--prefix-file {path}: {error.strerror}", exit_code=2) from error
+    if len(lines) != count:
+        raise CommandError(f"--prefix-file {path} has {len(lines)} lines for {count} sentences: one per sentence", 2)
+    return lines
+
+
 def source_language(args: argparse.Namespace) -> str:
     languages = card_languages(args.model) if os.path.isdir(args.model) else None
     return args.source_lang or (languages[0] if languages else "en")
@@ -72,7 +96,8 @@ def translate_command(args: argparse.Namespace) -> int:
     K lines per sentence: the sentence's number, the score and the translation, tab-separated, best first."""
     lines = read_sentences(args.sentences, args.input)
     translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
-    split = args.n_best == 1 and not args.no_split  # an n-best list is of whole lines
+    prefix = prefixes(args.prefix_file, len(lines))
+    split = args.n_best == 1 and not args.no_split and prefix is None  # n-best lists and prefixes: whole lines
     documents = [split_document(line, source_language(args)) for line in lines] if split else None
     sentences = [sentence for document in documents for sentence in document.sentences] if split else lines
     try:
@@ -83,6 +108,8 @@ def translate_command(args: argparse.Namespace) -> int:
             max_length=args.max_length,
             n_best=args.n_best,
             batch_size=args.batch_size,
+            distinct=args.distinct,
+            **({"prefix": prefix} if prefix is not None else {}),
         )
     except ValueError as error:
         raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error

@@ -306,7 +306,7 @@ def answer(documents: list[Document], results: list, asked: TranslateRequest, so
     """LibreTranslate's answer: each text reassembled from its sentences' translations, and its alternatives."""
     texts, alternatives, start = [], [], 0
     for document in documents:
-        choices = [distinct(result) for result in results[start : start + len(document.sentences)]]
+        choices = [[t.text for t in result] for result in results[start : start + len(document.sentences)]]
         start += len(document.sentences)
         best = document.assemble([options[0] for options in choices])
         others = []
@@ -322,12 +322,3 @@ def answer(documents: list[Document], results: list, asked: TranslateRequest, so
     if asked.auto:
         body["detectedLanguage"] = {"language": source}  # the model's one source language: nothing is detected
     return body
-
-
-def distinct(translations) -> list[str]:
-    """The texts of one sentence's hypotheses, best first, each once (two segmentations of one text are one)."""
-    texts = []
-    for translation in translations:
-        if translation.text not in texts:
-            texts.append(translation.text)
-    return texts

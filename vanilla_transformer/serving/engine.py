@@ -53,6 +53,7 @@ class Engine:
                 n_best=n_best,
                 batch_size=len(sentences),
                 scores=n_best > 1,
+                distinct=n_best > 1,  # alternatives are texts: two segmentations of one string are one
             )
 
     def warm_up(self) -> None:
