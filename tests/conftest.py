@@ -28,6 +28,7 @@ SLOW = {
     "tests/bench/": "the benchmarks' suites",
     "tests/reliability/test_interrupted_runs.py": "training processes killed and resumed",
     "tests/test_tutorial.py": "the tutorial run in a notebook kernel",
+    "tests/serving/test_server_limits.py": "a server process per limit: keys, overload, deadlines, draining",
     "tests/test_demo_browser.py": "the demo in a browser",
     "tests/test_fairseq_reference.py": "fairseq itself, in an environment of its own",
     "tests/modeling/test_attention_backends.py::test_flex_attention_gives_the_outputs_of_eager_attention": (

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .alignment import Alignment, align
 from .configuration import position_limit
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from .model_folder import encode_within, load_model_folder
@@ -122,6 +123,10 @@ class PyTorchTranslator:
         log_probs = teacher_forced_log_probs(self.model, self.tokenizer, sources, targets, batch_size, limit)
         target_ids = encode_within(self.tokenizer, targets, limit, warn=lambda index, line: None, target=True)
         return pair_scores(self.tokenizer, log_probs, target_ids)
+
+    def align(self, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
+        """Each pair's word alignment from the cross-attention of decoder `layer` over `heads` (see `alignment`)."""
+        return align(self.model, self.tokenizer, sources, targets, layer, heads, batch_size)
 
     def scores(self, out, num_beams: int, length_penalty: float, given: int = 1) -> list[float]:
         """Beam search reports its ranking score; for greedy search it is computed the same way from the steps
@@ -282,6 +287,9 @@ class CTranslate2Translator:
         """At most `batch_size` sentences a batch, and few enough that each of the parallel batches gets some."""
         return max(1, min(batch_size, -(-count // self.inter_threads)))
 
+    def align(self, sources, targets, layer=None, heads=None, batch_size=32):
+        raise ValueError("word alignments come from the PyTorch model: use the model folder, not its export")
+
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
         if len(sources) != len(targets):
@@ -339,6 +347,7 @@ def load_translator(path: str, backend: str = "auto", threads: int | None = None
 __all__ = [
     "Translation",
     "PairScore",
+    "Alignment",
     "PyTorchTranslator",
     "CTranslate2Translator",
     "load_translator",

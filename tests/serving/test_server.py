@@ -13,7 +13,8 @@ SENTENCES = [english(n) for n in range(500, 532)]  # 32 sentences the model did 
 BEAMS = ("--num-beams", "2")
 
 
-@pytest.fixture(scope="module", params=["torch", "ctranslate2"])
+# the CTranslate2 engine's server (exported on the fly) runs in the slow tier: the fast tier keeps one server
+@pytest.fixture(scope="module", params=["torch", pytest.param("ctranslate2", marks=pytest.mark.slow)])
 def server(request, trained_folder, exported_folder, tmp_path_factory):
     """The server on the trained model folder: through generate(), or exported to CTranslate2 on the fly."""
     log_dir = tmp_path_factory.mktemp(f"serve-{request.param}")

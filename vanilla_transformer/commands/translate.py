@@ -40,6 +40,12 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         "its prefix and goes on from it",
     )
     translate.add_argument(
+        "--alignments",
+        action="store_true",
+        help="after each translation, a tab and its word alignment in Pharaoh format (source-target, 0-based), from "
+        "the last decoder layer's cross-attention averaged over its heads, as fairseq's --print-alignment",
+    )
+    translate.add_argument(
         "--distinct",
         action="store_true",
         help="with --n-best: list each text once (two segmentations of one string are one), with its best score",
@@ -86,6 +92,17 @@ def prefixes(path: str | None, count: int) -> list[str] | None:
     return lines
 
 
+def print_alignments(translator, sources: list[str], translations: list[str]) -> int:
+    """Each translation, a tab and its alignment with its source."""
+    try:
+        alignments = translator.align(sources, translations)
+    except ValueError as error:
+        raise CommandError(f"--alignments: {error}", exit_code=2) from error
+    for translation, alignment in zip(translations, alignments):
+        print(f"{translation}\t{alignment.pharaoh()}")
+    return 0
+
+
 def source_language(args: argparse.Namespace) -> str:
     languages = card_languages(args.model) if os.path.isdir(args.model) else None
     return args.source_lang or (languages[0] if languages else "en")
@@ -97,7 +114,7 @@ def translate_command(args: argparse.Namespace) -> int:
     lines = read_sentences(args.sentences, args.input)
     translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
     prefix = prefixes(args.prefix_file, len(lines))
-    split = args.n_best == 1 and not args.no_split and prefix is None  # n-best lists and prefixes: whole lines
+    split = args.n_best == 1 and not (args.no_split or args.alignments) and prefix is None  # else whole lines
     documents = [split_document(line, source_language(args)) for line in lines] if split else None
     sentences = [sentence for document in documents for sentence in document.sentences] if split else lines
     try:
@@ -118,6 +135,8 @@ def translate_command(args: argparse.Namespace) -> int:
         for document in documents:
             print(document.assemble([next(texts) for _ in document.sentences]))
         return 0
+    if args.alignments:
+        return print_alignments(translator, lines, [translations[0].text for translations in results])
     for number, translations in enumerate(results):
         for translation in translations:
             if args.n_best == 1:

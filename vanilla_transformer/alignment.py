@@ -1,0 +1,113 @@
+"""Word alignments from the cross-attention, as fairseq prints them with `--print-alignment`: for each target token
+(the end of sentence left out), the source token (the end of sentence and padding left out) that the chosen decoder
+layer's cross-attention, averaged over the chosen heads, weighs most, when the decoder reads the target shifted
+right (teacher forcing: the attention that wrote each token). The token pairs are then merged into pairs of
+whitespace-separated words and written in Pharaoh format, `0-0 1-2 ...` (source-target, 0-based).
+
+    translator = load_translator("runs/numbers-en-de")
+    [alignment] = align(translator.model, translator.tokenizer, ["forty-two"], ["zweiundvierzig"])
+    alignment.pharaoh()        # '0-0'
+
+The attention is computed from the layer's own queries and keys whatever the attention backend (the fused kernels
+do not return their weights), by a hook that sees the layer's input in one forward pass. The layer and the heads are
+choosable (fairseq's `alignment_layer` and `alignment_heads`; by default, as there, the last layer and every head),
+so that a model trained for alignment can use its supervised layer.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Alignment:
+    token_pairs: list[tuple[int, int]]  # (source token, target token), 0-based, without the ends of sentence
+    word_pairs: list[tuple[int, int]]  # the same merged into whitespace-separated words, each pair once
+
+    def pharaoh(self) -> str:
+        return " ".join(f"{source}-{target}" for source, target in self.word_pairs)
+
+
+def cross_attention_probs(model, batch: dict, decoder_input_ids, layer: int, heads) -> torch.Tensor:
+    """The cross-attention probabilities of decoder layer `layer`, averaged over `heads` (None: all), computed from
+    its queries and keys: (batch, target length, source length)."""
+    attention = model.get_decoder().layers[layer].cross_attn
+    seen = {}
+
+    def keep_inputs(module, args, kwargs):
+        seen["queries"], seen["memory"] = args[0], args[1]
+
+    hook = attention.register_forward_pre_hook(keep_inputs, with_kwargs=True)
+    try:
+        model(**batch, decoder_input_ids=decoder_input_ids, use_cache=False)
+    finally:
+        hook.remove()
+    query, key, _ = attention.cross_attention_inputs(seen["queries"], seen["memory"], None)  # (batch, h, len, d_k)
+    scores = (query @ key.transpose(-1, -2)) * attention.scaling  # (batch, h, tgt_len, src_len)
+    scores = scores.masked_fill(~batch["attention_mask"].bool()[:, None, None, :], float("-inf"))
+    probs = scores.float().softmax(-1)
+    return (probs if heads is None else probs[:, list(heads)]).mean(1)
+
+
+def word_indices(offsets: list[tuple[int, int]], text: str) -> list[int]:
+    """Each token's whitespace-separated word in `text`, from the tokens' character offsets."""
+    starts, word, inside = [], -1, False
+    for character in text:
+        if not character.isspace() and not inside:
+            word += 1
+        inside = not character.isspace()
+        starts.append(word)
+    indices = []
+    for start, end in offsets:
+        while start < end - 1 and text[start].isspace():  # a token may carry the space before its word ("▁dog")
+            start += 1
+        indices.append(starts[min(start, len(starts) - 1)] if starts else 0)
+    return indices
+
+
+@torch.inference_mode()
+def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
+    """The alignment of each (source, target) pair; `layer` (default the last) and `heads` (default all) choose
+    the attention that aligns."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources for {len(targets)} targets: align pairs")
+    if not tokenizer.is_fast:
+        raise ValueError("word alignments need a fast tokenizer (its tokens' character offsets)")
+    layers = len(model.get_decoder().layers)
+    layer = layers - 1 if layer is None else layer
+    if not -layers <= layer < layers:
+        raise ValueError(f"layer {layer}: expected 0 to {layers - 1}, the decoder's layers")
+    results = []
+    for start in range(0, len(sources), batch_size):
+        results += align_batch(model, tokenizer, sources[start : start + batch_size],
+                               targets[start : start + batch_size], layer, heads)  # fmt: skip
+    return results
+
+
+def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignment]:
+    source = tokenizer(list(sources), return_offsets_mapping=True)
+    target = tokenizer(text_target=list(targets), return_offsets_mapping=True)
+    batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt")
+    labels = tokenizer.pad({"input_ids": target["input_ids"]}, return_tensors="pt")["input_ids"]
+    decoder_input_ids = labels.new_full(labels.shape, model.config.pad_token_id)
+    decoder_input_ids[:, 0], decoder_input_ids[:, 1:] = model.config.decoder_start_token_id, labels[:, :-1]
+    probs = cross_attention_probs(model, batch, decoder_input_ids, layer, heads)
+    special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    alignments = []
+    for row, (src_ids, tgt_ids) in enumerate(zip(source["input_ids"], target["input_ids"])):
+        src_valid = [i for i, token in enumerate(src_ids) if token not in special]
+        tgt_valid = [j for j, token in enumerate(tgt_ids) if token not in special]
+        if not src_valid:
+            alignments.append(Alignment([], []))
+            continue
+        best = probs[row][tgt_valid][:, src_valid].argmax(-1).tolist()  # each target token's source token
+        token_pairs = list(zip(best, range(len(tgt_valid))))  # indices among the tokens, ends of sentence left out
+        source_words = word_indices(source["offset_mapping"][row], sources[row])
+        target_words = word_indices(target["offset_mapping"][row], targets[row])
+        merged = {(source_words[src_valid[i]], target_words[tgt_valid[j]]) for i, j in token_pairs}
+        words = sorted(merged, key=lambda pair: (pair[1], pair[0]))  # in target order, as fairseq lists them
+        alignments.append(Alignment(token_pairs, words))
+    return alignments
+
+
+__all__ = ["Alignment", "align"]
