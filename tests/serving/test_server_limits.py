@@ -111,3 +111,13 @@ def test_ready_says_503_until_the_model_is_loaded_and_translations_wait_for_it(t
         release.set()
         server.should_exit = True
         thread.join(30)
+
+
+def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_flags(exported_folder, capsys):
+    from vanilla_transformer.cli import main
+
+    from ..apps import free_port
+
+    # an export has no model card: its languages must be given
+    assert main(["serve", str(exported_folder), "--port", str(free_port()), "--log-level", "error"]) == 1
+    assert "give them with --source-lang and --target-lang" in capsys.readouterr().err

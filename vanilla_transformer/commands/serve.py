@@ -74,7 +74,7 @@ def serve_command(args: argparse.Namespace) -> int:
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine = EngineSettings(
-        args.model, "torch" if args.engine == "torch" else args.engine, args.threads, args.num_beams,
+        args.model, args.engine, args.threads, args.num_beams,
         args.length_penalty, args.max_length, args.max_sentence_tokens, args.source_lang, args.target_lang,
     )  # fmt: skip
     settings = ServerSettings(
