@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .scoring import shift_right
+
 
 @dataclass(frozen=True)
 class Alignment:
@@ -89,8 +91,7 @@ def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignm
     target = tokenizer(text_target=list(targets), return_offsets_mapping=True)
     batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt")
     labels = tokenizer.pad({"input_ids": target["input_ids"]}, return_tensors="pt")["input_ids"]
-    decoder_input_ids = labels.new_full(labels.shape, model.config.pad_token_id)
-    decoder_input_ids[:, 0], decoder_input_ids[:, 1:] = model.config.decoder_start_token_id, labels[:, :-1]
+    decoder_input_ids = shift_right(labels, model.config.pad_token_id, model.config.decoder_start_token_id)
     probs = cross_attention_probs(model, batch, decoder_input_ids, layer, heads)
     special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
     alignments = []

@@ -54,9 +54,10 @@ def shift_right(labels: torch.Tensor, pad_token_id: int, start_token_id: int) ->
 
 
 @torch.inference_mode()
-def teacher_forced_log_probs(model, tokenizer, sources, targets, batch_size=32, limit=None) -> list[list[float]]:
-    """Each target token's log-probability given its source and the target tokens before it (end of sentence
-    included), for a seq2seq model and its tokenizer; sentences longer than `limit` tokens are cut with a warning."""
+def score_pairs(model, tokenizer, sources, targets, batch_size=32, limit=None) -> list[PairScore]:
+    """Each target's tokens and their log-probabilities given the source and the target tokens before them (end of
+    sentence included), for a seq2seq model and its tokenizer; sentences longer than `limit` tokens are cut with a
+    warning."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources for {len(targets)} targets: score pairs")
     config, results = model.config, []
@@ -68,8 +69,11 @@ def teacher_forced_log_probs(model, tokenizer, sources, targets, batch_size=32, 
         decoder_input_ids = shift_right(labels, config.pad_token_id, config.decoder_start_token_id)
         logits = model(**batch, decoder_input_ids=decoder_input_ids).logits  # (batch, target length, vocabulary)
         picked = logits.float().log_softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (batch, length)
-        results += [row[: len(ids)].tolist() for row, ids in zip(picked, target_ids)]
+        results += [
+            PairScore(tokenizer.convert_ids_to_tokens(ids), row[: len(ids)].tolist())
+            for row, ids in zip(picked, target_ids)
+        ]
     return results
 
 
-__all__ = ["PairScore", "teacher_forced_log_probs"]
+__all__ = ["PairScore", "score_pairs", "shift_right"]

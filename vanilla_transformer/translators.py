@@ -18,7 +18,7 @@ from .alignment import Alignment, align
 from .configuration import position_limit
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from .model_folder import encode_within, load_model_folder
-from .scoring import PairScore, teacher_forced_log_probs
+from .scoring import PairScore, score_pairs
 
 BACKENDS = ("auto", "pytorch", "ctranslate2")
 
@@ -111,18 +111,13 @@ class PyTorchTranslator:
         """Each sentence's target prefix as token ids, without the end of sentence; none: empty."""
         if prefix is None:
             return [[] for _ in range(count)]
-        if len(prefix) != count:
-            raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
-        ids = encode_within(self.tokenizer, [text or "" for text in prefix], limit, target=True)
+        ids = encode_within(self.tokenizer, prefix_texts(prefix, count), limit, target=True)
         eos = self.tokenizer.eos_token_id
         return [row[:-1] if row and row[-1] == eos else row for row in ids]
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by the model: each target token's log-probability (see `scoring`)."""
-        limit = position_limit(self.model.config)
-        log_probs = teacher_forced_log_probs(self.model, self.tokenizer, sources, targets, batch_size, limit)
-        target_ids = encode_within(self.tokenizer, targets, limit, warn=lambda index, line: None, target=True)
-        return pair_scores(self.tokenizer, log_probs, target_ids)
+        return score_pairs(self.model, self.tokenizer, sources, targets, batch_size, position_limit(self.model.config))
 
     def align(self, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
         """Each pair's word alignment from the cross-attention of decoder `layer` over `heads` (see `alignment`)."""
@@ -138,6 +133,13 @@ class PyTorchTranslator:
         lengths = (generated != self.tokenizer.pad_token_id).sum(dim=1)
         totals = steps.masked_fill(generated == self.tokenizer.pad_token_id, 0).sum(dim=1)
         return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
+
+
+def prefix_texts(prefix: list[str | None], count: int) -> list[str]:
+    """One target prefix per sentence, "" for none; a ValueError where their numbers differ."""
+    if len(prefix) != count:
+        raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
+    return [text or "" for text in prefix]
 
 
 def prefix_batches(prefixes: list[list[int]], batch_size: int) -> list[list[int]]:
@@ -161,13 +163,6 @@ def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[T
                 unique.append(translation)
         kept.append(unique[:n_best])
     return kept
-
-
-def pair_scores(tokenizer, log_probs, target_ids) -> list[PairScore]:
-    return [
-        PairScore(tokenizer.convert_ids_to_tokens(ids), [float(p) for p in probs])
-        for ids, probs in zip(target_ids, log_probs)
-    ]
 
 
 class CTranslate2Translator:
@@ -277,9 +272,7 @@ class CTranslate2Translator:
         ctranslate2's `target_prefix` takes them."""
         if prefix is None:
             return None
-        if len(prefix) != count:
-            raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
-        rows = self.tokens([text or "" for text in prefix], target=True)
+        rows = self.tokens(prefix_texts(prefix, count), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
         return [row or None for row in rows]
 
@@ -294,16 +287,15 @@ class CTranslate2Translator:
         """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources for {len(targets)} targets: score pairs")
-        log_probs = self.reference_log_probs(sources, targets, batch_size)
         tokens = self.tokens(targets, target=True)
-        return [PairScore(row, [float(p) for p in probs]) for row, probs in zip(tokens, log_probs)]
+        share = self.batch_share(len(tokens), batch_size)
+        without_eos = [row[:-1] for row in tokens]  # ctranslate2 adds </s> itself
+        results = self.translator.score_batch(self.tokens(sources), without_eos, max_batch_size=share)
+        return [PairScore(row, [float(p) for p in r.log_probs]) for row, r in zip(tokens, results)]
 
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
-        targets = [tokens[:-1] for tokens in self.tokens(references, target=True)]  # ctranslate2 adds </s> itself
-        share = self.batch_share(len(targets), batch_size)
-        results = self.translator.score_batch(self.tokens(sentences), targets, max_batch_size=share)
-        return [r.log_probs for r in results]
+        return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
 
 
 def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:

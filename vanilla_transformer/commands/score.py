@@ -8,6 +8,7 @@ import sys
 from ..errors import CommandError
 from ..training.options.arguments import PositiveInt
 from .backend import add_backend_arguments, translator_for
+from .translate import read_lines
 
 
 def score_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -24,14 +25,6 @@ def score_command_parser(subparsers) -> argparse.ArgumentParser:
     add_backend_arguments(score)
     score.set_defaults(func=score_command)
     return score
-
-
-def read_lines(path: str, flag: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return [line.rstrip("\n") for line in handle]
-    except OSError as error:
-        raise CommandError(f"{flag} {path}: {error.strerror}", exit_code=2) from error
 
 
 def read_pairs(path: str, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:

@@ -64,29 +64,31 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     return translate
 
 
+def read_lines(path: str, flag: str) -> list[str]:
+    """The lines of the file that `flag` names, or a `CommandError` naming the flag and the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [line.rstrip("\n") for line in handle]
+    except OSError as error:
+        raise CommandError(f"{flag} {path}: {error.strerror}", exit_code=2) from error
+
+
 def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
     """The sentences given as arguments, or the lines of --input, or of stdin."""
     if sentences and input_file:
         raise CommandError("give sentences as arguments or --input, not both", exit_code=2)
     if sentences:
         return sentences
-    try:
-        handle = open(input_file, encoding="utf-8") if input_file else sys.stdin
-    except OSError as error:
-        raise CommandError(f"--input {input_file}: {error.strerror}", exit_code=2) from error
-    with handle:
-        return [line.rstrip("\n") for line in handle]
+    if input_file:
+        return read_lines(input_file, "--input")
+    return [line.rstrip("\n") for line in sys.stdin]
 
 
 def prefixes(path: str | None, count: int) -> list[str] | None:
     """The lines of --prefix-file, one per sentence; a `CommandError` where their numbers differ."""
     if path is None:
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [line.rstrip("\n") for line in handle]
-    except OSError as error:
-        raise CommandError(f"--prefix-file {path}: {error.strerror}", exit_code=2) from error
+    lines = read_lines(path, "--prefix-file")
     if len(lines) != count:
         raise CommandError(f"--prefix-file {path} has {len(lines)} lines for {count} sentences: one per sentence", 2)
     return lines

@@ -199,7 +199,6 @@ async def translate(request: Request) -> JSONResponse:
         raise RequestError(429, f"the server is busy: {refusal}", retry_after=refusal.retry_after)
     params = await read_params(request)
     check_key(state.keys, params.get("api_key"))
-    state.check_serving()
     asked = parse_translate(params, state.engine, state.settings)
     return JSONResponse(await translate_texts(state, asked))
 

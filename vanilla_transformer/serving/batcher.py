@@ -69,10 +69,9 @@ class Batcher:
         with self.condition:
             if self.stopping:
                 raise RuntimeError("the server is shutting down")
-            if self.open_jobs >= self.max_queue_requests:
-                raise QueueFull(self.retry_after(), f"{self.open_jobs} requests are waiting (--max-queue-requests)")
-            if self.queued_tokens and self.queued_tokens + tokens > self.max_queue_tokens:
-                raise QueueFull(self.retry_after(), f"{self.queued_tokens} tokens are waiting (--max-queue-tokens)")
+            refusal = self.refusal(tokens)
+            if refusal is not None:
+                raise refusal
             if not sentences:
                 job.future.set_result([])
                 return job
@@ -83,11 +82,13 @@ class Batcher:
             self.condition.notify()
         return job
 
-    def refusal(self) -> QueueFull | None:
-        """Why a new request would be refused now, before it is read: the queue holds its most requests or tokens."""
+    def refusal(self, tokens: int = 1) -> QueueFull | None:
+        """Why a request of `tokens` source tokens would be refused now: the queue holds its most requests, or the
+        tokens would take it over its most tokens (a request alone in the queue is always taken). Before a request
+        is read, its tokens are not known: at least 1."""
         if self.open_jobs >= self.max_queue_requests:
             return QueueFull(self.retry_after(), f"{self.open_jobs} requests are waiting (--max-queue-requests)")
-        if self.queued_tokens >= self.max_queue_tokens:
+        if self.queued_tokens and self.queued_tokens + tokens > self.max_queue_tokens:
             return QueueFull(self.retry_after(), f"{self.queued_tokens} tokens are waiting (--max-queue-tokens)")
         return None
 
