@@ -21,8 +21,17 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from tests.fairseq_reference.recipe import VARIANTS, fairseq_python, references
+from tests.fairseq_reference.recipe import (
+    CONSTRAINED,
+    CONSTRAINT_MODES,
+    VARIANTS,
+    constraint_terms,
+    fairseq_python,
+    references,
+)
 from vanilla_transformer import CheckpointImportError, import_checkpoint
+from vanilla_transformer.constrained_search import constrained_beam_search
+from vanilla_transformer.translators import PyTorchTranslator
 
 MISSING_FAIRSEQ = (
     "needs fairseq in an environment of its own: .venv-fairseq (tests/fairseq_reference/make_env.sh builds it), or "
@@ -33,6 +42,7 @@ PYTHON = fairseq_python()
 REQUIRED = os.environ.get("VANILLA_TRANSFORMER_FAIRSEQ") == "required"
 LOGITS_TOLERANCE = 1e-4
 AGREEMENT = 0.99  # the share of held-out sentences whose beam-5 translation must equal fairseq's, token for token
+FAIRSEQ_MAX_LENGTH = 200  # fairseq-interactive's default --max-len-b (and --max-len-a 0)
 SEARCHES = {"default": {}, "early_stopping": {"early_stopping": True}}  # generate()'s settings beyond the model's own
 BATCH = 50
 
@@ -263,3 +273,56 @@ def test_the_tokenizer_detokenizes_as_fairseq_interactive_does(fairseq, imported
     assert decoded and all(ours == theirs for ours, theirs in decoded), [
         pair for pair in decoded if pair[0] != pair[1]
     ][:3]
+
+
+@pytest.mark.parametrize("mode", CONSTRAINT_MODES)
+@pytest.mark.parametrize("name", CONSTRAINED)
+def test_constrained_search_writes_fairseq_interactives_translations_with_their_terms(
+    fairseq, imported, name, mode, request
+):
+    """`translate(..., constraints=, ordered=)` against `fairseq-interactive --constraints MODE`: each held-out
+    sentence with the two longest words of its reference as terms (in their order, or the other way round for
+    unordered), beam 5. The translations are fairseq's, token for token, for at least 99% of them, and every
+    translation holds every term, as tokens (in order, where ordered) and as text."""
+    case, reference = imported(name), fairseq[name]
+    translator = PyTorchTranslator(case.model, case.tokenizer)
+    english = [pair[0] for pair in reference.pairs]
+    terms = [constraint_terms(german, mode) for _, german in reference.pairs]
+    term_ids = translator.term_ids(terms, len(terms), None)
+    rows = []
+    for start in range(0, len(english), BATCH):
+        batch = case.tokenizer(english[start : start + BATCH], padding=True, return_tensors="pt")
+        inputs = (case.model, batch["input_ids"], batch["attention_mask"], term_ids[start : start + BATCH])
+        found = constrained_beam_search(*inputs, mode == "ordered", 5, FAIRSEQ_MAX_LENGTH)
+        rows += [hypotheses[0].tokens[:-1] for hypotheses in found]
+    ours = [[case.target_symbols[i] for i in row] for row in rows]
+    differ = [i for i, (a, b) in enumerate(zip(ours, reference.constrained[mode])) if a != b]
+    report = f"{len(ours) - len(differ)} of {len(ours)} agree" + "".join(
+        f"\n  {english[i]!r} {terms[i]}:\n    ours    {' '.join(ours[i])}\n    fairseq "
+        f"{' '.join(reference.constrained[mode][i])}"
+        for i in differ[:3]
+    )
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))
+    assert len(differ) <= (1 - AGREEMENT) * len(ours), report
+    for row, ids in zip(rows, term_ids):
+        assert all(term_inside(row, term) for term in ids), (row, ids)
+        if mode == "ordered":
+            assert in_order(row, ids), (row, ids)
+    texts = translator.translate(english[:BATCH], num_beams=5, constraints=terms[:BATCH], ordered=mode == "ordered")
+    for [translation], sentence_terms in zip(texts, terms):
+        assert all(term in translation.text for term in sentence_terms), (sentence_terms, translation.text)
+
+
+def term_inside(row: list[int], term: list[int]) -> bool:
+    return any(row[i : i + len(term)] == term for i in range(len(row) - len(term) + 1))
+
+
+def in_order(row: list[int], terms: list[list[int]]) -> bool:
+    """Whether the terms occur in `row` one after another, each after the end of the one before."""
+    position = 0
+    for term in terms:
+        starts = [i for i in range(position, len(row) - len(term) + 1) if row[i : i + len(term)] == term]
+        if not starts:
+            return False
+        position = starts[0] + len(term)
+    return True

@@ -3,7 +3,7 @@
 import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
-from vanilla_transformer.translators import CTranslate2Translator, PyTorchTranslator, load_translator
+from vanilla_transformer.translators import CTranslate2Translator, Guards, PyTorchTranslator, load_translator
 
 SENTENCES = [english(n) for n in (101, 152, 203, 254, 305, 356, 399, 42)]
 
@@ -126,3 +126,70 @@ def test_greedy_translations_from_prefixes_are_ctranslate2s(trained_folder, expo
 def test_a_prefix_per_sentence_is_required(trained_folder):
     with pytest.raises(ValueError, match="2 prefixes for 1 sentences"):
         load_translator(str(trained_folder)).translate(["one"], prefix=["eins", "zwei"])
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
+def test_each_sentence_gets_the_length_limit_of_its_source_batched_as_alone(trained_folder, exported, backend):
+    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+    sources = [english(n) for n in (101, 7, 254, 305000, 42)]
+    guards = Guards(max_len_a=0.5, max_len_b=1)
+    together = translator.translate(sources, num_beams=2, guards=guards)
+    source_lengths = [len(row) for row in translator.tokenizer(sources)["input_ids"]]
+    for source, length, [translation] in zip(sources, source_lengths, together):
+        limit = int(0.5 * length + 1)
+        new_tokens = translator.tokenizer(text_target=[translation.text])["input_ids"][0][:-1]  # without </s>
+        assert len(new_tokens) <= limit
+        assert translation.at_limit == (len(new_tokens) == limit)  # stopped there, not ended
+        [[alone]] = translator.translate([source], num_beams=2, guards=guards)
+        assert alone == translation
+    assert any(translation.at_limit for [translation] in together)
+
+
+def test_both_backends_block_repeated_ngrams_alike(trained_folder, exported):
+    sources = [english(n) for n in (101, 152, 203, 777777, 42, 999999)]
+    guards = Guards(no_repeat_ngram_size=2)
+    ours = load_translator(str(trained_folder)).translate(sources, num_beams=3, guards=guards)
+    theirs = load_translator(str(exported)).translate(sources, num_beams=3, guards=guards)
+    unguarded = load_translator(str(trained_folder)).translate(sources, num_beams=3)
+    tokenizer = load_translator(str(trained_folder)).tokenizer
+    for [a], [b] in zip(ours, theirs):
+        assert a.text == b.text
+        ids = tokenizer(text_target=[a.text])["input_ids"][0]
+        bigrams = list(zip(ids, ids[1:]))
+        assert len(bigrams) == len(set(bigrams)), a.text
+    assert [a.text for [a] in ours] != [u.text for [u] in unguarded]  # the model repeats itself unguarded
+
+
+def repeated_tokens(tokenizer, texts: list[str]) -> int:
+    rows = tokenizer(text_target=texts)["input_ids"]
+    return sum(len(row) - len(set(row)) for row in rows)
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
+def test_a_repetition_penalty_makes_fewer_repeated_tokens(trained_folder, exported, backend):
+    """Each backend applies its library's rule (generate()'s divides the log-probabilities it ranks by, the decoder's
+    start counted; CTranslate2's the logits), so the two need not agree token for token."""
+    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+    sources = [english(n) for n in (101, 152, 203, 777777, 42, 999999)]
+    plain = [t.text for [t] in translator.translate(sources, num_beams=3)]
+    penalised = [t.text for [t] in translator.translate(sources, num_beams=3, guards=Guards(repetition_penalty=2))]
+    assert repeated_tokens(translator.tokenizer, penalised) < repeated_tokens(translator.tokenizer, plain)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        translator.translate(sources[:1], guards=Guards(repetition_penalty=0))
+
+
+def test_the_translate_command_warns_of_a_translation_stopped_at_its_limit(trained_folder, capsys):
+    from vanilla_transformer.cli import main
+
+    assert main(["translate", "--model", str(trained_folder), "--max-length", "2", english(777777)]) == 0
+    assert "sentence 1: the translation stopped at its length limit" in capsys.readouterr().err
+    assert main(["translate", "--model", str(trained_folder), english(7)]) == 0
+    assert "length limit" not in capsys.readouterr().err
+
+
+def test_a_limit_of_one_token_stops_a_longer_translation_and_says_so(trained_folder):
+    """docs/tools.md's example of a guard."""
+    [[translation]] = load_translator(str(trained_folder)).translate(
+        ["seven hundred thousand"], guards=Guards(max_len_b=1)
+    )
+    assert translation.at_limit

@@ -16,6 +16,7 @@ import torch
 
 from .alignment import Alignment, align
 from .configuration import position_limit
+from .constrained_search import constrained_beam_search
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from .model_folder import encode_within, load_model_folder
 from .scoring import PairScore, score_pairs
@@ -27,6 +28,37 @@ BACKENDS = ("auto", "pytorch", "ctranslate2")
 class Translation:
     text: str
     score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
+    at_limit: bool = False  # the search stopped it at its length limit, before its end of sentence
+
+
+@dataclass(frozen=True)
+class Guards:
+    """Fairseq's and CTranslate2's guards on a search's output: each sentence's limit is
+    min(max_length, int(max_len_a * source tokens + max_len_b)) new tokens (the source counted with its </s>, as
+    fairseq counts it; max_len_b None: max_length alone); no n-gram of `no_repeat_ngram_size` tokens twice; tokens
+    already written have their probabilities divided by `repetition_penalty` (CTRL's). None: the model's generation
+    config's."""
+
+    max_len_a: float = 0.0
+    max_len_b: int | None = None
+    no_repeat_ngram_size: int | None = None
+    repetition_penalty: float | None = None
+
+    def limits(self, source_lengths: list[int], max_length: int) -> list[int]:
+        if self.max_len_b is None and not self.max_len_a:
+            return [max_length] * len(source_lengths)
+        b = self.max_len_b or 0
+        return [max(1, min(max_length, int(self.max_len_a * length + b))) for length in source_lengths]
+
+    def repetition(self, generation_config) -> dict:
+        """generate()'s and ctranslate2's settings for the repetition guards (their arguments have one name)."""
+        size = self.no_repeat_ngram_size
+        penalty = self.repetition_penalty
+        size = generation_config.no_repeat_ngram_size or 0 if size is None else size
+        penalty = generation_config.repetition_penalty or 1.0 if penalty is None else penalty
+        if size < 0 or penalty <= 0:
+            raise ValueError(f"no_repeat_ngram_size ({size}) must be >= 0 and repetition_penalty ({penalty}) > 0")
+        return {"no_repeat_ngram_size": int(size), "repetition_penalty": float(penalty)}
 
 
 def search_settings(generation_config, num_beams, length_penalty, n_best: int) -> tuple[int, float]:
@@ -78,6 +110,9 @@ class PyTorchTranslator:
         scores=None,
         distinct=False,
         prefix=None,
+        constraints=None,
+        ordered=False,
+        guards=Guards(),
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens. Their
         scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
@@ -85,34 +120,89 @@ class PyTorchTranslator:
         `distinct`, hypotheses whose texts are the same (two segmentations of one string) are one, with the best
         score: the list may then be shorter than `n_best`. `prefix`, a target prefix per sentence (None or "" for
         none), is where each translation starts: the search goes on from its tokens, and `max_length` new tokens
-        follow it; sentences with prefixes of one length are batched together."""
+        follow it; sentences with prefixes of one length are batched together. `constraints`, a list of terms per
+        sentence (strings; an empty list for none), are terms every translation contains, in the order given when
+        `ordered` (see `constrained_search`). `guards` limit each output's length by its source's and its
+        repetitions (`Guards`); a translation stopped at its limit says so (`at_limit`)."""
         scores = n_best > 1 if scores is None else scores
         num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
         wanted, n_best = n_best, num_beams if distinct else n_best
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         max_length = max_length if limit is None else min(max_length, limit)
-        search = dict(num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_length)
-        search.update(num_return_sequences=n_best, output_scores=scores, return_dict_in_generate=True)
+        if constraints is not None:
+            if prefix is not None:
+                raise ValueError("constraints and prefix together: give one of them")
+            results = self.constrained(sentences, constraints, ordered, num_beams, length_penalty, max_length,
+                                       n_best, batch_size)  # fmt: skip
+            return distinct_texts(results, wanted) if distinct else results
+        search = dict(num_beams=num_beams, length_penalty=length_penalty, num_return_sequences=n_best)
+        search.update(output_scores=scores, return_dict_in_generate=True, **guards.repetition(self.generation_config))
         prefixes = self.prefix_ids(prefix, len(sentences), limit)
+        source_ids = encode_within(self.tokenizer, sentences, limit)  # a sentence cut to the positions is named
+        limits = guards.limits([len(row) for row in source_ids], max_length)
         results = [None] * len(sentences)
-        for indices in prefix_batches(prefixes, batch_size):
-            chunk = [sentences[i] for i in indices]
-            ids = encode_within(self.tokenizer, chunk, limit)  # a sentence cut to the positions is named
-            batch = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+        for indices in grouped_batches([(len(prefixes[i]), limits[i]) for i in range(len(sentences))], batch_size):
+            batch = self.tokenizer.pad({"input_ids": [source_ids[i] for i in indices]}, return_tensors="pt")
             start = [[self.model.config.decoder_start_token_id, *prefixes[i]] for i in indices]
-            out = self.model.generate(**batch, decoder_input_ids=torch.tensor(start), **search)
+            out = self.model.generate(
+                **batch, decoder_input_ids=torch.tensor(start), max_new_tokens=limits[indices[0]], **search
+            )
             texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
             ranks = self.scores(out, num_beams, length_penalty, len(start[0])) if scores else [None] * len(texts)
+            stopped = self.at_limit(out.sequences, len(start[0]) + limits[indices[0]])
             for row, i in enumerate(indices):
-                results[i] = [Translation(texts[row * n_best + k], ranks[row * n_best + k]) for k in range(n_best)]
+                results[i] = [
+                    Translation(texts[row * n_best + k], ranks[row * n_best + k], stopped[row * n_best + k])
+                    for k in range(n_best)
+                ]
         return distinct_texts(results, wanted) if distinct else results
+
+    def at_limit(self, sequences, length: int) -> list[bool]:
+        """Whether each output is `length` tokens long without an end of sentence: the search stopped it."""
+        eos = self.model.config.eos_token_id
+        return [len(row) == length and eos not in row for row in sequences.tolist()]
+
+    def constrained(self, sentences, constraints, ordered, num_beams, length_penalty, max_length, n_best, batch_size):
+        """Translations containing each sentence's terms, by `constrained_beam_search`."""
+        limit = position_limit(self.model.config)
+        terms = self.term_ids(constraints, len(sentences), limit)
+        results = []
+        for start in range(0, len(sentences), batch_size):
+            ids = encode_within(self.tokenizer, sentences[start : start + batch_size], limit)
+            batch = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+            found = constrained_beam_search(self.model, batch["input_ids"], batch["attention_mask"],
+                                            terms[start : start + batch_size], ordered, num_beams, max_length,
+                                            length_penalty)  # fmt: skip
+            for hypotheses in found:
+                texts = self.tokenizer.batch_decode([h.tokens for h in hypotheses[:n_best]], skip_special_tokens=True)
+                results.append([Translation(t.strip(), h.score) for t, h in zip(texts, hypotheses)])
+        return results
+
+    def term_ids(self, constraints, count: int, limit: int | None) -> list[list[list[int]]]:
+        """Each sentence's terms as target token ids, without the end of sentence; a ValueError naming the sentence
+        and the term where a term is empty or has a token the target vocabulary lacks."""
+        if len(constraints) != count:
+            raise ValueError(f"{len(constraints)} lists of terms for {count} sentences: give one per sentence")
+        flat = [term for terms in constraints for term in terms]
+        encoded = iter(encode_within(self.tokenizer, flat, limit, target=True) if flat else [])
+        eos, unknown = self.model.config.eos_token_id, self.tokenizer.unk_token_id  # the model's: not every
+        found = []  # tokenizer (fairseq's) names its end of sentence
+        for number, terms in enumerate(constraints, start=1):
+            found.append([row[:-1] if row and row[-1] == eos else row for row in (next(encoded) for _ in terms)])
+            for term, row in zip(terms, found[-1]):
+                if not row or (unknown is not None and unknown in row):
+                    what = (
+                        "no tokens" if not row else f"a token the target vocabulary lacks ({self.tokenizer.unk_token})"
+                    )
+                    raise ValueError(f"sentence {number}: the term {term!r} has {what}")
+        return found
 
     def prefix_ids(self, prefix, count: int, limit: int | None) -> list[list[int]]:
         """Each sentence's target prefix as token ids, without the end of sentence; none: empty."""
         if prefix is None:
             return [[] for _ in range(count)]
         ids = encode_within(self.tokenizer, prefix_texts(prefix, count), limit, target=True)
-        eos = self.tokenizer.eos_token_id
+        eos = self.model.config.eos_token_id
         return [row[:-1] if row and row[-1] == eos else row for row in ids]
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
@@ -142,13 +232,13 @@ def prefix_texts(prefix: list[str | None], count: int) -> list[str]:
     return [text or "" for text in prefix]
 
 
-def prefix_batches(prefixes: list[list[int]], batch_size: int) -> list[list[int]]:
-    """The sentences' indices in batches of at most `batch_size`, each of prefixes of one length, in input order
-    within a length."""
-    by_length = {}
-    for index, ids in enumerate(prefixes):
-        by_length.setdefault(len(ids), []).append(index)
-    return [group[i : i + batch_size] for group in by_length.values() for i in range(0, len(group), batch_size)]
+def grouped_batches(keys: list, batch_size: int) -> list[list[int]]:
+    """The sentences' indices in batches of at most `batch_size`, each of one key (their prefixes' length, their
+    length limit), in input order within a key."""
+    groups = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    return [group[i : i + batch_size] for group in groups.values() for i in range(0, len(group), batch_size)]
 
 
 def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[Translation]]:
@@ -230,15 +320,21 @@ class CTranslate2Translator:
         patience=None,
         distinct=False,
         prefix=None,
+        constraints=None,
+        ordered=False,
+        guards=Guards(),
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens, with
-        their scores (ctranslate2 computes them at no cost, whatever `scores` says).
+        their scores (ctranslate2 computes them at no cost, whatever `scores` says). CTranslate2 has no lexically
+        constrained search: `constraints` need the PyTorch model. `guards` as the PyTorch translator's.
 
         Beam search stops once `num_beams * patience` hypotheses have finished. generate()'s `early_stopping=True`
         is patience 1 exactly; its default, `early_stopping=False`, keeps searching while a running hypothesis could
         still win, which ctranslate2 has no rule for: patience 2 (the default then) searches on long enough to find
         the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
         at other points than any patience does, and the two may choose different translations."""
+        if constraints is not None:
+            raise ValueError("constraints: CTranslate2 has no lexically constrained search; use the model folder")
         num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
         wanted, n_best = n_best, num_beams if distinct else n_best
         if patience is None:
@@ -248,23 +344,27 @@ class CTranslate2Translator:
         if self.generation_config.forced_eos_token_id is not None:  # generate() ends the last step with </s>
             max_length = max(1, max_length - 1)
         tokens = self.tokens(sentences, warn=True)
-        prefixes = self.target_prefix(prefix, len(tokens))
-        results = self.translator.translate_batch(
-            tokens,
-            target_prefix=prefixes,
-            max_batch_size=self.batch_share(len(tokens), batch_size),
-            beam_size=num_beams,
-            num_hypotheses=n_best,
-            patience=patience,
-            length_penalty=length_penalty,
-            max_decoding_length=max_length + max((len(row or []) for row in prefixes or []), default=0),
-            min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
-            suppress_sequences=self.suppressed(),
-            return_scores=True,
-        )
-        results = [
-            [Translation(self.text(tokens), score) for tokens, score in zip(r.hypotheses, r.scores)] for r in results
-        ]
+        prefixes = self.target_prefix(prefix, len(tokens)) or [None] * len(tokens)
+        settings = dict(beam_size=num_beams, num_hypotheses=n_best, patience=patience, length_penalty=length_penalty)
+        settings.update(suppress_sequences=self.suppressed(), **guards.repetition(self.generation_config))
+        limits = guards.limits([len(row) for row in tokens], max_length)
+        results = [None] * len(tokens)
+        for indices in grouped_batches(limits, len(tokens)):
+            longest = max((len(prefixes[i] or []) for i in indices), default=0)
+            found = self.translator.translate_batch(
+                [tokens[i] for i in indices],
+                target_prefix=[prefixes[i] for i in indices] if prefix is not None else None,
+                max_batch_size=self.batch_share(len(indices), batch_size),
+                max_decoding_length=limits[indices[0]] + longest,
+                min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
+                return_scores=True,
+                **settings,
+            )
+            for i, r in zip(indices, found):
+                ends = [len(t) - len(prefixes[i] or []) >= limits[i] for t in r.hypotheses]
+                results[i] = [
+                    Translation(self.text(t), score, end) for t, score, end in zip(r.hypotheses, r.scores, ends)
+                ]
         return distinct_texts(results, wanted) if distinct else results
 
     def target_prefix(self, prefix, count: int) -> list[list[str] | None] | None:
@@ -338,6 +438,7 @@ def load_translator(path: str, backend: str = "auto", threads: int | None = None
 
 __all__ = [
     "Translation",
+    "Guards",
     "PairScore",
     "Alignment",
     "PyTorchTranslator",

@@ -10,13 +10,14 @@ environment's path), and reused from there.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fairseq_reference.corpus import corpus, write_corpus
+from tests.fairseq_reference.corpus import HELD_OUT_NAMES, corpus, write_corpus
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent.parent
@@ -60,6 +61,9 @@ VARIANTS = {
     "pre-norm-learned": Variant("joined", PRE_NORM + LEARNED + ("--share-decoder-input-output-embed",)),
     "fastbpe-codes": Variant("joined", ("--share-decoder-input-output-embed",), bpe="fastbpe"),
 }
+# the variants translated with terms (fairseq-interactive --constraints), in both of fairseq's modes
+CONSTRAINED = ("post-norm-shared-all", "pre-norm-separate")
+CONSTRAINT_MODES = ("ordered", "unordered")
 
 
 @dataclass
@@ -72,6 +76,19 @@ class Reference:
     encodings: dict = field(repr=False)  # source_ids, target_ids, decoder_input_ids, logits
     translations: list[list[str]] = field(repr=False)  # fairseq-interactive's hypotheses, as target symbols
     detokenized: list[str] = field(repr=False)  # the same, as fairseq-interactive writes them out (its D- lines)
+    constrained: dict[str, list[list[str]]] = field(repr=False, default_factory=dict)  # by mode, with the terms
+
+
+def constraint_terms(german: str, mode: str) -> list[str]:
+    """The terms a held-out sentence is translated with: the two longest words of its German reference (one if it
+    has one), in the reference's order for `ordered`, the other way round for `unordered`. Only words of German's
+    letters are terms, and no held-out name: those have letters that neither dictionary has."""
+    words = [word.strip('.,!?:;"()') for word in german.split()]
+    words = [w for w in words if len(w) >= 3 and re.fullmatch("[A-Za-zÄÖÜäöüß]+", w) and w not in HELD_OUT_NAMES]
+    words = words or ["ist"]
+    longest = sorted(range(len(words)), key=lambda i: -len(words[i]))[:2]
+    terms = [words[i] for i in sorted(longest)]
+    return terms if mode == "ordered" else terms[::-1]
 
 
 def fairseq_python() -> Path | None:
@@ -161,6 +178,23 @@ def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> No
         "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--input", root / "raw" / "test.en",
         cwd=folder)  # fmt: skip
     (folder / "interactive.txt").write_text(output, encoding="utf-8")
+    if name in CONSTRAINED:
+        for mode in CONSTRAINT_MODES:
+            constrained_outputs(python, root, name, variant, mode)
+
+
+def constrained_outputs(python: Path, root: Path, name: str, variant: Variant, mode: str) -> None:
+    """fairseq-interactive's beam-5 translations of the test set with each sentence's terms (`constraint_terms`),
+    given after the sentence, tab-separated, as `--constraints MODE` reads them (constrained-MODE.txt)."""
+    folder = root / name
+    pairs = json.loads((root / "test.json").read_text(encoding="utf-8"))
+    lines = "".join("\t".join([english, *constraint_terms(german, mode)]) + "\n" for english, german in pairs)
+    (folder / f"constrained-{mode}.en").write_text(lines, encoding="utf-8")
+    output = run(python, "fairseq-interactive", folder, "--path", folder / "checkpoint_last.pt", "--source-lang", "en",
+        "--target-lang", "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", folder / "bpecodes",
+        "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--constraints", mode, "--input",
+        folder / f"constrained-{mode}.en", cwd=folder)  # fmt: skip
+    (folder / f"constrained-{mode}.txt").write_text(output, encoding="utf-8")
 
 
 def build(python: Path, root: Path) -> None:
@@ -209,4 +243,7 @@ def references(python: Path, cache: Path) -> dict[str, Reference]:
         tokens, detokenized = interactive_hypotheses((folder / "interactive.txt").read_text(encoding="utf-8"))
         encodings = json.loads((folder / "reference.json").read_text(encoding="utf-8"))
         found[name] = Reference(folder, variant, pairs, encodings, tokens, detokenized)
+        for mode in CONSTRAINT_MODES if name in CONSTRAINED else ():
+            text = (folder / f"constrained-{mode}.txt").read_text(encoding="utf-8")
+            found[name].constrained[mode] = interactive_hypotheses(text)[0]
     return found

@@ -9,6 +9,7 @@ from ..errors import CommandError
 from ..model_folder import card_languages
 from ..serving.documents import split_document
 from ..training.options.arguments import PositiveInt
+from ..translators import Guards
 from .backend import add_backend_arguments, translator_for
 
 
@@ -27,6 +28,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         help="beam score = log p / length^alpha (default: the model's generation config)",
     )
     translate.add_argument("--max-length", type=PositiveInt, default=256, help="most new tokens per sentence")
+    add_guard_arguments(translate)
     translate.add_argument(
         "--n-best",
         type=PositiveInt,
@@ -39,6 +41,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         help="a text file of target prefixes, one per input line (an empty line: none): each translation starts with "
         "its prefix and goes on from it",
     )
+    add_constraint_arguments(translate)
     translate.add_argument(
         "--alignments",
         action="store_true",
@@ -62,6 +65,41 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     add_backend_arguments(translate)
     translate.set_defaults(func=translate_command)
     return translate
+
+
+def add_guard_arguments(translate: argparse.ArgumentParser) -> None:
+    guards = translate.add_argument_group("guards on the output, as fairseq's and CTranslate2's")
+    guards.add_argument(
+        "--max-len-a",
+        type=float,
+        default=0.0,
+        help="with --max-len-b: each sentence's limit is a * its source tokens (</s> included) + b new tokens, "
+        "at most --max-length",
+    )
+    guards.add_argument("--max-len-b", type=int, help="see --max-len-a (default: --max-length alone)")
+    guards.add_argument(
+        "--no-repeat-ngram-size", type=int, help="no n-gram of this many tokens twice (default: the model's, else none)"
+    )
+    guards.add_argument(
+        "--repetition-penalty",
+        type=float,
+        help="divide the probability of tokens already written by this (CTRL's; default: the model's, else 1)",
+    )
+
+
+def add_constraint_arguments(translate: argparse.ArgumentParser) -> None:
+    translate.add_argument(
+        "--constraints-file",
+        help="a text file of terms, one line per input line, the terms of a line tab-separated (an empty line: "
+        "none): each translation contains its line's terms (lexically constrained beam search, as fairseq's "
+        "--constraints; the PyTorch backend only)",
+    )
+    translate.add_argument(
+        "--constraints-order",
+        choices=("unordered", "ordered"),
+        default="unordered",
+        help="with --constraints-file: the terms in any order (default), or in the order given",
+    )
 
 
 def read_lines(path: str, flag: str) -> list[str]:
@@ -94,6 +132,23 @@ def prefixes(path: str | None, count: int) -> list[str] | None:
     return lines
 
 
+def constraint_lists(path: str | None, count: int) -> list[list[str]] | None:
+    """The terms of each line of --constraints-file, one line per sentence; a `CommandError` where their numbers
+    differ or a line has an empty term."""
+    if path is None:
+        return None
+    lines = read_lines(path, "--constraints-file")
+    if len(lines) != count:
+        raise CommandError(
+            f"--constraints-file {path} has {len(lines)} lines for {count} sentences: one per sentence", 2
+        )
+    terms = [line.split("\t") if line else [] for line in lines]
+    for number, row in enumerate(terms, start=1):
+        if any(not term.strip() for term in row):
+            raise CommandError(f"--constraints-file {path}, line {number}: an empty term (two tabs in a row?)", 2)
+    return terms
+
+
 def print_alignments(translator, sources: list[str], translations: list[str]) -> int:
     """Each translation, a tab and its alignment with its source."""
     try:
@@ -103,6 +158,17 @@ def print_alignments(translator, sources: list[str], translations: list[str]) ->
     for translation, alignment in zip(translations, alignments):
         print(f"{translation}\t{alignment.pharaoh()}")
     return 0
+
+
+def warn_at_limit(results) -> None:
+    """A warning on stderr for each sentence whose translation the search stopped at its length limit."""
+    for number, translations in enumerate(results, start=1):
+        if translations and translations[0].at_limit:
+            print(
+                f"warning: sentence {number}: the translation stopped at its length limit before its end; raise "
+                "--max-length (or --max-len-a/--max-len-b)",
+                file=sys.stderr,
+            )
 
 
 def source_language(args: argparse.Namespace) -> str:
@@ -116,7 +182,9 @@ def translate_command(args: argparse.Namespace) -> int:
     lines = read_sentences(args.sentences, args.input)
     translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
     prefix = prefixes(args.prefix_file, len(lines))
-    split = args.n_best == 1 and not (args.no_split or args.alignments) and prefix is None  # else whole lines
+    constraints = constraint_lists(args.constraints_file, len(lines))
+    whole = args.no_split or args.alignments or prefix is not None or constraints is not None
+    split = args.n_best == 1 and not whole  # else whole lines
     documents = [split_document(line, source_language(args)) for line in lines] if split else None
     sentences = [sentence for document in documents for sentence in document.sentences] if split else lines
     try:
@@ -129,9 +197,13 @@ def translate_command(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             distinct=args.distinct,
             **({"prefix": prefix} if prefix is not None else {}),
+            **({"constraints": constraints, "ordered": args.constraints_order == "ordered"} if constraints else {}),
+            guards=Guards(args.max_len_a, args.max_len_b, args.no_repeat_ngram_size, args.repetition_penalty),
         )
     except ValueError as error:
-        raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error
+        flags = "--constraints-file" if constraints else "--n-best/--num-beams"
+        raise CommandError(f"{flags}: {error}", exit_code=2) from error
+    warn_at_limit(results)
     if split:
         texts = iter(translations[0].text for translations in results)
         for document in documents:
