@@ -8,7 +8,7 @@ import torch
 from vanilla_transformer.training.tasks.numbers import english
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.constrained_search import constrained_beam_search
+from vanilla_transformer.constrained_search import SearchSettings, beam_search
 from vanilla_transformer.constraints import OrderedState, UnorderedState
 from vanilla_transformer.translators import load_translator
 
@@ -69,11 +69,11 @@ def test_terms_are_met_token_for_token_and_batches_give_what_one_sentence_gives(
     model, tokenizer = translator.model, translator.tokenizer
     terms = translator.term_ids(TERMS, len(TERMS), None)
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    together = constrained_beam_search(model, batch["input_ids"], batch["attention_mask"], terms, False, 4, 30)
+    together = beam_search(model, batch["input_ids"], batch["attention_mask"], SearchSettings(4, 30), terms)
     for index, source in enumerate(SOURCES):
         alone = tokenizer([source], return_tensors="pt")
-        [hypotheses] = constrained_beam_search(model, alone["input_ids"], alone["attention_mask"], [terms[index]],
-                                               False, 4, 30)  # fmt: skip
+        [hypotheses] = beam_search(model, alone["input_ids"], alone["attention_mask"], SearchSettings(4, 30),
+                                   [terms[index]])  # fmt: skip
         assert [h.tokens for h in hypotheses] == [h.tokens for h in together[index]]
         assert [h.score for h in hypotheses] == pytest.approx([h.score for h in together[index]], abs=1e-5)
         for hypothesis in hypotheses:  # every finished hypothesis, not only the best, holds every term
@@ -84,8 +84,7 @@ def test_with_no_terms_the_search_is_beam_search_with_fairseqs_stopping_rule(tra
     translator = load_translator(str(trained_folder))
     model, tokenizer = translator.model, translator.tokenizer
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    found = constrained_beam_search(model, batch["input_ids"], batch["attention_mask"], [[]] * len(SOURCES), True, 4,
-                                    30)  # fmt: skip
+    found = beam_search(model, batch["input_ids"], batch["attention_mask"], SearchSettings(4, 30))
     with torch.no_grad():
         out = model.generate(**batch, num_beams=4, early_stopping=True, max_new_tokens=31, length_penalty=1.0,
                              num_return_sequences=1, output_scores=True, return_dict_in_generate=True)  # fmt: skip

@@ -30,7 +30,8 @@ from tests.fairseq_reference.recipe import (
     references,
 )
 from vanilla_transformer import CheckpointImportError, import_checkpoint
-from vanilla_transformer.constrained_search import constrained_beam_search
+from vanilla_transformer.alignment import token_alignments
+from vanilla_transformer.constrained_search import SearchSettings, beam_search
 from vanilla_transformer.translators import PyTorchTranslator
 
 MISSING_FAIRSEQ = (
@@ -275,6 +276,65 @@ def test_the_tokenizer_detokenizes_as_fairseq_interactive_does(fairseq, imported
     ][:3]
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+def test_scores_are_fairseqs_sequence_scorer_scores_token_for_token(fairseq, imported, name):
+    """`translate.score` on the held-out pairs (raw text through the imported tokenizer) against fairseq's
+    SequenceScorer, what `fairseq-generate --score-reference` prints (there in base 2): each target token's natural
+    log-probability, the end of sentence last, to 1e-4."""
+    case, reference = imported(name), fairseq[name]
+    english, german = zip(*reference.pairs)
+    ours = PyTorchTranslator(case.model, case.tokenizer).score(list(english), list(german))
+    for score, expected in zip(ours, reference.encodings["positional_scores"]):
+        assert score.token_log_probs == pytest.approx(expected, abs=LOGITS_TOLERANCE), score.tokens
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_token_alignments_are_fairseq_interactives_print_alignment(fairseq, imported, name, request):
+    """The alignment of each of fairseq-interactive's beam-5 translations with its source (the last decoder layer's
+    cross-attention averaged over its heads, argmax per target token, ends of sentence left out) against its A- lines
+    (`--print-alignment`), token pair for token pair. fairseq records the attention while it searches, the
+    alignment here reads it teacher-forced: the two are the same numbers up to rounding."""
+    case, reference = imported(name), fairseq[name]
+    config, ours = case.model.config, []
+    targets = [ids_of(case, tokens) + [config.eos_token_id] for tokens in reference.translations]
+    last = case.model.config.decoder_layers - 1
+    for start in range(0, len(targets), BATCH):
+        input_ids, mask = right_padded(reference.encodings["source_ids"][start : start + BATCH], config.pad_token_id)
+        labels, _ = right_padded(targets[start : start + BATCH], config.pad_token_id)
+        ours += token_alignments(case.model, {"input_ids": input_ids, "attention_mask": mask}, labels, last, None)
+    differ = [i for i, (a, b) in enumerate(zip(ours, reference.alignments)) if a != b]
+    report = f"{len(ours) - len(differ)} of {len(ours)} agree" + "".join(
+        f"\n  {reference.pairs[i][0]!r}: ours {ours[i]}, fairseq {reference.alignments[i]}" for i in differ[:3]
+    )
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))
+    assert any(reference.alignments) and len(differ) <= (1 - AGREEMENT) * len(ours), report
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_translations_from_prefixes_are_fairseqs_prefix_size_translations(fairseq, imported, name, request):
+    """The package's beam search from the first two tokens of each held-out reference against fairseq's generator
+    given them as `prefix_tokens` (what `fairseq-generate --prefix-size 2` does), beam 5, token for token, the
+    prefix's log-probabilities counted in the score as fairseq counts them (its `rules`)."""
+    case, reference = imported(name), fairseq[name]
+    config, ours = case.model.config, []
+    cases = reference.encodings["prefixed"]
+    for start in range(0, len(cases), BATCH):
+        for length in sorted({len(case_["prefix"]) for case_ in cases[start : start + BATCH]}):
+            group = [i for i in range(start, min(start + BATCH, len(cases))) if len(cases[i]["prefix"]) == length]
+            input_ids, mask = right_padded([reference.encodings["source_ids"][i] for i in group], config.pad_token_id)
+            settings = SearchSettings(5, FAIRSEQ_MAX_LENGTH)
+            found = beam_search(case.model, input_ids, mask, settings, None,
+                                [cases[i]["prefix"] for i in group])  # fmt: skip
+            ours += [(i, hypotheses[0].tokens) for i, hypotheses in zip(group, found)]
+    differ = [i for i, tokens in sorted(ours) if tokens != cases[i]["tokens"]]
+    report = f"{len(cases) - len(differ)} of {len(cases)} agree" + "".join(
+        f"\n  {reference.pairs[i][0]!r}: ours {dict(ours)[i]}, fairseq {cases[i]['tokens']}" for i in differ[:3]
+    )
+    request.node.user_properties.append(("agreement", report.split("\n")[0]))
+    assert len(differ) <= (1 - AGREEMENT) * len(cases), report
+    assert all(tokens[: len(cases[i]["prefix"])] == cases[i]["prefix"] for i, tokens in ours)
+
+
 @pytest.mark.parametrize("mode", CONSTRAINT_MODES)
 @pytest.mark.parametrize("name", CONSTRAINED)
 def test_constrained_search_writes_fairseq_interactives_translations_with_their_terms(
@@ -292,8 +352,8 @@ def test_constrained_search_writes_fairseq_interactives_translations_with_their_
     rows = []
     for start in range(0, len(english), BATCH):
         batch = case.tokenizer(english[start : start + BATCH], padding=True, return_tensors="pt")
-        inputs = (case.model, batch["input_ids"], batch["attention_mask"], term_ids[start : start + BATCH])
-        found = constrained_beam_search(*inputs, mode == "ordered", 5, FAIRSEQ_MAX_LENGTH)
+        settings = SearchSettings(5, FAIRSEQ_MAX_LENGTH, ordered=mode == "ordered")
+        found = beam_search(case.model, batch["input_ids"], batch["attention_mask"], settings, term_ids[start:][:BATCH])
         rows += [hypotheses[0].tokens[:-1] for hypotheses in found]
     ours = [[case.target_symbols[i] for i in row] for row in rows]
     differ = [i for i, (a, b) in enumerate(zip(ours, reference.constrained[mode])) if a != b]

@@ -117,10 +117,16 @@ def test_translations_go_on_from_their_prefixes_batched_as_alone(trained_folder,
     assert given == alone  # batched with prefixes of other lengths, or alone: the same
 
 
-def test_greedy_translations_from_prefixes_are_ctranslate2s(trained_folder, exported):
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_translations_from_prefixes_are_ctranslate2s_with_their_scores(trained_folder, exported, num_beams):
+    """The prefix's tokens count in a translation's score in both (CTranslate2's target_prefix; fairseq's
+    --prefix-size); CTranslate2's patience 1 is the stopping rule of the package's search (fairseq's)."""
     ours, theirs = load_translator(str(trained_folder)), load_translator(str(exported))
-    given = [t[0].text for t in ours.translate(SENTENCES, num_beams=1, prefix=PREFIXES)]
-    assert given == [t[0].text for t in theirs.translate(SENTENCES, num_beams=1, prefix=PREFIXES)]
+    given = ours.translate(SENTENCES, num_beams=num_beams, n_best=num_beams, prefix=PREFIXES)
+    expected = theirs.translate(SENTENCES, num_beams=num_beams, n_best=num_beams, prefix=PREFIXES, patience=1)
+    for a, b in zip(given, expected):
+        assert [t.text for t in a] == [t.text for t in b]
+        assert [t.score for t in a] == pytest.approx([t.score for t in b], abs=1e-4)
 
 
 def test_a_prefix_per_sentence_is_required(trained_folder):
@@ -193,3 +199,12 @@ def test_a_limit_of_one_token_stops_a_longer_translation_and_says_so(trained_fol
         ["seven hundred thousand"], guards=Guards(max_len_b=1)
     )
     assert translation.at_limit
+
+
+def test_a_prefix_that_leaves_no_room_in_the_positions_is_named(learned_folder):
+    translator = load_translator(str(learned_folder))
+    long_prefix = " ".join(["siebenhundertelf"] * 12)
+    with pytest.raises(ValueError, match=r"sentence 2: the prefix has \d+ tokens; the model writes at most 18"):
+        translator.translate(["one", "two"], prefix=["eins", long_prefix])
+    [[translation]] = translator.translate(["one"], prefix=["eins"], max_length=100)  # cut to the positions
+    assert translation.text.startswith("eins")

@@ -86,23 +86,35 @@ def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size
     return results
 
 
+def token_alignments(model, batch: dict, labels, layer: int, heads) -> list[list[tuple[int, int]]]:
+    """Each row's (source token, target token) pairs, as fairseq's hard alignment: for each target token of `labels`
+    (the end of sentence and padding left out), the source token of `batch` (the same left out) that the attention
+    weighs most; indices count the tokens left in. The ids of the ends are the model's."""
+    decoder_input_ids = shift_right(labels, model.config.pad_token_id, model.config.decoder_start_token_id)
+    probs = cross_attention_probs(model, batch, decoder_input_ids, layer, heads)
+    special = {model.config.eos_token_id, model.config.pad_token_id}
+    found = []
+    for row, (src_ids, tgt_ids) in enumerate(zip(batch["input_ids"].tolist(), labels.tolist())):
+        src_valid = [i for i, token in enumerate(src_ids) if token not in special]
+        tgt_valid = [j for j, token in enumerate(tgt_ids) if token not in special]
+        if not src_valid:
+            found.append([])
+            continue
+        best = probs[row][tgt_valid][:, src_valid].argmax(-1).tolist()  # each target token's source token
+        found.append(list(zip(best, range(len(tgt_valid)))))
+    return found
+
+
 def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignment]:
     source = tokenizer(list(sources), return_offsets_mapping=True)
     target = tokenizer(text_target=list(targets), return_offsets_mapping=True)
     batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt")
     labels = tokenizer.pad({"input_ids": target["input_ids"]}, return_tensors="pt")["input_ids"]
-    decoder_input_ids = shift_right(labels, model.config.pad_token_id, model.config.decoder_start_token_id)
-    probs = cross_attention_probs(model, batch, decoder_input_ids, layer, heads)
-    special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    special = {model.config.eos_token_id, model.config.pad_token_id}
     alignments = []
-    for row, (src_ids, tgt_ids) in enumerate(zip(source["input_ids"], target["input_ids"])):
-        src_valid = [i for i, token in enumerate(src_ids) if token not in special]
-        tgt_valid = [j for j, token in enumerate(tgt_ids) if token not in special]
-        if not src_valid:
-            alignments.append(Alignment([], []))
-            continue
-        best = probs[row][tgt_valid][:, src_valid].argmax(-1).tolist()  # each target token's source token
-        token_pairs = list(zip(best, range(len(tgt_valid))))  # indices among the tokens, ends of sentence left out
+    for row, token_pairs in enumerate(token_alignments(model, batch, labels, layer, heads)):
+        src_valid = [i for i, token in enumerate(source["input_ids"][row]) if token not in special]
+        tgt_valid = [j for j, token in enumerate(target["input_ids"][row]) if token not in special]
         source_words = word_indices(source["offset_mapping"][row], sources[row])
         target_words = word_indices(target["offset_mapping"][row], targets[row])
         merged = {(source_words[src_valid[i]], target_words[tgt_valid[j]]) for i, j in token_pairs}
@@ -111,4 +123,4 @@ def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignm
     return alignments
 
 
-__all__ = ["Alignment", "align"]
+__all__ = ["Alignment", "align", "token_alignments"]

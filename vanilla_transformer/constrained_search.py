@@ -11,8 +11,8 @@ own, ported from fairseq's `SequenceGenerator` and `LexicallyConstrainedBeamSear
   among the first k is finished with the score sum(log p) / length^length_penalty (length in tokens, end of sentence
   included), and a sentence is done when k hypotheses are finished or the length limit is reached.
 
-    hypotheses = constrained_beam_search(model, input_ids, attention_mask, terms, ordered=False, beam_size=5,
-                                         max_length=200)
+    settings = SearchSettings(beam_size=5, max_length=200, ordered=False)
+    hypotheses = beam_search(model, input_ids, attention_mask, settings, terms=terms)
     hypotheses[0][0].tokens   # the best translation of the first sentence, its terms in it
 """
 
@@ -56,36 +56,72 @@ class Candidates:
     states: list[list]  # each candidate's constraint state
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    beam_size: int
+    max_length: int  # tokens written before the end of sentence, a prefix's included
+    length_penalty: float = 1.0
+    min_length: int = 1  # fairseq's default: the end of sentence cannot come first
+    ordered: bool = False  # the terms in the order given
+    rules: str = "fairseq"  # or "ctranslate2": where the two searches differ (see `RULES`)
+
+
+RULES = {
+    "fairseq": "a prefix's log-probabilities count in the score (--prefix-size); a step finishes hypotheses until "
+    "k have finished",
+    "ctranslate2": "a prefix counts in the length only (target_prefix); right after a prefix, the end of sentence "
+    "finishes a hypothesis only as the best candidate; every hypothesis that ends at a step is kept",
+}
+
+
 @torch.no_grad()
-def constrained_beam_search(
-    model, input_ids, attention_mask, terms: list[list[list[int]]], ordered: bool, beam_size: int,
-    max_length: int, length_penalty: float = 1.0, min_length: int = 1,
-) -> list[list[Hypothesis]]:  # fmt: skip
-    """Each sentence's finished hypotheses, best first (at most `beam_size`), each containing every term of that
-    sentence's `terms` (lists of target token ids), in order when `ordered`. At most `max_length` tokens are written
-    before the end of sentence, and at least `min_length` (fairseq's default: 1). A sentence none of whose
-    hypotheses has met its terms by the length limit ends them all there (fairseq stops with an assertion error)."""
-    config, k, count = model.config, beam_size, len(terms)
+def beam_search(
+    model, input_ids, attention_mask, settings: SearchSettings, terms=None, prefixes=None
+) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses, best first (at most `settings.beam_size`). Each contains every term of
+    its sentence's `terms` (lists of target token ids; None: no terms), in order when `settings.ordered`, and starts
+    with its sentence's prefix (target token ids; None: none), whose tokens count in its length, and by fairseq's
+    rules (`settings.rules`, `RULES`) in its score. A sentence none of whose hypotheses has met
+    its terms by the length limit ends them all there (fairseq stops with an assertion error)."""
+    config, k, count = model.config, settings.beam_size, len(input_ids)
+    terms, prefixes = terms or [[] for _ in range(count)], prefixes or [[] for _ in range(count)]
     rows = torch.arange(count).repeat_interleave(k)
     encoder = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
     memory, mask = encoder.last_hidden_state[rows], attention_mask[rows]
     start = torch.full((count * k, 1), config.decoder_start_token_id, dtype=torch.long)
-    states = [[initial_state(sentence, ordered)] * k for sentence in terms]
+    states = [[initial_state(sentence, settings.ordered)] * k for sentence in terms]
     beam = Beam(start, torch.zeros(count * k, 0), states, list(range(count)), torch.zeros(count, k, dtype=torch.bool))
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    finished: list[list[Hypothesis]] = [[] for _ in terms]
-    for step in range(max_length + 1):
+    finished: list[list[Hypothesis]] = [[] for _ in range(count)]
+    for step in range(settings.max_length + 1):
         step_input = dict(decoder_input_ids=beam.tokens[:, -1:], cache=cache, use_cache=True)
         logits = model(encoder_outputs=BaseModelOutput(memory), attention_mask=mask, **step_input).logits[:, -1]
-        lprobs = step_log_probs(logits, config, step, min_length, max_length, beam.states)
+        lprobs = step_log_probs(logits, config, step, settings, beam.states)
+        force_prefixes(lprobs, step, [prefixes[s] for s in beam.sentences], k, settings)
         candidates = step_candidates(step, lprobs, beam)
-        done = finish(step, beam, candidates, config.eos_token_id, length_penalty, finished, max_length)
+        if settings.rules == "ctranslate2":
+            ends_after = [0 < len(prefixes[s]) == step for s in beam.sentences]
+            only_best_ends(candidates, ends_after, config.eos_token_id)
+        done = finish(step, beam, candidates, config.eos_token_id, settings, finished)
         if len(done) == len(beam.sentences):
             break
         keep = advance(beam, candidates, done, config.eos_token_id)
         memory, mask = memory[keep], mask[keep]
         cache.reorder_cache(keep)
     return [ranked(hypotheses) for hypotheses in finished]
+
+
+def force_prefixes(lprobs, step: int, prefixes: list[list[int]], k: int, settings: SearchSettings) -> None:
+    """Where a sentence's prefix goes on at this step, its token is the only choice, with its own log-probability
+    (fairseq's _prefix_tokens) or 0 (CTranslate2's update_sample_with_prefix: nothing added to the score)."""
+    if step >= settings.max_length:
+        return
+    for s, prefix in enumerate(prefixes):
+        if step < len(prefix):
+            rows = slice(s * k, (s + 1) * k)
+            kept = lprobs[rows, prefix[step]].clone() if settings.rules == "fairseq" else 0.0
+            lprobs[rows] = -math.inf
+            lprobs[rows, prefix[step]] = kept
 
 
 def ranked(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
@@ -95,20 +131,20 @@ def ranked(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     return [hypotheses[i] for i in order]
 
 
-def step_log_probs(logits, config, step: int, min_length: int, max_length: int, states) -> torch.Tensor:
+def step_log_probs(logits, config, step: int, settings: SearchSettings, states) -> torch.Tensor:
     """This step's log-probabilities with fairseq's rules: never padding; only the end of sentence at the length
     limit; no end of sentence before `min_length` tokens, nor before a hypothesis's terms are all met."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)
     lprobs[lprobs != lprobs] = -math.inf
     lprobs[:, config.pad_token_id] = -math.inf
     eos = config.eos_token_id
-    if step >= max_length:
+    if step >= settings.max_length:
         lprobs[:, :eos] = -math.inf
         lprobs[:, eos + 1 :] = -math.inf
-    elif step < min_length:
+    elif step < settings.min_length:
         lprobs[:, eos] = -math.inf
     if step > 0:
-        lprobs[unmet_rows(states, at_limit=step >= max_length), eos] = -math.inf
+        lprobs[unmet_rows(states, at_limit=step >= settings.max_length), eos] = -math.inf
     return lprobs
 
 
@@ -123,6 +159,15 @@ def unmet_rows(states: list[list], at_limit: bool) -> list[int]:
         for b, state in enumerate(sentence)
         if not state.finished
     ]
+
+
+def only_best_ends(candidates: Candidates, sentences: list[bool], eos: int) -> None:
+    """CTranslate2's rule at the first step after a prefix: an end of sentence other than the best candidate is
+    a dead candidate (its score -inf), in its place."""
+    for s, applies in enumerate(sentences):
+        if applies:
+            later = candidates.tokens[s, 1:].eq(eos)
+            candidates.scores[s, 1:][later] = -math.inf
 
 
 def step_candidates(step: int, lprobs, beam: Beam) -> Candidates:
@@ -181,26 +226,26 @@ def deal_out(values, tokens, beams, following, distinct_tokens: int, vocabulary:
     return [(values[i], tokens[i], beams[i], following[i]) for i in dealt[:count]]
 
 
-def finish(step, beam: Beam, candidates: Candidates, eos: int, length_penalty, finished, max_length) -> list[int]:
+def finish(step, beam: Beam, candidates: Candidates, eos: int, settings: SearchSettings, finished) -> list[int]:
     """Finish the hypotheses that end among each sentence's first k candidates (fairseq's finalize_hypos); the
     positions (in `beam.sentences`) of the sentences that are done: k finished hypotheses, or the length limit."""
     k = candidates.scores.shape[1] // 2
     ends = candidates.tokens[:, :k].eq(eos) & candidates.scores[:, :k].ne(-math.inf) & ~beam.ignore
-    normalised = candidates.scores / (step + 1) ** length_penalty
+    normalised = candidates.scores / (step + 1) ** settings.length_penalty
     touched = []
     for s, j in ends.nonzero().tolist():
         sentence = beam.sentences[s]
-        if len(finished[sentence]) < k:
+        if len(finished[sentence]) < k or settings.rules == "ctranslate2":
             row = s * k + candidates.beams[s, j].item()
             finished[sentence].append(Hypothesis(beam.tokens[row, 1:].tolist() + [eos], normalised[s, j].item()))
         touched.append(s)
-    if step >= max_length:
+    if step >= settings.max_length:
         for s, sentence in enumerate(beam.sentences):  # none ended among the first k: the best candidate ends
             if not finished[sentence]:
                 row = s * k + candidates.beams[s, 0].item()
                 finished[sentence].append(Hypothesis(beam.tokens[row, 1:].tolist() + [eos], normalised[s, 0].item()))
         return list(range(len(beam.sentences)))
-    return [s for s in sorted(set(touched)) if len(finished[beam.sentences[s]]) == k]
+    return [s for s in sorted(set(touched)) if len(finished[beam.sentences[s]]) >= k]
 
 
 def advance(beam: Beam, candidates: Candidates, done: list[int], eos: int) -> torch.Tensor:

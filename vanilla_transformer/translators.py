@@ -10,73 +10,27 @@ included) divided by its length in tokens to the power `length_penalty`.
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import replace
 
 import torch
 
 from .alignment import Alignment, align
 from .configuration import position_limit
-from .constrained_search import constrained_beam_search
+from .constrained_search import SearchSettings, beam_search
 from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from .model_folder import encode_within, load_model_folder
 from .scoring import PairScore, score_pairs
+from .translation_options import (
+    NO_GUARDS,
+    Guards,
+    Translation,
+    distinct_texts,
+    grouped_batches,
+    prefix_texts,
+    search_settings,
+)
 
 BACKENDS = ("auto", "pytorch", "ctranslate2")
-
-
-@dataclass(frozen=True)
-class Translation:
-    text: str
-    score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
-    at_limit: bool = False  # the search stopped it at its length limit, before its end of sentence
-
-
-@dataclass(frozen=True)
-class Guards:
-    """Fairseq's and CTranslate2's guards on a search's output: each sentence's limit is
-    min(max_length, int(max_len_a * source tokens + max_len_b)) new tokens (the source counted with its </s>, as
-    fairseq counts it; max_len_b None: max_length alone); no n-gram of `no_repeat_ngram_size` tokens twice; tokens
-    already written have their probabilities divided by `repetition_penalty` (CTRL's). None: the model's generation
-    config's."""
-
-    max_len_a: float = 0.0
-    max_len_b: int | None = None
-    no_repeat_ngram_size: int | None = None
-    repetition_penalty: float | None = None
-
-    def limits(self, source_lengths: list[int], max_length: int) -> list[int]:
-        if self.max_len_b is None and not self.max_len_a:
-            return [max_length] * len(source_lengths)
-        b = self.max_len_b or 0
-        return [max(1, min(max_length, int(self.max_len_a * length + b))) for length in source_lengths]
-
-    def repetition(self, generation_config) -> dict:
-        """generate()'s and ctranslate2's settings for the repetition guards (their arguments have one name)."""
-        size = self.no_repeat_ngram_size
-        penalty = self.repetition_penalty
-        size = generation_config.no_repeat_ngram_size or 0 if size is None else size
-        penalty = generation_config.repetition_penalty or 1.0 if penalty is None else penalty
-        if size < 0 or penalty <= 0:
-            raise ValueError(f"no_repeat_ngram_size ({size}) must be >= 0 and repetition_penalty ({penalty}) > 0")
-        return {"no_repeat_ngram_size": int(size), "repetition_penalty": float(penalty)}
-
-
-def search_settings(generation_config, num_beams, length_penalty, n_best: int) -> tuple[int, float]:
-    """The beam size and length penalty asked for, else the model's generation config's; checked against n_best."""
-    num_beams = num_beams or generation_config.num_beams or 1
-    if length_penalty is None:  # generate()'s default where the generation config leaves it unset
-        length_penalty = 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
-    check_search(num_beams, n_best)
-    return num_beams, length_penalty
-
-
-def check_search(num_beams: int, n_best: int) -> None:
-    if n_best < 1 or num_beams < 1:
-        raise ValueError(f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
-    if n_best > num_beams:
-        raise ValueError(
-            f"n_best {n_best}: beam search keeps only num_beams={num_beams} hypotheses; use a larger beam."
-        )
 
 
 class PyTorchTranslator:
@@ -112,44 +66,41 @@ class PyTorchTranslator:
         prefix=None,
         constraints=None,
         ordered=False,
-        guards=Guards(),
+        guards=NO_GUARDS,
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens. Their
         scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
         scores, which costs memory for large vocabularies, and a translation's score is otherwise None. With
         `distinct`, hypotheses whose texts are the same (two segmentations of one string) are one, with the best
         score: the list may then be shorter than `n_best`. `prefix`, a target prefix per sentence (None or "" for
-        none), is where each translation starts: the search goes on from its tokens, and `max_length` new tokens
-        follow it; sentences with prefixes of one length are batched together. `constraints`, a list of terms per
+        none), is where each translation starts: the search goes on from its tokens, which count in its score as in
+        CTranslate2's and fairseq's, and `max_length` new tokens follow it. `constraints`, a list of terms per
         sentence (strings; an empty list for none), are terms every translation contains, in the order given when
-        `ordered` (see `constrained_search`). `guards` limit each output's length by its source's and its
-        repetitions (`Guards`); a translation stopped at its limit says so (`at_limit`)."""
+        `ordered`. Both use the package's own beam search (`constrained_search`). `guards` limit each output's
+        length by its source's and its repetitions (`Guards`); a translation stopped at its limit says so
+        (`at_limit`)."""
         scores = n_best > 1 if scores is None else scores
         num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
         wanted, n_best = n_best, num_beams if distinct else n_best
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         max_length = max_length if limit is None else min(max_length, limit)
-        if constraints is not None:
-            if prefix is not None:
-                raise ValueError("constraints and prefix together: give one of them")
-            results = self.constrained(sentences, constraints, ordered, num_beams, length_penalty, max_length,
-                                       n_best, batch_size)  # fmt: skip
+        if constraints is not None or prefix is not None:
+            found = self.searched(sentences, constraints, prefix, guards, batch_size,
+                                  SearchSettings(num_beams, max_length, length_penalty, ordered=ordered))  # fmt: skip
+            results = [hypotheses[:n_best] for hypotheses in found]
             return distinct_texts(results, wanted) if distinct else results
         search = dict(num_beams=num_beams, length_penalty=length_penalty, num_return_sequences=n_best)
         search.update(output_scores=scores, return_dict_in_generate=True, **guards.repetition(self.generation_config))
-        prefixes = self.prefix_ids(prefix, len(sentences), limit)
         source_ids = encode_within(self.tokenizer, sentences, limit)  # a sentence cut to the positions is named
         limits = guards.limits([len(row) for row in source_ids], max_length)
         results = [None] * len(sentences)
-        for indices in grouped_batches([(len(prefixes[i]), limits[i]) for i in range(len(sentences))], batch_size):
+        for indices in grouped_batches(limits, batch_size):
             batch = self.tokenizer.pad({"input_ids": [source_ids[i] for i in indices]}, return_tensors="pt")
-            start = [[self.model.config.decoder_start_token_id, *prefixes[i]] for i in indices]
-            out = self.model.generate(
-                **batch, decoder_input_ids=torch.tensor(start), max_new_tokens=limits[indices[0]], **search
-            )
+            start = torch.full((len(indices), 1), self.model.config.decoder_start_token_id)
+            out = self.model.generate(**batch, decoder_input_ids=start, max_new_tokens=limits[indices[0]], **search)
             texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
-            ranks = self.scores(out, num_beams, length_penalty, len(start[0])) if scores else [None] * len(texts)
-            stopped = self.at_limit(out.sequences, len(start[0]) + limits[indices[0]])
+            ranks = self.scores(out, num_beams, length_penalty) if scores else [None] * len(texts)
+            stopped = self.at_limit(out.sequences, 1 + limits[indices[0]])
             for row, i in enumerate(indices):
                 results[i] = [
                     Translation(texts[row * n_best + k], ranks[row * n_best + k], stopped[row * n_best + k])
@@ -162,20 +113,35 @@ class PyTorchTranslator:
         eos = self.model.config.eos_token_id
         return [len(row) == length and eos not in row for row in sequences.tolist()]
 
-    def constrained(self, sentences, constraints, ordered, num_beams, length_penalty, max_length, n_best, batch_size):
-        """Translations containing each sentence's terms, by `constrained_beam_search`."""
+    def searched(self, sentences, constraints, prefix, guards, batch_size, settings: SearchSettings):
+        """Translations by the package's own beam search (`constrained_search`): with terms (fairseq's
+        --constraints; fairseq's min_length 1) or from prefixes (fairseq's --prefix-size, CTranslate2's
+        target_prefix: the prefix's tokens count in the score; min_length 0, as generate() and CTranslate2)."""
+        if constraints is not None and prefix is not None:
+            raise ValueError("constraints and prefix together: give one of them")
+        if guards.no_repeat_ngram_size or guards.repetition_penalty not in (None, 1.0):
+            raise ValueError("no_repeat_ngram_size and repetition_penalty apply to generate()'s search only: not "
+                             "with constraints or prefixes")  # fmt: skip
         limit = position_limit(self.model.config)
-        terms = self.term_ids(constraints, len(sentences), limit)
-        results = []
-        for start in range(0, len(sentences), batch_size):
-            ids = encode_within(self.tokenizer, sentences[start : start + batch_size], limit)
-            batch = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-            found = constrained_beam_search(self.model, batch["input_ids"], batch["attention_mask"],
-                                            terms[start : start + batch_size], ordered, num_beams, max_length,
-                                            length_penalty)  # fmt: skip
-            for hypotheses in found:
-                texts = self.tokenizer.batch_decode([h.tokens for h in hypotheses[:n_best]], skip_special_tokens=True)
-                results.append([Translation(t.strip(), h.score) for t, h in zip(texts, hypotheses)])
+        terms = self.term_ids(constraints, len(sentences), limit) if constraints is not None else None
+        prefixes = self.prefix_ids(prefix, len(sentences), limit) if prefix is not None else None
+        source_ids = encode_within(self.tokenizer, sentences, limit)
+        limits = guards.limits([len(row) for row in source_ids], settings.max_length)
+        keys = [(len(prefixes[i]) if prefixes else 0, limits[i]) for i in range(len(sentences))]
+        results = [None] * len(sentences)
+        for indices in grouped_batches(keys, batch_size):
+            batch = self.tokenizer.pad({"input_ids": [source_ids[i] for i in indices]}, return_tensors="pt")
+            given = len(prefixes[indices[0]]) if prefixes else 0
+            longest = limits[indices[0]] + given if limit is None else min(limits[indices[0]] + given, limit - 1)
+            rules = "fairseq" if terms else "ctranslate2"  # terms are fairseq's; prefixes as the export has them
+            search = replace(settings, max_length=longest, min_length=1 if terms else 0, rules=rules)
+            found = beam_search(self.model, batch["input_ids"], batch["attention_mask"], search,
+                                [terms[i] for i in indices] if terms else None,
+                                [prefixes[i] for i in indices] if prefixes else None)  # fmt: skip
+            for i, hypotheses in zip(indices, found):
+                texts = self.tokenizer.batch_decode([h.tokens for h in hypotheses], skip_special_tokens=True)
+                results[i] = [Translation(t.strip(), h.score, len(h.tokens) > search.max_length)
+                              for t, h in zip(texts, hypotheses)]  # fmt: skip
         return results
 
     def term_ids(self, constraints, count: int, limit: int | None) -> list[list[list[int]]]:
@@ -198,12 +164,20 @@ class PyTorchTranslator:
         return found
 
     def prefix_ids(self, prefix, count: int, limit: int | None) -> list[list[int]]:
-        """Each sentence's target prefix as token ids, without the end of sentence; none: empty."""
+        """Each sentence's target prefix as token ids, without the end of sentence; none: empty. A ValueError names
+        a prefix that leaves no room in the model's positions (`limit`)."""
         if prefix is None:
             return [[] for _ in range(count)]
-        ids = encode_within(self.tokenizer, prefix_texts(prefix, count), limit, target=True)
+        ids = encode_within(self.tokenizer, prefix_texts(prefix, count), None, target=True)
         eos = self.model.config.eos_token_id
-        return [row[:-1] if row and row[-1] == eos else row for row in ids]
+        rows = [row[:-1] if row and row[-1] == eos else row for row in ids]
+        for number, row in enumerate(rows, start=1):
+            if limit is not None and len(row) >= limit:
+                raise ValueError(
+                    f"sentence {number}: the prefix has {len(row)} tokens; the model writes at most {limit} (its "
+                    "learned positions), the end of sentence included"
+                )
+        return rows
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by the model: each target token's log-probability (see `scoring`)."""
@@ -213,46 +187,16 @@ class PyTorchTranslator:
         """Each pair's word alignment from the cross-attention of decoder `layer` over `heads` (see `alignment`)."""
         return align(self.model, self.tokenizer, sources, targets, layer, heads, batch_size)
 
-    def scores(self, out, num_beams: int, length_penalty: float, given: int = 1) -> list[float]:
+    def scores(self, out, num_beams: int, length_penalty: float) -> list[float]:
         """Beam search reports its ranking score; for greedy search it is computed the same way from the steps
-        after the `given` tokens (the decoder's start and a prefix)."""
+        after the decoder's start token."""
         if num_beams > 1:
             return out.sequences_scores.tolist()
         steps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (n, len)
-        generated = out.sequences[:, given:]  # after the decoder start token and the prefix
+        generated = out.sequences[:, 1:]  # after the decoder start token
         lengths = (generated != self.tokenizer.pad_token_id).sum(dim=1)
         totals = steps.masked_fill(generated == self.tokenizer.pad_token_id, 0).sum(dim=1)
         return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
-
-
-def prefix_texts(prefix: list[str | None], count: int) -> list[str]:
-    """One target prefix per sentence, "" for none; a ValueError where their numbers differ."""
-    if len(prefix) != count:
-        raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
-    return [text or "" for text in prefix]
-
-
-def grouped_batches(keys: list, batch_size: int) -> list[list[int]]:
-    """The sentences' indices in batches of at most `batch_size`, each of one key (their prefixes' length, their
-    length limit), in input order within a key."""
-    groups = {}
-    for index, key in enumerate(keys):
-        groups.setdefault(key, []).append(index)
-    return [group[i : i + batch_size] for group in groups.values() for i in range(0, len(group), batch_size)]
-
-
-def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[Translation]]:
-    """Each sentence's translations with each text once, the best-scored kept (they come best first), at most
-    `n_best`."""
-    kept = []
-    for translations in results:
-        texts, unique = set(), []
-        for translation in translations:
-            if translation.text not in texts:
-                texts.add(translation.text)
-                unique.append(translation)
-        kept.append(unique[:n_best])
-    return kept
 
 
 class CTranslate2Translator:
@@ -322,7 +266,7 @@ class CTranslate2Translator:
         prefix=None,
         constraints=None,
         ordered=False,
-        guards=Guards(),
+        guards=NO_GUARDS,
     ):
         """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens, with
         their scores (ctranslate2 computes them at no cost, whatever `scores` says). CTranslate2 has no lexically

@@ -6,8 +6,11 @@ python fairseq_side.py tokenize FOLDER SPLIT...
 python fairseq_side.py reference MODEL_FOLDER BPE PAIRS OUT
     Loads the model as fairseq's hub interface does (`--tokenizer moses --bpe BPE --bpe-codes bpecodes`) and
     writes to OUT, as JSON, fairseq's encoding of the (English, German) pairs in the JSON file PAIRS (source ids as
-    fairseq-interactive encodes raw text; target ids as the target side was prepared for training) and its logits
-    for the first LOGIT_PAIRS pairs, decoding from </s> as fairseq does in training.
+    fairseq-interactive encodes raw text; target ids as the target side was prepared for training), its logits
+    for the first LOGIT_PAIRS pairs, decoding from </s> as fairseq does in training, and each pair's per-token
+    log-probabilities from fairseq's SequenceScorer, the scorer that `fairseq-generate --score-reference` runs,
+    and its beam-5 translation of each source from the first PREFIX_TOKENS tokens of its target, as
+    `fairseq-generate --prefix-size PREFIX_TOKENS` makes it (the generator's prefix_tokens).
 """
 
 import json
@@ -16,8 +19,10 @@ import sys
 import torch
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.models.transformer import TransformerModel
+from fairseq.sequence_scorer import SequenceScorer
 
 LOGIT_PAIRS = 8
+PREFIX_TOKENS = 2
 
 
 def moses(language: str) -> MosesTokenizer:
@@ -60,7 +65,21 @@ def reference(folder: str, bpe: str, pairs_file: str, out: str) -> None:
             previous = torch.cat([target.new_tensor([hub.tgt_dict.eos()]), target[:-1]])
             output, _ = model(source[None], torch.tensor([len(source)]), previous[None])
             logits.append(output[0].tolist())
+    scorer, positional_scores = SequenceScorer(hub.tgt_dict), []
+    for source, target in zip(sources, targets):
+        previous = torch.cat([target.new_tensor([hub.tgt_dict.eos()]), target[:-1]])
+        net_input = {"src_tokens": source[None], "src_lengths": torch.tensor([len(source)]),
+                     "prev_output_tokens": previous[None]}  # fmt: skip
+        [[hypothesis]] = scorer.generate([model], {"net_input": net_input, "target": target[None]})
+        positional_scores.append(hypothesis["positional_scores"].tolist())
+    prefixed = []
+    for source, target in zip(sources, targets):
+        prefix = target[: min(PREFIX_TOKENS, len(target) - 1)]
+        [hypotheses] = hub.generate([source], beam=5, inference_step_args={"prefix_tokens": prefix[None]})
+        prefixed.append({"prefix": prefix.tolist(), "tokens": hypotheses[0]["tokens"].tolist()})
     result = {
+        "prefixed": prefixed,
+        "positional_scores": positional_scores,
         "source_ids": [ids.tolist() for ids in sources],
         "target_ids": [ids.tolist() for ids in targets],
         "decoder_input_ids": [[hub.tgt_dict.eos()] + ids.tolist()[:-1] for ids in targets[:LOGIT_PAIRS]],

@@ -76,6 +76,7 @@ class Reference:
     encodings: dict = field(repr=False)  # source_ids, target_ids, decoder_input_ids, logits
     translations: list[list[str]] = field(repr=False)  # fairseq-interactive's hypotheses, as target symbols
     detokenized: list[str] = field(repr=False)  # the same, as fairseq-interactive writes them out (its D- lines)
+    alignments: list[list[tuple[int, int]]] = field(repr=False)  # its A- lines: (source, target) token pairs
     constrained: dict[str, list[list[str]]] = field(repr=False, default_factory=dict)  # by mode, with the terms
 
 
@@ -169,14 +170,15 @@ def train_without_languages(python: Path, root: Path) -> None:
 
 
 def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> None:
-    """fairseq's encodings and logits (reference.json) and beam-5 translations (interactive.txt) of the test set."""
+    """fairseq's encodings, logits and scores (reference.json) and beam-5 translations with their alignments
+    (interactive.txt, `--print-alignment`) of the test set."""
     folder = root / name
     run(python, "python", HERE / "fairseq_side.py", "reference", folder, variant.bpe, root / "test.json",
         folder / "reference.json", cwd=folder)  # fmt: skip
     output = run(python, "fairseq-interactive", folder, "--path", folder / "checkpoint_last.pt", "--source-lang", "en",
         "--target-lang", "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", folder / "bpecodes",
-        "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--input", root / "raw" / "test.en",
-        cwd=folder)  # fmt: skip
+        "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--print-alignment", "--input",
+        root / "raw" / "test.en", cwd=folder)  # fmt: skip
     (folder / "interactive.txt").write_text(output, encoding="utf-8")
     if name in CONSTRAINED:
         for mode in CONSTRAINT_MODES:
@@ -211,18 +213,20 @@ def build(python: Path, root: Path) -> None:
     train_without_languages(python, root)
 
 
-def interactive_hypotheses(text: str) -> tuple[list[list[str]], list[str]]:
-    """fairseq-interactive's H- lines (target symbols) and D- lines (detokenised text), in input order."""
-    tokens, detokenized = {}, {}
+def interactive_hypotheses(text: str) -> tuple[list[list[str]], list[str], list[list[tuple[int, int]]]]:
+    """fairseq-interactive's H- lines (target symbols), D- lines (detokenised text) and A- lines (alignments, where
+    printed), in input order."""
+    tokens, detokenized, alignments = {}, {}, {}
     for line in text.splitlines():
         kind, _, rest = line.partition("-")
         if kind in ("H", "D") and "\t" in rest:
             index, _, hypothesis = rest.split("\t", 2)
-            if kind == "H":
-                tokens[int(index)] = hypothesis.split()
-            else:
-                detokenized[int(index)] = hypothesis
-    return [tokens[i] for i in sorted(tokens)], [detokenized[i] for i in sorted(detokenized)]
+            (tokens if kind == "H" else detokenized)[int(index)] = hypothesis.split() if kind == "H" else hypothesis
+        elif kind == "A" and "\t" in rest:
+            index, _, pairs = rest.partition("\t")
+            alignments[int(index)] = [tuple(map(int, pair.split("-"))) for pair in pairs.split()]
+    order = sorted(tokens)
+    return [tokens[i] for i in order], [detokenized[i] for i in order], [alignments.get(i, []) for i in order]
 
 
 def references(python: Path, cache: Path) -> dict[str, Reference]:
@@ -240,9 +244,9 @@ def references(python: Path, cache: Path) -> dict[str, Reference]:
     found = {}
     for name, variant in VARIANTS.items():
         folder = root / name
-        tokens, detokenized = interactive_hypotheses((folder / "interactive.txt").read_text(encoding="utf-8"))
+        tokens, detokenized, alignments = interactive_hypotheses((folder / "interactive.txt").read_text("utf-8"))
         encodings = json.loads((folder / "reference.json").read_text(encoding="utf-8"))
-        found[name] = Reference(folder, variant, pairs, encodings, tokens, detokenized)
+        found[name] = Reference(folder, variant, pairs, encodings, tokens, detokenized, alignments)
         for mode in CONSTRAINT_MODES if name in CONSTRAINED else ():
             text = (folder / f"constrained-{mode}.txt").read_text(encoding="utf-8")
             found[name].constrained[mode] = interactive_hypotheses(text)[0]

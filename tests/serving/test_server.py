@@ -95,3 +95,37 @@ def test_a_malformed_body_and_an_unknown_path_get_json_errors(server):
     assert httpx.get(server.url + "/nowhere").status_code == 404
     form = httpx.post(server.url + "/translate", data={"q": SENTENCES[0], "source": "en", "target": "de"})
     assert form.json()["translatedText"] == offline(server.offline_model, SENTENCES[:1], *BEAMS)[0]
+
+
+def offline_scores(model, sources: list[str], targets: list[str]) -> list[dict]:
+    from vanilla_transformer.translators import load_translator
+
+    return [pair.as_dict() for pair in load_translator(str(model)).score(sources, targets)]
+
+
+def test_scores_are_the_offline_scores_pair_for_pair(server):
+    sources, targets = SENTENCES[:3], offline(server.offline_model, SENTENCES[:3], *BEAMS)
+    targets[2] = targets[0]  # a wrong translation is scored too
+    expected = offline_scores(server.offline_model, sources, targets)
+    found = httpx.post(server.url + "/score", json={"q": sources, "translation": targets}).json()["scores"]
+    for answer, offline_answer in zip(found, expected):
+        assert answer["tokens"] == offline_answer["tokens"]
+        assert answer["token_log_probs"] == pytest.approx(offline_answer["token_log_probs"], abs=1e-5)
+    one = httpx.post(server.url + "/score", json={"q": sources[0], "translation": targets[0]}).json()["scores"]
+    assert one["log_prob"] == pytest.approx(expected[0]["log_prob"], abs=1e-4)
+    assert server.metric('vanilla_transformer_requests_total{endpoint="/score",status="200"}') >= 2
+
+
+BAD_SCORE_REQUESTS = [
+    ({"q": "one"}, 400, "missing translation parameter"),
+    ({"q": ["one", "two"], "translation": ["eins"]}, 422, "two lists of one length"),
+    ({"q": "one", "translation": 5}, 422, "translation: expected a string or a list of strings"),
+    ({"q": "one " * 60, "translation": "eins " * 60}, 413, "at most 300"),
+    ({"q": "one", "translation": "eins " * 30}, 413, "translation: item 1 has"),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD_SCORE_REQUESTS, ids=[m for _, _, m in BAD_SCORE_REQUESTS])
+def test_a_bad_score_request_gets_its_status_and_an_error_naming_the_field(server, body, status, message):
+    response = httpx.post(server.url + "/score", json=body)
+    assert response.status_code == status and message in error_of(response)

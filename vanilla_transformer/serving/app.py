@@ -3,6 +3,9 @@
 - `POST /translate`: `q` (a string or a list of strings), `source`, `target`, `format` (`text`), `alternatives`
   (how many other translations to add) and `api_key`, as JSON, a form or the query string; the answer is
   `{"translatedText": ...}`, with `"alternatives"` when asked for;
+- `POST /score`: `q` and `translation` (strings, or lists of one length) and `api_key`; the answer is each pair's
+  score, `{"scores": [{"tokens", "token_log_probs", "log_prob", "normalized", "log_prob_without_eos"}]}` (one
+  object for strings), as `vanilla-transformer score` writes it;
 - `GET /languages`: the model's source language and its one target;
 - `GET /health` (the process answers), `GET /ready` (503 until the model is loaded and warmed up, and again while
   draining), `GET /metrics` (Prometheus text).
@@ -33,7 +36,7 @@ LANGUAGE_NAMES = {
     "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
     "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }  # fmt: skip
-ENDPOINTS = ("/translate", "/languages", "/health", "/ready", "/metrics")
+ENDPOINTS = ("/translate", "/score", "/languages", "/health", "/ready", "/metrics")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def create_app(load, settings: ServerSettings = ServerSettings(), keys: KeyRing 
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestError, request_error)
     app.add_api_route("/translate", translate, methods=["POST"])
+    app.add_api_route("/score", score, methods=["POST"])
     for path, endpoint in (("/languages", languages), ("/health", health), ("/ready", ready), ("/metrics", metrics)):
         app.add_api_route(path, endpoint, methods=["GET"])
     return app
@@ -201,6 +205,40 @@ async def translate(request: Request) -> JSONResponse:
     check_key(state.keys, params.get("api_key"))
     asked = parse_translate(params, state.engine, state.settings)
     return JSONResponse(await translate_texts(state, asked))
+
+
+async def score(request: Request) -> JSONResponse:
+    """Given translations scored (forced decoding), in the engine's worker-free path: one teacher-forced pass."""
+    state = request.app.state.server
+    state.check_serving()
+    params = await read_params(request)
+    check_key(state.keys, params.get("api_key"))
+    sources, targets, single = parse_score(params, state.settings)
+    for side, texts in (("q", sources), ("translation", targets)):
+        for index, length in enumerate(state.engine.count_tokens(texts)):
+            if length > state.engine.max_sentence_tokens:
+                raise RequestError(413, f"{side}: item {index + 1} has {length} tokens; at most "
+                                        f"{state.engine.max_sentence_tokens}")  # fmt: skip
+    found = [pair.as_dict() for pair in await asyncio.to_thread(state.engine.score, sources, targets)]
+    return JSONResponse({"scores": found[0] if single else found})
+
+
+def parse_score(params: dict, settings: ServerSettings) -> tuple[list[str], list[str], bool]:
+    """The pairs of a /score request: `q` and `translation`, both strings or both lists of one length."""
+    sides = []
+    for name in ("q", "translation"):
+        value = params.get(name)
+        if value is None:
+            raise RequestError(400, f"Invalid request: missing {name} parameter")
+        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(t, str) for t in value))):
+            raise RequestError(422, f"{name}: expected a string or a list of strings, got {type(value).__name__}")
+        sides.append([value] if isinstance(value, str) else value)
+    if isinstance(params["q"], str) != isinstance(params["translation"], str) or len(sides[0]) != len(sides[1]):
+        raise RequestError(422, "q and translation: expected two strings or two lists of one length")
+    characters = sum(map(len, sides[0] + sides[1]))
+    if characters > settings.max_chars:
+        raise RequestError(413, f"q and translation have {characters} characters; at most {settings.max_chars}")
+    return sides[0], sides[1], isinstance(params["q"], str)
 
 
 def report_failure(task: asyncio.Task, on_failure) -> None:

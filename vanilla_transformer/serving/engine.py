@@ -31,7 +31,8 @@ class EngineSettings:
 
 
 class Engine:
-    """`translate(sentences, n_best)` and `count_tokens(texts)` on one translator, from the worker thread."""
+    """`translate(sentences, n_best)` (from the worker thread), `score(sources, targets)` and `count_tokens(texts)`
+    on one translator."""
 
     def __init__(self, translator, settings: EngineSettings, source_lang: str, target_lang: str, limit: int):
         self.translator, self.settings = translator, settings
@@ -55,6 +56,11 @@ class Engine:
                 scores=n_best > 1,
                 distinct=n_best > 1,  # alternatives are texts: two segmentations of one string are one
             )
+
+    def score(self, sources: list[str], targets: list[str]):
+        """Each pair's `PairScore` (see `vanilla_transformer.scoring`), in one batch."""
+        with torch.inference_mode():
+            return self.translator.score(sources, targets, batch_size=max(1, len(sources)))
 
     def warm_up(self) -> None:
         """One translation, so that the first request does not pay for the first call's setup."""
