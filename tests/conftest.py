@@ -37,6 +37,10 @@ SLOW = {
     "tests/test_importing.py::test_translating_with_an_imported_folder_warns_of_no_length_clash": (
         "a command-line process per source"
     ),
+    "tests/training/test_compile_and_gpu.py::test_compile_runs_the_training_step_compiled_and_keeps_the_checkpoints"
+    "_names": "torch.compile of a training step",
+    "tests/test_demo.py::test_export_to_space_writes_a_folder_that_runs_on_its_own": "a Space's app in a process",
+    "tests/test_demo.py::test_the_exported_space_serves_translations_over_gradios_api": "a Space's app in a process",
 }
 
 
