@@ -1,7 +1,8 @@
-"""Lexically constrained beam search: translations that contain given terms, as fairseq makes them with
-`--constraints ordered|unordered` (Post & Vilar 2018's dynamic beam allocation, vectorised as in Hu et al. 2019).
-transformers no longer has a constrained search (it was removed from generate() in 2025), so this is a search of its
-own, ported from fairseq's `SequenceGenerator` and `LexicallyConstrainedBeamSearch` (MIT licence) rule for rule:
+"""The package's own beam search, for what generate() does not do: translations that contain given terms, as fairseq
+makes them with `--constraints ordered|unordered` (Post & Vilar 2018's dynamic beam allocation, vectorised as in Hu
+et al. 2019), and translations from target prefixes, by fairseq's or CTranslate2's rules. transformers no longer has
+a constrained search (it was removed from generate() in 2025), so this one is ported from fairseq's
+`SequenceGenerator` and `LexicallyConstrainedBeamSearch` (MIT licence) rule for rule:
 
 - every step, the candidates are the 2k best (hypothesis, token) pairs over the beam (k the beam size), each
   hypothesis's best token, and each token that moves a hypothesis on in its terms (`constraints.py`);
@@ -9,7 +10,9 @@ own, ported from fairseq's `SequenceGenerator` and `LexicallyConstrainedBeamSear
   round-robin from the fullest bank down, so that hypotheses that took a term early are not crowded out;
 - the end of sentence is forbidden to a hypothesis until its terms are all met; a candidate that ends the sentence
   among the first k is finished with the score sum(log p) / length^length_penalty (length in tokens, end of sentence
-  included), and a sentence is done when k hypotheses are finished or the length limit is reached.
+  included), and a sentence is done when k hypotheses are finished or the length limit is reached;
+- a prefix's tokens are the only choice while it lasts; where fairseq and CTranslate2 treat prefixes differently,
+  `SearchSettings.rules` chooses (`RULES`).
 
     settings = SearchSettings(beam_size=5, max_length=200, ordered=False)
     hypotheses = beam_search(model, input_ids, attention_mask, settings, terms=terms)

@@ -21,6 +21,7 @@ def server(request, trained_folder, exported_folder, tmp_path_factory):
     flags = ("--engine", request.param, *BEAMS, "--max-chars", "300", "--max-sentence-tokens", "24")
     with serving(trained_folder, *flags, tmp_path=log_dir) as running:
         running.offline_model = trained_folder if request.param == "torch" else exported_folder
+        running.engine = request.param
         yield running
 
 
@@ -128,4 +129,38 @@ BAD_SCORE_REQUESTS = [
 @pytest.mark.parametrize("body, status, message", BAD_SCORE_REQUESTS, ids=[m for _, _, m in BAD_SCORE_REQUESTS])
 def test_a_bad_score_request_gets_its_status_and_an_error_naming_the_field(server, body, status, message):
     response = httpx.post(server.url + "/score", json=body)
+    assert response.status_code == status and message in error_of(response)
+
+
+def offline_with_terms(model, sentences: list[str], terms: list[list[str]], tmp_path) -> list[str]:
+    (tmp_path / "terms.txt").write_text("".join("\t".join(row) + "\n" for row in terms), encoding="utf-8")
+    return offline(model, sentences, *BEAMS, "--constraints-file", str(tmp_path / "terms.txt"))
+
+
+def test_terms_are_in_the_translations_as_offline(server, tmp_path):
+    terms = [["sieben"], ["acht", "neun"], []]
+    if server.engine == "ctranslate2":
+        answer = server.post(q=SENTENCES[0], source="en", target="de", terms=["sieben"])
+        assert answer.status_code == 400 and "no lexically constrained search" in error_of(answer)
+        return
+    expected = offline_with_terms(server.offline_model, SENTENCES[:3], terms, tmp_path)
+    answer = server.post(q=SENTENCES[:3], source="en", target="de", terms=terms).json()
+    assert answer["translatedText"] == expected
+    assert "sieben" in expected[0] and "acht" in expected[1] and "neun" in expected[1]
+    one = server.post(q=SENTENCES[0], source="en", target="de", terms=["sieben"]).json()
+    assert one["translatedText"] == expected[0]
+
+
+BAD_TERMS = [
+    ({"terms": "sieben"}, 422, "terms: expected a list of strings"),
+    ({"terms": [["sieben"]]}, 422, "terms: expected a list of strings"),
+    ({"terms": ["€€"]}, 422, "terms: sentence 1: the term '€€' has a token the target vocabulary lacks"),
+]
+
+
+@pytest.mark.parametrize("fields, status, message", BAD_TERMS, ids=[m for _, _, m in BAD_TERMS])
+def test_bad_terms_get_their_status_and_an_error_naming_them(server, fields, status, message):
+    if server.engine == "ctranslate2" and status == 422 and message.startswith("terms: sentence"):
+        status, message = 400, "no lexically constrained search"  # well-formed terms: the engine refuses them all
+    response = server.post(q=SENTENCES[0], source="en", target="de", **fields)
     assert response.status_code == status and message in error_of(response)

@@ -2,7 +2,8 @@
 
 - `POST /translate`: `q` (a string or a list of strings), `source`, `target`, `format` (`text`), `alternatives`
   (how many other translations to add) and `api_key`, as JSON, a form or the query string; the answer is
-  `{"translatedText": ...}`, with `"alternatives"` when asked for;
+  `{"translatedText": ...}`, with `"alternatives"` when asked for. Beyond LibreTranslate's fields, `terms` (a list
+  of strings per text) asks for translations that contain them (lexically constrained decoding, the torch engine);
 - `POST /score`: `q` and `translation` (strings, or lists of one length) and `api_key`; the answer is each pair's
   score, `{"scores": [{"tokens", "token_log_probs", "log_prob", "normalized", "log_prob_without_eos"}]}` (one
   object for strings), as `vanilla-transformer score` writes it;
@@ -67,6 +68,7 @@ class TranslateRequest:
     single: bool  # q was a string, not a list
     alternatives: int
     auto: bool  # source was "auto"
+    terms: list[list[str]] | None = None  # each text's terms, which its translation must contain
 
 
 class ServerState:
@@ -306,7 +308,21 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
     characters = sum(map(len, texts))
     if characters > settings.max_chars:
         raise RequestError(413, f"q has {characters} characters; this server takes at most {settings.max_chars}")
-    return TranslateRequest(texts, isinstance(q, str), alternatives, source == "auto")
+    terms = parse_terms(params.get("terms"), texts, isinstance(q, str))
+    return TranslateRequest(texts, isinstance(q, str), alternatives, source == "auto", terms)
+
+
+def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None:
+    """The `terms` field: for a string q, a list of strings; for a list q, a list of them, one per text."""
+    if terms is None:
+        return None
+    rows = [terms] if single else terms
+    shape = "a list of strings" if single else "a list of lists of strings, one per text of q"
+    if not isinstance(rows, list) or len(rows) != len(texts):
+        raise RequestError(422, f"terms: expected {shape}")
+    if not all(isinstance(row, list) and all(isinstance(term, str) for term in row) for row in rows):
+        raise RequestError(422, f"terms: expected {shape}")
+    return rows
 
 
 def whole_number(value, name: str) -> int:
@@ -317,7 +333,14 @@ def whole_number(value, name: str) -> int:
 
 async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
     engine, batcher = state.engine, state.batcher
-    documents = [split_document(text, engine.source_lang) for text in asked.texts]
+    if asked.terms is not None:
+        try:
+            engine.check_terms(asked.terms)
+        except ValueError as error:
+            raise RequestError(400 if engine.name != "torch" else 422, f"terms: {error}") from None
+        documents = [Document([text], [0]) for text in asked.texts]  # a text with terms is translated whole
+    else:
+        documents = [split_document(text, engine.source_lang) for text in asked.texts]
     sentences = [sentence for document in documents for sentence in document.sentences]
     lengths = engine.count_tokens(sentences) if sentences else []
     for index, length in enumerate(lengths):
@@ -328,7 +351,7 @@ async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
                 f"tokens a sentence: split it",
             )
     try:
-        job = batcher.submit(sentences, lengths, n_best=asked.alternatives + 1)
+        job = batcher.submit(sentences, lengths, n_best=asked.alternatives + 1, terms=asked.terms)
     except QueueFull as error:
         raise RequestError(429, f"the server is busy: {error}", retry_after=error.retry_after) from None
     try:

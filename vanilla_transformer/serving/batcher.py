@@ -4,9 +4,10 @@ them at a time, by a token budget or after a short wait, and translates it.
 A request's sentences enter the queue together (`submit`), or not at all: when the queue would hold more than
 `max_queue_tokens` source tokens or `max_queue_requests` requests, `submit` raises `QueueFull` at once, without
 touching the model. The worker waits for the first sentence, then until the waiting sentences of the same search
-(the same number of hypotheses) fill `max_batch_tokens`, or `max_wait` seconds have passed since that first one
-arrived; it sorts the batch by length, translates it in one call, and hands each sentence's result to its request.
-A request whose deadline passed is `cancel`led: its sentences still waiting are dropped from the queue."""
+(the same number of hypotheses, with terms or without) fill `max_batch_tokens`, or `max_wait` seconds have passed
+since that first one arrived; it sorts the batch by length, translates it in one call, and hands each sentence's
+result to its request. A request whose deadline passed is `cancel`led: its sentences still waiting are dropped
+from the queue."""
 
 import collections
 import concurrent.futures
@@ -31,6 +32,7 @@ class Job:
     sentences: list[str]
     lengths: list[int]
     n_best: int
+    terms: list[list[str]] | None = None  # each sentence's terms that its translation must contain
     arrived: float = field(default_factory=time.monotonic)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: list = field(default_factory=list)
@@ -43,9 +45,14 @@ class Job:
         self.waiting = len(self.sentences)
 
 
+def search(job: Job) -> tuple[int, bool]:
+    """What a batch must share: the hypotheses asked for, and whether the search has terms."""
+    return job.n_best, job.terms is not None
+
+
 class Batcher:
     def __init__(self, engine, max_batch_tokens, max_wait, max_queue_tokens, max_queue_requests, metrics=None):
-        """`engine.translate(sentences, n_best)` gives each sentence's n_best translations, best first, and
+        """`engine.translate(sentences, n_best, terms)` gives each sentence's n_best translations, best first, and
         `engine.count_tokens(texts)` each text's length in tokens."""
         self.engine = engine
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait
@@ -62,9 +69,9 @@ class Batcher:
     def start(self) -> None:
         self.worker.start()
 
-    def submit(self, sentences: list[str], lengths: list[int], n_best: int) -> Job:
-        """Queue a request's sentences, or raise `QueueFull`."""
-        job = Job(sentences, lengths, n_best)
+    def submit(self, sentences: list[str], lengths: list[int], n_best: int, terms=None) -> Job:
+        """Queue a request's sentences (with their `terms`, if any), or raise `QueueFull`."""
+        job = Job(sentences, lengths, n_best, terms)
         tokens = sum(lengths)
         with self.condition:
             if self.stopping:
@@ -137,7 +144,7 @@ class Batcher:
                     continue
                 first = self.pending[0][0]
                 waited = time.monotonic() - first.arrived
-                ready = [item for item in self.pending if item[0].n_best == first.n_best]
+                ready = [item for item in self.pending if search(item[0]) == search(first)]
                 tokens = sum(job.lengths[i] for job, i in ready)
                 if tokens >= self.max_batch_tokens or waited >= self.max_wait or self.stopping:
                     break
@@ -164,9 +171,10 @@ class Batcher:
     def translate_batch(self, batch: list[tuple[Job, int]]) -> None:
         batch = sorted(batch, key=lambda item: item[0].lengths[item[1]])  # similar lengths pad least
         sentences = [job.sentences[i] for job, i in batch]
+        terms = [job.terms[i] for job, i in batch] if batch[0][0].terms is not None else None
         start = time.perf_counter()
         try:
-            translations = self.engine.translate(sentences, batch[0][0].n_best)
+            translations = self.engine.translate(sentences, batch[0][0].n_best, terms)
         except Exception as error:  # the requests of the batch get the error; the worker goes on
             for job in {id(job): job for job, _ in batch}.values():
                 self.finish(job, error=error)

@@ -43,7 +43,7 @@ class Engine:
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.translator.tokenizer(texts, add_special_tokens=True)["input_ids"]]
 
-    def translate(self, sentences: list[str], n_best: int = 1):
+    def translate(self, sentences: list[str], n_best: int = 1, terms: list[list[str]] | None = None):
         beams = max(self.settings.num_beams or self.translator.generation_config.num_beams or 1, n_best)
         with torch.inference_mode():
             return self.translator.translate(
@@ -55,7 +55,14 @@ class Engine:
                 batch_size=len(sentences),
                 scores=n_best > 1,
                 distinct=n_best > 1,  # alternatives are texts: two segmentations of one string are one
+                **({"constraints": terms} if terms is not None else {}),
             )
+
+    def check_terms(self, terms: list[list[str]]) -> None:
+        """A ValueError naming a term the model cannot write, or the engine that has no constrained search."""
+        if self.name != "torch":
+            raise ValueError("the CTranslate2 engine has no lexically constrained search: serve the model folder")
+        self.translator.term_ids(terms, len(terms), None)
 
     def score(self, sources: list[str], targets: list[str]):
         """Each pair's `PairScore` (see `vanilla_transformer.scoring`), in one batch."""
