@@ -73,8 +73,8 @@ class PyTorchTranslator:
         scores, which costs memory for large vocabularies, and a translation's score is otherwise None. With
         `distinct`, hypotheses whose texts are the same (two segmentations of one string) are one, with the best
         score: the list may then be shorter than `n_best`. `prefix`, a target prefix per sentence (None or "" for
-        none), is where each translation starts: the search goes on from its tokens, which count in its score as in
-        CTranslate2's and fairseq's, and `max_length` new tokens follow it. `constraints`, a list of terms per
+        none), is where each translation starts: the search goes on from its tokens, which count in its length but
+        not its score, as in CTranslate2's, and `max_length` new tokens follow it. `constraints`, a list of terms per
         sentence (strings; an empty list for none), are terms every translation contains, in the order given when
         `ordered`. Both use the package's own beam search (`constrained_search`). `guards` limit each output's
         length by its source's and its repetitions (`Guards`); a translation stopped at its limit says so
@@ -114,9 +114,9 @@ class PyTorchTranslator:
         return [len(row) == length and eos not in row for row in sequences.tolist()]
 
     def searched(self, sentences, constraints, prefix, guards, batch_size, settings: SearchSettings):
-        """Translations by the package's own beam search (`constrained_search`): with terms (fairseq's
-        --constraints; fairseq's min_length 1) or from prefixes (fairseq's --prefix-size, CTranslate2's
-        target_prefix: the prefix's tokens count in the score; min_length 0, as generate() and CTranslate2)."""
+        """Translations by the package's own beam search (`constrained_search`): with terms, by fairseq's rules
+        (--constraints; min_length 1), or from prefixes, by CTranslate2's (target_prefix: the prefix's tokens count
+        in the length, not the score; min_length 0, as generate() and CTranslate2)."""
         if constraints is not None and prefix is not None:
             raise ValueError("constraints and prefix together: give one of them")
         if guards.no_repeat_ngram_size or guards.repetition_penalty not in (None, 1.0):
@@ -149,12 +149,10 @@ class PyTorchTranslator:
         and the term where a term is empty or has a token the target vocabulary lacks."""
         if len(constraints) != count:
             raise ValueError(f"{len(constraints)} lists of terms for {count} sentences: give one per sentence")
-        flat = [term for terms in constraints for term in terms]
-        encoded = iter(encode_within(self.tokenizer, flat, limit, target=True) if flat else [])
-        eos, unknown = self.model.config.eos_token_id, self.tokenizer.unk_token_id  # the model's: not every
-        found = []  # tokenizer (fairseq's) names its end of sentence
+        encoded = iter(self.target_ids([term for terms in constraints for term in terms], limit))
+        unknown, found = self.tokenizer.unk_token_id, []
         for number, terms in enumerate(constraints, start=1):
-            found.append([row[:-1] if row and row[-1] == eos else row for row in (next(encoded) for _ in terms)])
+            found.append([next(encoded) for _ in terms])
             for term, row in zip(terms, found[-1]):
                 if not row or (unknown is not None and unknown in row):
                     what = (
@@ -163,14 +161,20 @@ class PyTorchTranslator:
                     raise ValueError(f"sentence {number}: the term {term!r} has {what}")
         return found
 
+    def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
+        """Each text as target token ids without the end of sentence (the model's id: not every tokenizer, fairseq's
+        among them, names one), cut to `limit` tokens as `encode_within` cuts them."""
+        if not texts:
+            return []
+        eos, rows = self.model.config.eos_token_id, encode_within(self.tokenizer, texts, limit, target=True)
+        return [row[:-1] if row and row[-1] == eos else row for row in rows]
+
     def prefix_ids(self, prefix, count: int, limit: int | None) -> list[list[int]]:
         """Each sentence's target prefix as token ids, without the end of sentence; none: empty. A ValueError names
         a prefix that leaves no room in the model's positions (`limit`)."""
         if prefix is None:
             return [[] for _ in range(count)]
-        ids = encode_within(self.tokenizer, prefix_texts(prefix, count), None, target=True)
-        eos = self.model.config.eos_token_id
-        rows = [row[:-1] if row and row[-1] == eos else row for row in ids]
+        rows = self.target_ids(prefix_texts(prefix, count), None)
         for number, row in enumerate(rows, start=1):
             if limit is not None and len(row) >= limit:
                 raise ValueError(

@@ -318,9 +318,8 @@ def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None
         return None
     rows = [terms] if single else terms
     shape = "a list of strings" if single else "a list of lists of strings, one per text of q"
-    if not isinstance(rows, list) or len(rows) != len(texts):
-        raise RequestError(422, f"terms: expected {shape}")
-    if not all(isinstance(row, list) and all(isinstance(term, str) for term in row) for row in rows):
+    well_formed = isinstance(rows, list) and len(rows) == len(texts)
+    if not well_formed or not all(isinstance(row, list) and all(isinstance(t, str) for t in row) for row in rows):
         raise RequestError(422, f"terms: expected {shape}")
     return rows
 
