@@ -1,5 +1,5 @@
 """`python -m bench SUITE [flags]`: run one benchmark suite from the repository root. `python -m bench SUITE --help`
-shows that suite's flags; a suite's module is imported only when that suite runs."""
+shows that suite's flags; a suite's module (`bench/SUITE/suite.py`) is imported only when that suite runs."""
 
 import argparse
 import importlib
@@ -7,14 +7,14 @@ import sys
 
 # suite -> (its module in this package, what it measures)
 SUITES = {
-    "speed": ("speed", "training, generation, memory and utilisation against MarianMTModel: BENCHMARKS.md's head"),
-    "serving": ("serving", "CTranslate2 exports against generate() and MarianMTModel: the serving section"),
-    "serve": ("serve", "`vanilla-transformer serve` under load against offline batches: the serve section"),
-    "data": ("data", "the data pipeline at scale, time to the first update and peak memory: the data section"),
-    "gpu": ("gpu", "training and generation in bf16 on a CUDA GPU: the GPU section"),
-    "engines": ("engines", "peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO: the engines section"),
-    "generation-split": ("generation_split", "where generate()'s time goes: encoder, decoder, search (printed)"),
-    "search-agreement": ("search_agreement", "generate() against CTranslate2 beam search, scored by the model"),
+    "speed": ("speed.suite", "training, generation, memory and utilisation against MarianMTModel: the report's head"),
+    "serving": ("serving.suite", "CTranslate2 exports against generate() and MarianMTModel: the serving section"),
+    "serve": ("serve.suite", "`vanilla-transformer serve` under load against offline batches: the serve section"),
+    "data": ("data.suite", "the data pipeline at scale, time to the first update and peak memory: the data section"),
+    "gpu": ("gpu.suite", "training and generation in bf16 on a CUDA GPU: the GPU section"),
+    "engines": ("engines.suite", "peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO: the engines section"),
+    "generation-split": ("generation_split.suite", "where generate()'s time goes: encoder, decoder, search (printed)"),
+    "search-agreement": ("search_agreement.suite", "generate() against CTranslate2 beam search, scored by the model"),
 }
 
 

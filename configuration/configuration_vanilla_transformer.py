@@ -15,10 +15,13 @@ Some fields exist so that models trained by other implementations of the same ar
 (`vanilla_transformer.import_checkpoint`): `position_layout`, `output_bias`, `target_vocab_size`,
 `share_decoder_embeddings`, and the "silu" activation. Their defaults are the paper's.
 
-Other fields take the architecture apart, for the studies of `vanilla-transformer ablate` (Table 3's smaller d_k, and
-the lessons: no residual connections, no LayerNorm, no 1/sqrt(d_k), no positional encoding, no decoder mask, no
-feed-forward network or no ReLU in it). They are the paper's by default, and a saved configuration holds them only
-where a model changed them (`STUDY_SWITCHES`), so that every other model's config.json is as it was.
+The study switches take the architecture apart, for the studies of `vanilla-transformer ablate` (Table 3's smaller
+d_k, and the lessons: no residual connections, no LayerNorm, no 1/sqrt(d_k), no positional encoding, no decoder mask,
+no feed-forward network or no ReLU in it), each declared once in `SWITCHES`. Three are values of the fields above
+(`norm_position="none"`, `position_encoding="none"`, `activation="linear"`); the others are fields of their own, which
+a saved configuration holds only where a model changed them (`STUDY_SWITCHES`), so that every other model's
+config.json is as it was. A config.json of an earlier version, with `layer_norm`, `positional_encoding` or
+`ffn_activation` false, loads as the same model (`fold_switches`).
 """
 
 from dataclasses import dataclass
@@ -26,51 +29,92 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-NORM_POSITIONS = ("post", "pre")
-POSITION_ENCODINGS = ("sinusoidal", "learned")
-ACTIVATIONS = ("relu", "gelu", "silu", "swish")  # swish is SiLU under Marian's name
+NORM_POSITIONS = ("post", "pre", "none")  # none: a study without LayerNorm
+POSITION_ENCODINGS = ("sinusoidal", "learned", "none")  # none: a study without positions
+ACTIVATIONS = ("relu", "gelu", "silu", "swish", "linear")  # swish is SiLU under Marian's name; linear: a study
 POSITION_LAYOUTS = ("interleaved", "halves", "fairseq")
 
 
 @dataclass(frozen=True)
 class StudySwitch:
-    """A configuration field that takes the architecture apart for a study: the paper's value, what it is, and what
-    another value leaves. `SWITCHES` declares each once; the configuration's docstring, `train`'s flag and the
-    manual's table of the switches are made from it."""
+    """A way to take the architecture apart for a study: the configuration field, the paper's value, the value that
+    takes the part out (`off`; None for a size), what it is and what the `off` value leaves. `SWITCHES` declares each
+    once; the configuration's docstring, `train`'s flag and the manual's table of the switches are made from it.
 
-    paper: bool | None
+    A switch is either a field of its own, only for studies (`residual=False`), or one value of a field that also
+    holds the options of the architecture (`norm_position="none"` beside "post" and "pre")."""
+
+    paper: bool | str | None
+    off: bool | str | None
     what: str
     otherwise: str
+
+    @property
+    def own_field(self) -> bool:
+        """Whether the field exists for the studies alone: then a saved configuration leaves it out where it is the
+        paper's, and `train` has a flag of its own for it."""
+        return not isinstance(self.paper, str)
+
+    def changes(self, value) -> bool:
+        """Whether a model with this field's `value` is taken apart by the switch."""
+        return value != self.paper if self.off is None else value == self.off
 
 
 SWITCHES = {
     "d_k": StudySwitch(
         None,
+        None,
         "the size of each head's queries and keys (Table 3, row B); None (or d_model / h itself) is d_model / h",
         "smaller queries and keys; the values keep d_v = d_model / h, and flash attention refuses it",
     ),
-    "residual": StudySwitch(True, "the residual connection around every sub-layer (§3.1)", "LayerNorm(Sublayer(x))"),
-    "layer_norm": StudySwitch(
-        True, "the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one", "x + Sublayer(x)"
+    "residual": StudySwitch(
+        True, False, "the residual connection around every sub-layer (§3.1)", "LayerNorm(Sublayer(x))"
     ),
-    "attention_scaling": StudySwitch(True, "dividing the attention scores by sqrt(d_k) (§3.2.1)", "softmax(Q K^T) V"),
-    "positional_encoding": StudySwitch(
-        True,
+    "norm_position": StudySwitch(
+        "post", "none", "the LayerNorm of every Add&Norm (§3.1) and pre-norm's final one", "x + Sublayer(x)"
+    ),
+    "attention_scaling": StudySwitch(
+        True, False, "dividing the attention scores by sqrt(d_k) (§3.2.1)", "softmax(Q K^T) V"
+    ),
+    "position_encoding": StudySwitch(
+        "sinusoidal",
+        "none",
         "the positional encoding added to the embeddings (§3.5)",
         "the embeddings alone: the encoder reads a bag of tokens",
     ),
     "decoder_mask": StudySwitch(
         True,
+        False,
         "hiding the future positions from the decoder's self-attention (§3.2.3)",
         "training reads the token it is asked to predict",
     ),
-    "feed_forward": StudySwitch(True, "the position-wise feed-forward sub-layer (§3.3)", "attention sub-layers only"),
-    "ffn_activation": StudySwitch(
-        True, "the feed-forward network's ReLU (or `activation`) (§3.3)", "the network is one linear map"
+    "feed_forward": StudySwitch(
+        True, False, "the position-wise feed-forward sub-layer (§3.3)", "attention sub-layers only"
+    ),
+    "activation": StudySwitch(
+        "relu", "linear", "the feed-forward network's ReLU (§3.3)", "the network is one linear map"
     ),
 }
-# the switches' paper values, by field: left out of a saved configuration that keeps them (`to_dict`)
-STUDY_SWITCHES = {name: switch.paper for name, switch in SWITCHES.items()}
+# the fields that exist for the studies alone, with their paper values: left out of a saved configuration that keeps
+# them (`to_dict`)
+STUDY_SWITCHES = {name: switch.paper for name, switch in SWITCHES.items() if switch.own_field}
+# the boolean fields of earlier versions, each now a value of an option's field: read from old config.json files
+FOLDED_SWITCHES = {
+    "layer_norm": "norm_position",
+    "positional_encoding": "position_encoding",
+    "ffn_activation": "activation",
+}
+
+
+def fold_switches(settings: dict) -> dict:
+    """`settings` (a saved configuration or its record) with the boolean switches of earlier versions folded into the
+    fields that hold them now: `layer_norm=False` is `norm_position="none"`, `positional_encoding=False` is
+    `position_encoding="none"`, `ffn_activation=False` is `activation="linear"`; a True one is the field as it is."""
+    folded = {name: value for name, value in settings.items() if name not in FOLDED_SWITCHES}
+    for old, field in FOLDED_SWITCHES.items():
+        if settings.get(old, True) is False:
+            folded[field] = SWITCHES[field].off
+    return folded
 
 
 @strict
@@ -88,14 +132,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
         dropout: P_drop, applied to each sub-layer output before the residual add and to embedding + position sums.
         attention_dropout: dropout on the attention probabilities (0.0 in the paper).
         activation_dropout: dropout after the feed-forward activation (0.0 in the paper).
-        activation: "relu" (the paper), "gelu", or "silu" (also written "swish", as Marian's OPUS-MT models do).
+        activation: "relu" (the paper), "gelu", or "silu" (also written "swish", as Marian's OPUS-MT models do);
+            "linear" (none) is a study's.
         layer_norm_eps: epsilon of every LayerNorm.
         max_position_embeddings: with sinusoidal positions, how many are precomputed; longer sequences are encoded
             all the same (§3.5), so it limits nothing. With learned positions, the size of their table and the longest
             sequence the model can read or write (see `position_limit`).
         norm_position: "post" (the paper: LayerNorm(x + Dropout(Sublayer(x)))) or "pre"
-            (x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm closing each stack).
-        position_encoding: "sinusoidal" (§3.5, a fixed table, not saved with the weights) or "learned".
+            (x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm closing each stack); "none" (no LayerNorm,
+            x + Dropout(Sublayer(x))) is a study's.
+        position_encoding: "sinusoidal" (§3.5, a fixed table, not saved with the weights) or "learned"; "none" (the
+            embeddings alone) is a study's.
         position_layout: the layout of the sinusoids: "interleaved" (§3.5: sin and cos alternate, PE(pos, 2i) and
             PE(pos, 2i+1)); "halves" (Marian's: the same frequencies, all sines, then all cosines); "fairseq" (fairseq's
             and FSMT's: sines then cosines with frequencies 10000^(-i / (d_model/2 - 1)), positions counted from
@@ -113,8 +160,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         init_std: standard deviation of the embedding initialisation; None means d_model ** -0.5.
         use_cache: reuse keys and values of previous decoding steps in `generate()`.
 
-    The study switches (`vanilla-transformer ablate`; every one the paper's by default, and left out of a saved
-    configuration unless changed), as `SWITCHES` declares them:
+    The study switches (`vanilla-transformer ablate`; every one the paper's by default), as `SWITCHES` declares them:
+    the fields of their own are left out of a saved configuration unless changed; the others are values of the
+    fields above.
     """
 
     model_type = "vanilla_transformer"
@@ -157,12 +205,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
     d_k: int | None = SWITCHES["d_k"].paper
     residual: bool = SWITCHES["residual"].paper
-    layer_norm: bool = SWITCHES["layer_norm"].paper
     attention_scaling: bool = SWITCHES["attention_scaling"].paper
-    positional_encoding: bool = SWITCHES["positional_encoding"].paper
     decoder_mask: bool = SWITCHES["decoder_mask"].paper
     feed_forward: bool = SWITCHES["feed_forward"].paper
-    ffn_activation: bool = SWITCHES["ffn_activation"].paper
 
     def __post_init__(self, **kwargs):
         model_type = kwargs.pop("model_type", self.model_type)
@@ -171,6 +216,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"This configuration has model_type {model_type!r}; VanillaTransformerConfig reads only "
                 f"model_type {self.model_type!r}."
             )
+        for old, field in FOLDED_SWITCHES.items():  # an earlier version's switch, as its field holds it now
+            if kwargs.pop(old, True) is False:
+                setattr(self, field, SWITCHES[field].off)
         self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
         if self.d_k is not None and self.num_heads > 0 and self.d_k * self.num_heads == self.d_model:
             self.d_k = None  # the paper's own size: not a change
@@ -214,11 +262,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"VanillaTransformerConfig.{name} must be in [0, 1), got {value}.")
         if self.d_k is not None and self.d_k <= 0:
             raise ValueError(f"VanillaTransformerConfig.d_k must be a positive integer or None, got {self.d_k}.")
-        if not self.positional_encoding and self.position_encoding == "learned":
-            raise ValueError(
-                "VanillaTransformerConfig.positional_encoding=False leaves the positions out: "
-                "position_encoding='learned' would add a table that nothing reads; keep 'sinusoidal'."
-            )
         if not self.layer_norm_eps > 0:
             raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
         if self.init_std is not None and not self.init_std > 0:
@@ -309,7 +352,7 @@ def switch_lines() -> str:
     leaves."""
     lines = []
     for name, switch in SWITCHES.items():
-        other = "another size" if switch.paper is None else str(not switch.paper)
+        other = "another size" if switch.off is None else repr(switch.off)
         lines.append(f"        {name}: {switch.what}; {other}: {switch.otherwise}.")
     return "\n".join(lines) + "\n"
 
@@ -321,7 +364,9 @@ def changed_switches(config) -> dict:
     """The study switches a model changes from the paper's, by name: {} for the paper's architecture. Works for any
     config (a field it lacks is the paper's)."""
     return {
-        name: getattr(config, name) for name, paper in STUDY_SWITCHES.items() if getattr(config, name, paper) != paper
+        name: getattr(config, name)
+        for name, switch in SWITCHES.items()
+        if switch.changes(getattr(config, name, switch.paper))
     }
 
 
@@ -335,12 +380,14 @@ def position_limit(config) -> int | None:
 
 
 __all__ = [
+    "FOLDED_SWITCHES",
     "STUDY_SWITCHES",
     "SWITCHES",
     "StudySwitch",
     "VanillaTransformerConfig",
     "changed_switches",
     "check_tokenizer_matches",
+    "fold_switches",
     "position_limit",
     "target_vocabulary_size",
 ]

@@ -137,7 +137,7 @@ def generic_card(config, num_parameters: int) -> ModelCard:
         tags=["translation", "vanilla-transformer", "transformer", "encoder-decoder"],
         model_name=GENERIC_MODEL_NAME,
     )
-    norm = "post-norm" if config.norm_position == "post" else "pre-norm"
+    norm = {"post": "post-norm", "pre": "pre-norm"}.get(config.norm_position, "no LayerNorm")
     text = (
         f"# {GENERIC_MODEL_NAME}\n\n"
         'An encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a `transformers` '

@@ -159,7 +159,7 @@ def without_positions(x: torch.Tensor, past_len: int | torch.Tensor) -> torch.Te
 
 class TransformerEmbedding(nn.Module):
     """Token embedding times sqrt(d_model) (§3.4) plus positional encoding (§3.5), then dropout P_drop (§5.4). A
-    study may leave the positions out (`config.positional_encoding`)."""
+    study may leave the positions out (`position_encoding="none"`)."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
         super().__init__()
@@ -170,11 +170,13 @@ class TransformerEmbedding(nn.Module):
             self.embed_positions = SinusoidalPositionalEncoding(
                 config.max_position_embeddings, config.d_model, config.position_layout, offset
             )
-        else:
+        elif config.position_encoding == "learned":
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
+        else:
+            self.embed_positions = None  # a study without positions
         self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
         # a study may leave the positions out: the embeddings go on as they are
-        self.add_positions = self.with_positions if config.positional_encoding else without_positions
+        self.add_positions = without_positions if config.position_encoding == "none" else self.with_positions
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -446,12 +448,12 @@ def target_mask(
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately (§3.3); `config.activation` may
-    replace the ReLU max(0, .) with GELU or SiLU, and a study may leave it out (`config.ffn_activation`)."""
+    replace the ReLU max(0, .) with GELU or SiLU, and a study may leave it out (`activation="linear"`, the identity)."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.w_1 = nn.Linear(config.d_model, config.d_ff)
-        self.activation = ACT2FN[config.activation] if config.ffn_activation else nn.Identity()
+        self.activation = ACT2FN[config.activation]
         self.dropout = Dropout(config.activation_dropout)
         self.w_2 = nn.Linear(config.d_ff, config.d_model)
 
@@ -477,8 +479,8 @@ def no_residual(x: torch.Tensor) -> float:
 class AddNorm(nn.Module):
     """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4), and its
     LayerNorm. `AddNorm(config)` is the Add&Norm of `config.norm_position`: `PostNorm` (the paper's) or `PreNorm`. A
-    study may take out the residual (`config.residual`) or the LayerNorm (`config.layer_norm`): both are chosen here,
-    once, as the norm's position is."""
+    study may take out the residual (`config.residual`) or the LayerNorm (`norm_position="none"`): both are chosen
+    here, once, as the norm's position is."""
 
     pre_norm: bool
 
@@ -490,7 +492,7 @@ class AddNorm(nn.Module):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.layer_norm else nn.Identity()
+            nn.Identity() if config.norm_position == "none" else nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         )
         self.dropout = Dropout(config.dropout)
         self.residual = identity if config.residual else no_residual
@@ -663,7 +665,7 @@ class Stack(VanillaTransformerPreTrainedModel):
         super().__init__(config)
         self.embed = TransformerEmbedding(config, embed_tokens)
         self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
-        pre_norm = config.norm_position == "pre" and config.layer_norm
+        pre_norm = config.norm_position == "pre"
         self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if pre_norm else None
         self.post_init()
 

@@ -244,11 +244,43 @@ def long_sentence(words: int = 200) -> str:
     return " ".join(english(100 + (i * 37) % 300) for i in range(words // 3))
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# what the README's first run depends on: the package's source, the command and the libraries that train it
+FIRST_RUN_SOURCES = ("vanilla_transformer", "configuration", "modeling", "training", "pyproject.toml")
+
+
+def first_run_key() -> str:
+    """A hash of everything the README's first run depends on: a kept run of another tree is not reused."""
+    import hashlib
+    import importlib.metadata
+
+    digest = hashlib.sha256(first_command().encode())
+    for library in ("torch", "transformers", "tokenizers", "datasets", "accelerate"):
+        digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
+    for source in FIRST_RUN_SOURCES:
+        paths = [ROOT / source] if (ROOT / source).is_file() else sorted((ROOT / source).rglob("*"))
+        for path in paths:
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
-def first_run(tmp_path_factory) -> Path:
-    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de."""
+def first_run(request, tmp_path_factory) -> Path:
+    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de. The run is kept in
+    pytest's cache under `first_run_key`, so that the slow tier, run after the fast one on the same tree, copies the
+    fast tier's run instead of training it again; each session gets a copy of its own to write in."""
+    import shutil
+
     folder = tmp_path_factory.mktemp("readme")
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    kept = cache.mkdir(f"first-run-{first_run_key()}") if cache is not None else None
+    if kept is not None and (kept / "train_output.txt").is_file():
+        shutil.copytree(kept, folder, dirs_exist_ok=True)
+        return folder
     done = run(argv(first_command()), folder, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
+    if kept is not None:
+        shutil.copytree(folder, kept, dirs_exist_ok=True)
     return folder

@@ -192,7 +192,7 @@ def test_the_circle_check_finds_a_circle_and_reads_imports_as_modules():
     assert "vanilla_transformer.commands.train" in graph["vanilla_transformer.cli"]
     assert "vanilla_transformer.training.options.arguments" in graph["vanilla_transformer.commands.train"]
     assert "vanilla_transformer" not in graph["vanilla_transformer.model_folder"]
-    assert "vanilla_transformer.modeling" in graph["vanilla_transformer.training.run.build"]
+    assert "vanilla_transformer.modeling" in graph["vanilla_transformer.training.run.model"]
     assert ancestors("vanilla_transformer.commands.train") == {"vanilla_transformer", "vanilla_transformer.commands"}
 
 

@@ -11,7 +11,7 @@ import sys
 
 from vanilla_transformer.training.tasks.numbers import english, german
 
-from bench import report
+from bench.common import report
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TINY = "--d-model 32 --num-heads 4 --d-ff 64 --encoder-layers 1 --decoder-layers 1 --vocab-size 120 --max-tokens 512"
@@ -46,7 +46,7 @@ def test_tiny_corpora_write_their_section_and_leave_the_rest_of_the_report(tmp_p
     original = open(os.path.join(ROOT, "BENCHMARKS.md"), encoding="utf-8").read()
     if report.DATA_MARKER in original:  # the repository's report without its own data section
         original = original[: original.index(report.DATA_MARKER)].rstrip("\n") + "\n"
-    later = "<!-- later: written by bench/later.py -->\n\nits section\n"
+    later = "<!-- later: written by python -m bench later -->\n\nits section\n"
     out = tmp_path / "BENCHMARKS.md"
     out.write_text(original + "\n" + report.DATA_MARKER + "\n\nan older data section\n\n" + later, encoding="utf-8")
     raw, data = tmp_path / "results.json", fake_multi30k(tmp_path / "multi30k")

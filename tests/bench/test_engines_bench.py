@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from bench import report
+from bench.common import report
 
 
 def test_the_suite_measures_every_process_and_writes_its_section(tmp_path):

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from bench.report import GPU_MARKER, replace_section
+from bench.common.report import GPU_MARKER, replace_section
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -17,7 +17,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "results.json"
     earlier = "# Benchmarks\n\nthe speed suite's report\n\n"
-    earlier += "<!-- data: written by bench/data.py -->\n\n## Data\n\nits figures\n"
+    earlier += "<!-- data: written by python -m bench data -->\n\n## Data\n\nits figures\n"
     out.write_text(earlier)
     command = [sys.executable, "-m", "bench", "gpu", "--smoke", "--compile-backend", "aot_eager"]
     command += ["--out", str(out), "--json", str(raw)]
@@ -35,22 +35,22 @@ def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_pa
     for row in results["train"]:
         assert row["ours_tok_s"] > 0 and row["theirs_tok_s"] > 0 and 0 < row["ours_mfu"] and 0 < row["theirs_mfu"]
     # written again, the section replaces the earlier one and keeps what follows it
-    out.write_text(report + "\n<!-- later: written by bench/later.py -->\n\nlater\n")
+    out.write_text(report + "\n<!-- later: written by python -m bench later -->\n\nlater\n")
     replace_section(f"{GPU_MARKER}\n\nnew figures\n", str(out), GPU_MARKER)
     assert (
         out.read_text()
-        == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n<!-- later: written by bench/later.py -->\n\nlater\n"
+        == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n<!-- later: written by python -m bench later -->\n\nlater\n"
     )
 
 
 def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_folder(tmp_path):
-    """bench/gpu_checks.sh, the one command a GPU machine runs, on this machine: the gpu-marked tests run (skipped
+    """bench/gpu/checks.sh, the one command a GPU machine runs, on this machine: the gpu-marked tests run (skipped
     with their reason off CUDA), the benchmark writes its section into a copy of BENCHMARKS.md in the output folder,
     and the repository's BENCHMARKS.md is left as it was."""
     report = os.path.join(ROOT, "BENCHMARKS.md")
     before = open(report, encoding="utf-8").read()
     out = tmp_path / "gpu-results"
-    command = ["bash", "bench/gpu_checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
+    command = ["bash", "bench/gpu/checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
     env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels")}
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

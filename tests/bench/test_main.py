@@ -30,6 +30,7 @@ def test_a_suites_help_shows_its_own_flags():
 
 
 def test_the_serving_suite_loads_neither_torch_nor_transformers():
-    probe = "import sys, bench.__main__, bench.serving; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    probe = "import sys, bench.__main__, bench.serving.suite\n"
+    probe += "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """What the suites' reports share: the command line a report records names the measurement, not this machine's
 files and folders."""
 
-from bench import report
+from bench.common import report
 
 
 def test_the_measuring_command_drops_output_files_and_writes_folders_as_dir():

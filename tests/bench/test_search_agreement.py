@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench import search_agreement
+from bench.search_agreement import suite as search_agreement
 from vanilla_transformer import export_ctranslate2
 from vanilla_transformer.translators import load_translator
 

@@ -19,7 +19,7 @@ def test_the_shortest_serve_run_writes_its_section_with_a_verdict_per_target(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
     assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
-    assert report.count("<!-- serve: written by bench/serve.py -->") == 1
+    assert report.count("<!-- serve: written by python -m bench serve -->") == 1
     assert "- command: `python -m bench serve --engines torch --duration 2 --soak 2`" in report
     names = ("| 1 client", "| 8 clients", "| 32 clients")
     loads = [line.split(" | ")[0] for line in report.splitlines() if line.startswith(names)]

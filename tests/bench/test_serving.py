@@ -32,7 +32,7 @@ def test_smallest_serving_setting_writes_its_section_after_the_main_report(tmp_p
         assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
     assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
-    assert report.count("<!-- serving: written by bench/serving.py -->") == 1
+    assert report.count("<!-- serving: written by python -m bench serving -->") == 1
     rows = [line for line in report.splitlines() if line.startswith("| ours-") or line.startswith("| marian-")]
     assert [row.split(" | ")[0] for row in rows] == [
         "| ours-ct2-float32",

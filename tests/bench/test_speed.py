@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench.generation_split import split
+from bench.generation_split.suite import split
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -41,7 +41,7 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     # the recorded command
     # into a file that holds the serving suite's section: the section is kept, after the new report
     again = tmp_path / "again.md"
-    serving = "<!-- serving: written by bench/serving.py -->\n\n## Serving\n\nits figures\n"
+    serving = "<!-- serving: written by python -m bench serving -->\n\n## Serving\n\nits figures\n"
     again.write_text("# an older report\n\n" + serving)
     run_bench("--report-from", str(raw), "--out", str(again), "--plot", str(plot), timeout=300)
     assert again.read_text() == report + "\n" + serving

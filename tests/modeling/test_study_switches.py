@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from torch import nn
-from vanilla_transformer.configuration import STUDY_SWITCHES
+from vanilla_transformer.configuration import STUDY_SWITCHES, SWITCHES
 from vanilla_transformer.modeling.modeling_vanilla_transformer import (
     AddNorm,
     PositionwiseFeedForward,
@@ -26,7 +26,8 @@ def parameter_shapes(model) -> dict:
 
 def test_every_switch_is_the_papers_by_default_and_left_out_of_a_saved_configuration(tmp_path):
     config = tiny_config()
-    assert {name: getattr(config, name) for name in STUDY_SWITCHES} == STUDY_SWITCHES
+    assert {name: getattr(config, name) for name in SWITCHES} == {name: s.paper for name, s in SWITCHES.items()}
+    assert STUDY_SWITCHES == {name: s.paper for name, s in SWITCHES.items() if not isinstance(s.paper, str)}
     assert config.changed_switches() == {}
     tiny_model().save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
@@ -72,14 +73,42 @@ def test_without_residuals_a_sublayer_output_no_longer_contains_its_input():
 
 def test_without_layer_norm_add_and_norm_is_the_sum_and_the_model_has_no_layer_norm():
     x, layer = torch.randn(2, 3, 32), nn.Linear(32, 32)
-    for norm_position in ("post", "pre"):
-        block = AddNorm(tiny_config(norm_position=norm_position, layer_norm=False)).eval()
-        assert torch.equal(block(x, layer), x + layer(x))
-        model = tiny_model(norm_position=norm_position, layer_norm=False)
-        assert not any(isinstance(module, nn.LayerNorm) for module in model.modules())
-        paper = parameter_shapes(tiny_model(norm_position=norm_position))
-        kept = {name: shape for name, shape in paper.items() if "layer_norm" not in name and "final_norm" not in name}
-        assert parameter_shapes(model) == kept
+    block = AddNorm(tiny_config(norm_position="none")).eval()
+    assert torch.equal(block(x, layer), x + layer(x))
+    model = tiny_model(norm_position="none")
+    assert not any(isinstance(module, nn.LayerNorm) for module in model.modules())
+    assert model.config.changed_switches() == {"norm_position": "none"}
+    paper = parameter_shapes(tiny_model())
+    assert parameter_shapes(model) == {name: shape for name, shape in paper.items() if "layer_norm" not in name}
+    assert tiny_config(norm_position="pre").changed_switches() == {}  # pre-norm is an option, not a study's switch
+
+
+@pytest.mark.parametrize(
+    "old, field, value",
+    [
+        ({"layer_norm": False, "norm_position": "pre"}, "norm_position", "none"),
+        ({"layer_norm": False}, "norm_position", "none"),
+        ({"positional_encoding": False}, "position_encoding", "none"),
+        ({"ffn_activation": False}, "activation", "linear"),
+        ({"layer_norm": True, "positional_encoding": True, "ffn_activation": True, "activation": "gelu"}, None, None),
+    ],
+)
+def test_a_config_json_of_an_earlier_version_loads_as_the_same_model(tmp_path, old, field, value):
+    """The boolean switches of earlier versions are values of the fields that hold them now; a True one is no
+    change. Such a folder loads with every weight and gives the same outputs as a model built the new way."""
+    new = {field: value} if field else {"activation": old["activation"]}
+    model = tiny_model(**new)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, **old}))
+    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values())  # no weight missing, unexpected or mismatched
+    assert not set(old) - {"activation", "norm_position"} & set(loaded.config.to_dict())
+    if field:
+        assert getattr(loaded.config, field) == value and loaded.config.changed_switches() == {field: value}
+    with torch.no_grad():
+        expected = model.eval()(SOURCE, decoder_input_ids=TARGET).logits
+        assert torch.equal(loaded.eval()(SOURCE, decoder_input_ids=TARGET).logits, expected)
 
 
 def attention_weights(model) -> torch.Tensor:
@@ -137,7 +166,7 @@ def encoder_output(model, source: torch.Tensor) -> torch.Tensor:
 def test_without_positions_the_encoder_reads_a_bag_of_tokens():
     order = torch.tensor([3, 0, 5, 1, 4, 2])
     shuffled = SOURCE[:, order]
-    bag = tiny_model(positional_encoding=False)
+    bag = tiny_model(position_encoding="none")
     assert torch.allclose(encoder_output(bag, shuffled), encoder_output(bag, SOURCE)[:, order], atol=1e-5)
     paper = tiny_model()
     assert not torch.allclose(encoder_output(paper, shuffled), encoder_output(paper, SOURCE)[:, order], atol=1e-3)
@@ -170,7 +199,7 @@ def test_without_feed_forward_each_layer_is_its_attention_sublayers():
 
 
 def test_without_its_activation_the_feed_forward_network_is_linear():
-    ffn = PositionwiseFeedForward(tiny_config(ffn_activation=False))
+    ffn = PositionwiseFeedForward(tiny_config(activation="linear"))
     x, y = torch.randn(3, 32), torch.randn(3, 32)
     with torch.no_grad():
         assert torch.allclose(ffn(x), ffn.w_2(ffn.w_1(x)), atol=1e-6)
@@ -182,10 +211,11 @@ def test_without_its_activation_the_feed_forward_network_is_linear():
         assert not torch.allclose(relu(x), ffn(x), atol=1e-3)
 
 
-@pytest.mark.parametrize("switch", [name for name in STUDY_SWITCHES if name != "d_k"])
+@pytest.mark.parametrize("switch", [name for name in SWITCHES if name != "d_k"])
 def test_each_switch_changes_the_models_output(switch):
     """None is a no-op: every switch changes what the model computes from the same weights where it keeps them."""
-    paper, changed = tiny_model(), tiny_model(**{switch: False})
+    paper, changed = tiny_model(), tiny_model(**{switch: SWITCHES[switch].off})
+    assert changed.config.changed_switches() == {switch: SWITCHES[switch].off}
     changed.load_state_dict(paper.state_dict(), strict=False)
     with torch.no_grad():
         a = paper(SOURCE, decoder_input_ids=TARGET).logits
@@ -220,8 +250,3 @@ def test_the_papers_own_key_size_is_no_change_and_a_smaller_one_is_refused_by_fl
     with pytest.raises(ValueError, match=refusal):
         model.set_attn_implementation("flash_attention_2")
     assert model.config._attn_implementation == "sdpa"
-
-
-def test_learned_positions_without_positional_encoding_are_refused():
-    with pytest.raises(ValueError, match="positional_encoding=False leaves the positions out"):
-        tiny_config(positional_encoding=False, position_encoding="learned")

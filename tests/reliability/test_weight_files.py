@@ -76,7 +76,7 @@ def test_a_missing_shard_is_named(saved):
 
 def test_a_tokenizer_from_another_run_is_refused(trained_folder, tmp_path, capsys):
     from transformers import AutoTokenizer
-    from vanilla_transformer.training.data.tokenizer import train_bpe_tokenizer
+    from vanilla_transformer.training.data.bpe import train_bpe_tokenizer
 
     from vanilla_transformer import check_tokenizer_matches
     from vanilla_transformer.cli import main

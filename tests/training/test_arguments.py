@@ -127,13 +127,16 @@ def test_the_study_switches_are_flags_that_build_a_new_model_only():
 def test_the_manuals_table_of_the_study_switches_is_made_from_their_one_declaration():
     """docs/studies.md shows `switch_table()`: every switch of the configuration's `SWITCHES`, with its flag."""
     from vanilla_transformer.configuration import SWITCHES
-    from vanilla_transformer.training.options.switch_arguments import switch_table
+    from vanilla_transformer.training.options.switch_arguments import switch_flag, switch_table
 
     from tests.documents import PAGES
 
     assert switch_table() in PAGES["studies.md"]
-    assert all(f"| `{name}` |" in switch_table() for name in SWITCHES)
-    # train's flags are those switches, each the paper's unless given
+    assert all(f"| `{name}" in switch_table() for name in SWITCHES)
+    # train's flags are those switches, each the paper's unless given, and each flag the table shows takes its part out
     flags = build_parser().parse_args(["train"])
     assert {name: getattr(flags, name) for name in SWITCHES} == {name: s.paper for name, s in SWITCHES.items()}
-    assert build_parser().parse_args(["train", "--no-feed-forward"]).feed_forward is False
+    for name, switch in SWITCHES.items():
+        flag = switch_flag(name, switch).replace(" N", " 4").split()
+        assert f"`{switch_flag(name, switch)}`" in switch_table()
+        assert getattr(build_parser().parse_args(["train", *flag]), name) == (4 if switch.off is None else switch.off)

@@ -10,9 +10,9 @@ from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 from vanilla_transformer.training.data.batching import TokenBatchSampler
+from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_tokenizer, training_texts
 from vanilla_transformer.training.data.loading import DataError, load_files, load_pairs, load_raw_datasets
 from vanilla_transformer.training.data.memory import release_file_pages
-from vanilla_transformer.training.data.tokenizer import load_tokenizer, train_bpe_tokenizer, training_texts
 from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs, tokenize_datasets
 from vanilla_transformer.training.optim.criterion import drop_words
 from vanilla_transformer.training.options.arguments import DataArguments

@@ -58,7 +58,7 @@ import json, sys
 from accelerate import Accelerator
 from vanilla_transformer.training.options.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import numbers_dataset
-from vanilla_transformer.training.data.tokenizer import train_bpe_tokenizer, training_texts
+from vanilla_transformer.training.data.bpe import train_bpe_tokenizer, training_texts
 from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs
 
 accelerator = Accelerator(cpu=True)

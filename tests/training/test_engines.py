@@ -1,7 +1,7 @@
 """The training command under accelerate's sharding engines, on two CPU processes (gloo), with the repository's
 accelerate config files (examples/accelerate/): FSDP2 and FSDP1, each with sharded and with full state dicts
-(accelerate selects FSDP on GPU processes only; bench/fsdp_on_cpu.py lifts that choice), and DeepSpeed ZeRO-2 and
-ZeRO-3 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run
+(accelerate selects FSDP on GPU processes only; tests/training/fsdp_on_cpu.py lifts that choice), and DeepSpeed ZeRO-2
+and ZeRO-3 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run
 trains, checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder
 of one process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it
 ended. FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
@@ -28,7 +28,7 @@ from .conftest import TINY_MODEL_FLAGS, data_flags, pairs, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "accelerate"
-FSDP_ON_CPU = str(ROOT / "bench" / "fsdp_on_cpu.py")
+FSDP_ON_CPU = str(Path(__file__).with_name("fsdp_on_cpu.py"))
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 NEEDS_DEEPSPEED = pytest.mark.skipif(
     not HAS_DEEPSPEED and os.environ.get("VANILLA_TRANSFORMER_DEEPSPEED") != "required",

@@ -56,3 +56,19 @@ def test_every_figure_the_readme_quotes_is_in_the_recorded_tables():
     assert len(quoted) >= 15
     for number in quoted:
         assert number in cells, number
+
+
+def test_the_folded_switches_train_the_recorded_rows_weights_byte_for_byte_and_results_says_so():
+    """rerun.json: two rows trained again, each seed at the recording's commit and at the last commit before the
+    boolean switches were folded (old flag), and on the folded code (new flag): one model, one set of scores."""
+    rerun = json.loads((RECORDED / "rerun.json").read_text())
+    section = RESULTS[RESULTS.index("## Trained again, seed for seed") :]
+    labels = {"no-layer-norm": "no LayerNorm", "no-positions": "no positions"}
+    for variant, row in rerun["rows"].items():
+        old, new = row["old_flag"], row["new_flag"]
+        for seed, versions in row["runs"].items():
+            assert set(versions) == {f"217a506 {old}", f"f54e0eb {old}", f"this tree {new}"}
+            figures = list(versions.values())
+            assert len(figures) == 3 and all(f == figures[0] for f in figures), (variant, seed)
+            test, validation = figures[0]["test_exact_match"], figures[0]["validation_exact_match"]
+            assert f"| {labels[variant]} | {seed} | the same bytes in all three | {test} | {validation} |" in section

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from vanilla_transformer.training.data.bpe import train_bpe_tokenizer
 from vanilla_transformer.training.data.streaming import StreamingBatches, reservoir_sample, train_stream_source
-from vanilla_transformer.training.data.tokenizer import train_bpe_tokenizer
 from vanilla_transformer.training.data.tokenizing import make_collator
 from vanilla_transformer.training.options.arguments import ArgumentsError, TrainArguments, resolve
 from vanilla_transformer.training.tasks.numbers import english

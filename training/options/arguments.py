@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from ...configuration.configuration_vanilla_transformer import NORM_POSITIONS, POSITION_ENCODINGS
+from ...configuration.configuration_vanilla_transformer import ACTIVATIONS, NORM_POSITIONS, POSITION_ENCODINGS
 from .argument_checks import check_outputs, check_sources
 from .argument_types import (
     ArgumentParser,
@@ -105,11 +105,20 @@ class ModelArguments(Checked):
     )
     norm_position: str = option(
         "post",
-        help="post: LayerNorm(x + Sublayer(x)), the paper's; pre: x + Sublayer(LayerNorm(x))",
+        help="post: LayerNorm(x + Sublayer(x)), the paper's; pre: x + Sublayer(LayerNorm(x)); none: x + Sublayer(x), "
+        "a study's",
         choices=NORM_POSITIONS,
     )
     position_encoding: str = option(
-        "sinusoidal", help="the paper's sinusoids (§3.5), or learned positions", choices=POSITION_ENCODINGS
+        "sinusoidal",
+        help="the paper's sinusoids (§3.5), learned positions, or none (a study's: a bag of tokens)",
+        choices=POSITION_ENCODINGS,
+    )
+    activation: str = option(
+        "relu",
+        help="the feed-forward network's non-linearity: the paper's ReLU, GELU, SiLU (swish), or linear (a study's: "
+        "none)",
+        choices=ACTIVATIONS,
     )
     share_embeddings: bool = option(
         True, help="one matrix for both embeddings and the output projection (§3.4); --no-share-embeddings: three"

@@ -1,8 +1,9 @@
 """The study switches of `vanilla-transformer train`: the flags that take the architecture apart, one paper claim at
 a time, for the studies of `vanilla-transformer ablate` (Table 3's smaller d_k, and the lessons). Every one is the
-paper's unless given, and a model's saved configuration names only those its run changed. The flags are made from the
-configuration's one declaration of the switches (`SWITCHES`): a field, its paper value, what it is and what another
-value leaves."""
+paper's unless given. The flags are made from the configuration's one declaration of the switches (`SWITCHES`): a
+field, its paper value, the value that takes the part out, what it is and what that value leaves. A switch with a field
+of its own gets a flag here (`--no-residual`, `--d-k N`); the others are a value of a model option's flag
+(`--norm-position none`)."""
 
 import dataclasses
 
@@ -11,7 +12,8 @@ from .argument_types import ArgumentsError, Checked, PositiveInt, flag_name, opt
 
 
 def switch_field(name: str, switch: StudySwitch) -> tuple:
-    """The `train` option of one switch: `--d-k N` for the key size, `--no-NAME` for the others."""
+    """The `train` option of a switch with a field of its own: `--d-k N` for the key size, `--no-NAME` for the
+    others."""
     if switch.paper is None:
         return name, PositiveInt | None, option(help=f"{switch.what}; a size: {switch.otherwise}")
     return name, bool, option(switch.paper, help=f"{switch.what}; {flag_name('no_' + name)}: {switch.otherwise}")
@@ -31,21 +33,28 @@ class SwitchGroup(Checked):
 
 SwitchArguments = dataclasses.make_dataclass(
     "SwitchArguments",
-    [switch_field(name, switch) for name, switch in SWITCHES.items()],
+    [switch_field(name, switch) for name, switch in SWITCHES.items() if switch.own_field],
     bases=(SwitchGroup,),
     frozen=True,
     namespace={"__module__": __name__},
 )
-SwitchArguments.__doc__ = "The study switches as `train` flags, one per entry of the configuration's `SWITCHES`."
+SwitchArguments.__doc__ = "The study switches with fields of their own as `train` flags (`SWITCHES`)."
+
+
+def switch_flag(name: str, switch: StudySwitch) -> str:
+    """The `train` flag that takes a switch's part out: `--d-k N`, `--no-residual`, `--norm-position none`."""
+    if switch.off is None:
+        return f"{flag_name(name)} N"
+    return option_flag(name, switch.off)
 
 
 def switch_table() -> str:
     """The manual's table of the study switches (docs/studies.md): each field, its flag, what it is and what the
     flag leaves."""
-    rows = ["| field | flag | the paper's | what it leaves |", "|---|---|---|---|"]
+    rows = ["| switch | flag | the paper's | what it leaves |", "|---|---|---|---|"]
     for name, switch in SWITCHES.items():
-        flag = f"`{flag_name(name)} N`" if switch.paper is None else f"`{flag_name('no_' + name)}`"
-        rows.append(f"| `{name}` | {flag} | {switch.what} | {switch.otherwise} |")
+        field = f"`{name}`" if switch.off is None else f"`{name}={switch.off!r}`".replace("'", '"')
+        rows.append(f"| {field} | `{switch_flag(name, switch)}` | {switch.what} | {switch.otherwise} |")
     return "\n".join(rows) + "\n"
 
 
@@ -57,4 +66,4 @@ def check_switches(switches, init_from: str | None) -> None:
         raise ArgumentsError(f"{flags}: the study switches build a new model; --init-from loads one as it was saved")
 
 
-__all__ = ["SwitchArguments", "check_switches", "switch_table"]
+__all__ = ["SwitchArguments", "check_switches", "switch_flag", "switch_table"]

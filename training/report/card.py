@@ -218,9 +218,7 @@ def architecture(config, num_parameters: int) -> dict:
         "position_encoding": config.position_encoding,
         "encoder_layers": config.encoder_layers,
         "decoder_layers": config.decoder_layers,
-        "norm": "post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))"
-        if config.norm_position == "post"
-        else "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
+        "norm": NORMS[config.norm_position],
         "d_model": config.d_model,
         "num_heads": config.num_heads,
         "d_k": getattr(config, "d_k", None) or config.d_model // config.num_heads,
@@ -231,6 +229,14 @@ def architecture(config, num_parameters: int) -> dict:
         "parameters": f"{num_parameters:,}",
         "switches": switches_line(config),
     }
+
+
+# the card's words for each `norm_position`
+NORMS = {
+    "post": "post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))",
+    "pre": "pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm per stack",
+    "none": "no LayerNorm (a study's), x + Dropout(Sublayer(x))",
+}
 
 
 def switches_line(config) -> str:

@@ -16,7 +16,7 @@ from accelerate.utils import extract_model_from_parallel, id_tensor_storage
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ...configuration.configuration_vanilla_transformer import STUDY_SWITCHES
+from ...configuration.configuration_vanilla_transformer import STUDY_SWITCHES, fold_switches
 from ..options.argument_types import option_flag
 from ..options.arguments import TokenizerArguments
 
@@ -187,6 +187,7 @@ MODEL_SETTINGS = (
     "d_ff",
     "norm_position",
     "position_encoding",
+    "activation",
     "share_embeddings",
 )
 RECORDED_CONFIG = (
@@ -233,6 +234,7 @@ def differing_model_setting(old: dict, config, longest: int) -> str | None:
     """The first setting of MODEL_SETTINGS and the study switches (and the learned position table) in which the
     checkpoint's `old` differs from this run's model `config`, as one sentence; None where they agree. `longest`: the
     longer of this run's --max-source-length and --max-target-length."""
+    old = fold_switches(old)  # a checkpoint of an earlier version names the folded switches as booleans
     recorded = {key: old[key] for key in MODEL_SETTINGS if key in old}
     recorded |= {key: old.get(key, paper) for key, paper in STUDY_SWITCHES.items()}  # recorded only where changed
     for key, was in recorded.items():

@@ -22,6 +22,7 @@ ARCHITECTURE = (
     "decoder_layers",
     "norm_position",
     "position_encoding",
+    "activation",
     "share_embeddings",
 )
 DROPOUTS = ("dropout", "attention_dropout", "activation_dropout")

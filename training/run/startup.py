@@ -13,6 +13,7 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from ..data.batching import TokenBatchSampler
+from ..data.bpe import bpe_corpus, build_tokenizer
 from ..data.loading import load_pairs
 from ..data.memory import release_file_pages, trim_freed_memory
 from ..data.streaming import StreamingBatches, train_stream_source
@@ -20,7 +21,6 @@ from ..data.tokenizing import BpeDropoutPairs, TrainingRows, make_collator, toke
 from ..optim.criterion import TranslationCriterion
 from ..optim.schedule import lr_lambda
 from ..options.arguments import DataArguments, OptimisationArguments, RunArguments, TokenizerArguments, TrainArguments
-from .build import bpe_corpus, build_model, build_tokenizer
 from .checkpoints import check_resume_matches, read_state, resolve_resume, tokenizer_identity
 from .engines import (
     check_engine,
@@ -31,6 +31,7 @@ from .engines import (
     shard_tied_weights,
     shards_model,
 )
+from .model import build_model
 from .state import RUN_MARKERS, Run, forget_metrics_after
 
 

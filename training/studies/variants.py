@@ -139,7 +139,7 @@ LESSONS = (
         "lesson",
         "no LayerNorm",
         "LayerNorm keeps each sub-layer's input on one scale (§3.1)",
-        fixed(layer_norm=False),
+        fixed(norm_position="none"),
     ),
     Variant(
         "pre-norm",
@@ -160,7 +160,7 @@ LESSONS = (
         "lesson",
         "no positions",
         "without positional encoding the encoder sees a bag of words (§3.5)",
-        fixed(positional_encoding=False),
+        fixed(position_encoding="none"),
     ),
     Variant(
         "no-decoder-mask",
@@ -181,7 +181,7 @@ LESSONS = (
         "lesson",
         "FFN without ReLU",
         "without its non-linearity the FFN is one linear map (§3.3)",
-        fixed(ffn_activation=False),
+        fixed(activation="linear"),
     ),
 )
 

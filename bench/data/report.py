@@ -1,7 +1,7 @@
 """The data suite's analysis and section of BENCHMARKS.md: the slope of the cold runs' time against the corpus
 size, each doubling's time ratio, each target's verdict, and the section's tables."""
 
-from . import report
+from ..common import report
 
 TARGET_PAIRS = 4_350_000
 # 2.5 GB = 2,384 MiB, 1.5 GB = 1,431 MiB

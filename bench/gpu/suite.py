@@ -21,8 +21,8 @@ import gc
 import torch
 import transformers
 
-from . import models, report
-from .measure import compare, log_row, matmul_peak, training_batch, training_flops
+from ..common import models, report
+from ..common.measure import compare, log_row, matmul_peak, training_batch, training_flops
 
 SUITE = "gpu"
 

@@ -17,18 +17,19 @@ import re
 import shlex
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, where `python -m bench` runs
+# the repository, where `python -m bench` runs
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT = os.path.join(ROOT, "BENCHMARKS.md")
 COMMAND = "python -m bench"
 
-SERVING_MARKER = "<!-- serving: written by bench/serving.py -->"  # BENCHMARKS.md from here on is the sections'
-DATA_MARKER = "<!-- data: written by bench/data.py -->"  # the data suite's section, after the serving suite's
-GPU_MARKER = "<!-- gpu: written by bench/gpu.py -->"  # the GPU suite's, after the data suite's
-ENGINES_MARKER = "<!-- engines: written by bench/engines.py -->"  # the engines suite's, after the GPU suite's
-SERVE_MARKER = "<!-- serve: written by bench/serve.py -->"  # the serve suite's, after the engines suite's
+SERVING_MARKER = "<!-- serving: written by python -m bench serving -->"  # BENCHMARKS.md from here on is the sections'
+DATA_MARKER = "<!-- data: written by python -m bench data -->"  # the data suite's section, after the serving suite's
+GPU_MARKER = "<!-- gpu: written by python -m bench gpu -->"  # the GPU suite's, after the data suite's
+ENGINES_MARKER = "<!-- engines: written by python -m bench engines -->"  # the engines suite's, after the GPU suite's
+SERVE_MARKER = "<!-- serve: written by python -m bench serve -->"  # the serve suite's, after the engines suite's
 # in the order their sections come in the report
 MARKERS = (SERVING_MARKER, DATA_MARKER, GPU_MARKER, ENGINES_MARKER, SERVE_MARKER)
-NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by bench/[\w.]+ -->")  # any suite's section marker
+NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by python -m bench [\w-]+ -->")  # any suite's section marker
 
 
 # --------------------------------------------------------------------------------------------------------------------

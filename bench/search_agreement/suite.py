@@ -20,7 +20,7 @@ from vanilla_transformer.training.report.metrics import translation_metrics
 
 from vanilla_transformer.translators import load_translator
 
-from . import report
+from ..common import report
 
 SUITE = "search-agreement"
 

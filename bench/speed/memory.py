@@ -8,8 +8,8 @@ import sys
 
 import torch
 
-from . import memory, models, report
-from .measure import TrainStep, synchronize, training_batch
+from ..common import memory, models, report
+from ..common.measure import TrainStep, synchronize, training_batch
 
 
 def peak_memory(size_name: str, task: str, attn: str, quick: bool, device: str, probes: int) -> dict:

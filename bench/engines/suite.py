@@ -17,12 +17,13 @@ import subprocess
 import sys
 import tempfile
 
-from . import report
+from ..common import report
 
 SUITE = "engines"
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(report.ROOT, "examples", "accelerate")
-# name: (config file, flags of the training command, environment); FSDP runs on CPU processes by bench/fsdp_on_cpu.py
+# name: (config file, flags of the training command, environment); FSDP runs on CPU processes by
+# tests/training/fsdp_on_cpu.py
 ENGINES = {
     "ddp": ("ddp.yaml", ["--cpu"], {}),
     "fsdp2": ("fsdp2.yaml", ["--cpu"], {}),
@@ -71,7 +72,7 @@ def run_engine(name: str, args, work: str, data_flags: list[str], port: int) -> 
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", os.path.join(CONFIGS, config),
         "--num_processes", str(args.processes), "--main_process_port", str(port),
-        os.path.join(HERE, "engine_process.py"), "train", *data_flags, *TRAIN_FLAGS, "--max-steps", str(args.steps),
+        os.path.join(HERE, "process.py"), "train", *data_flags, *TRAIN_FLAGS, "--max-steps", str(args.steps),
         *engine_flags, *args.train_args.split(), "--output-dir", out,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PEAK_DIR": peaks, **environment}
@@ -114,7 +115,7 @@ def section(results: dict) -> str:
     parameters, processes = results["parameters"], results["processes"]
     state_mib = parameters * 16 / 2**20  # float32 weights and gradients, Adam's two moments
     lines = [
-        "<!-- engines: written by bench/engines.py -->",
+        "<!-- engines: written by python -m bench engines -->",
         "## Several processes: peak memory per process under DDP, FSDP and DeepSpeed ZeRO",
         "",
         f"`{results['command']}`",
@@ -124,9 +125,9 @@ def section(results: dict) -> str:
         f"The training command at the base size ({parameters:,} parameters with a vocabulary of "
         f"{results['vocab_size']:,}: {state_mib:,.0f} MiB of float32 weights, gradients and Adam moments) on "
         f"{processes} CPU processes, {results['steps']} updates of 1,024 tokens per process, under each of the "
-        "repository's accelerate config files (FSDP on CPU processes through bench/fsdp_on_cpu.py; DeepSpeed with "
-        "DS_ACCELERATOR=cpu). For each process: the tensors it holds after the updates (every CPU tensor Python can "
-        "reach, each storage once: the weights, the optimizer state and the engine's own buffers, what sharding "
+        "repository's accelerate config files (FSDP on CPU processes through tests/training/fsdp_on_cpu.py; DeepSpeed "
+        "with DS_ACCELERATOR=cpu). For each process: the tensors it holds after the updates (every CPU tensor Python "
+        "can reach, each storage once: the weights, the optimizer state and the engine's own buffers, what sharding "
         "divides; DDP and FSDP2 have freed the gradients by then, FSDP1 keeps its gradient shard, and DDP's gradient "
         "buckets, held in C++, are not counted), and "
         "its peak resident memory (VmHWM, libraries and data included) through the updates and over the whole run "

@@ -1,6 +1,6 @@
 """One process of a training run that the engines suite launches: the training command (with accelerate's FSDP
-selectable on CPU processes, as bench/fsdp_on_cpu.py does), and this process's peak resident memory (VmHWM, MiB)
-through the updates (taken as the finish begins: averaging, the final beam search, the saved folder) and over the
+selectable on CPU processes, as tests/training/fsdp_on_cpu.py does), and this process's peak resident memory (VmHWM,
+MiB) through the updates (taken as the finish begins: averaging, the final beam search, the saved folder) and over the
 whole run, written to PEAK_DIR/rank-RANK.json."""
 
 import gc
@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(ROOT, "tests", "training"), os.path.join(ROOT, "bench", "common")]
 
 import fsdp_on_cpu  # noqa: E402,F401  (the lift applies on import)
 from memory import peak_rss_mib  # noqa: E402

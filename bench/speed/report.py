@@ -3,7 +3,7 @@ scaling and profile tables, from the results the suite measured (or saved with -
 
 import os
 
-from . import report
+from ..common import report
 
 
 def write_markdown(results: dict, args, command: str) -> str:

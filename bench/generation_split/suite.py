@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import models, report
+from ..common import models, report
 
 SUITE = "generation-split"
 

@@ -18,10 +18,10 @@ import os
 import torch
 import transformers
 
-from . import models, report
-from .measure import TrainStep, compare, log_row, matmul_peak, seconds_per_call, training_batch, training_flops
-from .speed_memory import memory_probe, peak_memory
-from .speed_report import write_markdown
+from ..common import models, report
+from ..common.measure import TrainStep, compare, log_row, matmul_peak, seconds_per_call, training_batch, training_flops
+from .memory import memory_probe, peak_memory
+from .report import write_markdown
 
 SUITE = "speed"
 

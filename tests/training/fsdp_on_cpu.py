@@ -9,7 +9,8 @@ the processes' device is `cpu` (accelerate's `cpu:0` fails FSDP1's check against
 state dicts are not "offloaded to CPU" (the parameters are there already, and FSDP1 crashes copying them), and module
 states are not synced (accelerate's plugin looks for an accelerator device to sync them on; the processes start from
 the same seed). Preparing, sharding, saving and loading are accelerate's and torch's own code.
-Run it as `accelerate launch --config_file examples/accelerate/fsdp2.yaml bench/fsdp_on_cpu.py train ... --cpu`."""
+Run it as
+`accelerate launch --config_file examples/accelerate/fsdp2.yaml tests/training/fsdp_on_cpu.py train ... --cpu`."""
 
 import os
 import sys

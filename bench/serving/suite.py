@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from . import memory, models, report
+from ..common import memory, models, report
 
 SUITE = "serving"
 

@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from . import memory, report
-from .data_report import TARGET_PAIRS, analyse, section
+from ..common import memory, report
+from .report import TARGET_PAIRS, analyse, section
 
 SUITE = "data"
 SIZES = [500_000, 1_000_000, 2_000_000, TARGET_PAIRS]

@@ -1,13 +1,21 @@
-"""A joint source+target byte-pair vocabulary (§5.1 of the paper), trained with the `tokenizers` library."""
+"""The joint source+target byte-pair vocabulary (§5.1 of the paper): what it is trained on (a sample of the training
+split, or of a stream), training it with the `tokenizers` library, keeping it beside the datasets cache so that a run
+on the same corpus reuses it, and the run's tokenizer (trained here, reused, or --tokenizer-name's)."""
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterable
 
+import datasets
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from ..options.arguments import DataArguments, TokenizerArguments
+from .streaming import stream_bpe_texts, stream_identity
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 BPE_RECIPE = (
@@ -102,3 +110,79 @@ def training_texts(raw, source_lang: str, target_lang: str, sample_size: int | N
         for pair in batch["translation"]:
             yield pair[source_lang]
             yield pair[target_lang]
+
+
+@dataclasses.dataclass(frozen=True)
+class BpeCorpus:
+    """What the joint BPE is trained on: `texts()` gives the (sampled) texts and their count; `cache` is the folder
+    where a BPE trained on them with the run's settings is kept (None: not kept)."""
+
+    texts: Callable[[], tuple[Iterable[str], int]]
+    cache: str | None
+
+
+def bpe_corpus(
+    data: DataArguments, options: TokenizerArguments, seed: int, raw, stream: tuple | None = None
+) -> BpeCorpus:
+    """The BPE's corpus: a sample of the training split, or with `stream` (`train_stream_source`'s opener and name)
+    a sample drawn from the stream, its BPE kept in the datasets cache under the file's or Hub dataset's identity.
+    `seed` draws the sample."""
+    if stream is not None:
+        settings = bpe_settings(data, options, seed, options.bpe_sample_size + 1)  # an unknown count: the seed counts
+        cache = bpe_cache_path(datasets.config.HF_DATASETS_CACHE, stream_identity(data), settings)
+        return BpeCorpus(lambda: stream_bpe_texts(*stream, data, seed, options.bpe_sample_size), cache)
+    pairs = len(raw["train"])
+    return BpeCorpus(
+        lambda: (
+            training_texts(raw, data.source_lang, data.target_lang, options.bpe_sample_size, seed),
+            2 * min(pairs, options.bpe_sample_size),
+        ),
+        bpe_cache_folder(raw["train"], bpe_settings(data, options, seed, pairs)),
+    )
+
+
+def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool, corpus: BpeCorpus, accelerator):
+    """--tokenizer-name's tokenizer, or the joint BPE: the run folder's when `resuming`, else one trained here, or
+    reused from beside the datasets cache when the same data and settings trained it before."""
+    if options.tokenizer_name:
+        return load_tokenizer(options.tokenizer_name)
+    folder = os.path.join(output_dir, "tokenizer")
+    cached = corpus.cache
+    resuming = resuming and os.path.isfile(os.path.join(folder, "tokenizer.json"))
+    if accelerator.is_main_process and not resuming:
+        tokenizer = cached_tokenizer(cached)
+        if tokenizer is None:
+            texts, length = corpus.texts()
+            tokenizer = train_bpe_tokenizer(texts, options.vocab_size, lowercase=options.lowercase, length=length)
+            if cached is not None:
+                save_whole(tokenizer, cached)
+        else:
+            accelerator.print(f"Reusing the BPE trained on the same data with the same settings: {cached}")
+        tokenizer.save_pretrained(folder)
+    accelerator.wait_for_everyone()
+    # from the cache where this process sees it (a resume too: the checkpoint's record guards the vocabulary): the
+    # same tokenizer at the same place lets datasets reuse the tokenised corpus of an earlier run
+    here = cached is not None and os.path.isfile(os.path.join(cached, "tokenizer.json"))
+    return load_tokenizer(cached if here else folder, "the run's tokenizer")
+
+
+def cached_tokenizer(cached: str | None):
+    """The BPE kept in `cached`, or None when there is none or it cannot be read (it is then trained again)."""
+    if cached is None or not os.path.isfile(os.path.join(cached, "tokenizer.json")):
+        return None
+    try:
+        return load_tokenizer(cached)
+    except ValueError:
+        return None
+
+
+def bpe_settings(data: DataArguments, options: TokenizerArguments, seed: int, pairs: int) -> dict:
+    """What a trained BPE depends on, besides the training pairs (the seed only when it draws a sample of them)."""
+    settings = {
+        "source_lang": data.source_lang,
+        "target_lang": data.target_lang,
+        "vocab_size": options.vocab_size,
+        "lowercase": options.lowercase,
+        "bpe_sample_size": options.bpe_sample_size,
+    }
+    return {**settings, "seed": seed} if pairs > options.bpe_sample_size else settings

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from . import memory, report
+from ..common import memory, report
 
 SUITE = "serve"
 SIZE = dict(d_model=256, num_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3)
@@ -51,7 +51,7 @@ def sentences_of(data: str | None, count: int = 1000) -> list[str]:
 def build_model(folder: str, sentences: list[str]) -> str:
     """A model folder of random weights with a BPE trained on the sentences; returns the folder."""
     import torch
-    from vanilla_transformer.training.data.tokenizer import train_bpe_tokenizer
+    from vanilla_transformer.training.data.bpe import train_bpe_tokenizer
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 

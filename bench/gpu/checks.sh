@@ -2,7 +2,7 @@
 # Every GPU check in one command, for a CUDA machine that has torch, transformers and accelerate but may lack the
 # rest and may have no network: the `gpu`-marked tests, then `python -m bench gpu`.
 #
-#   bash bench/gpu_checks.sh OUT [python -m bench gpu flags...]
+#   bash bench/gpu/checks.sh OUT [python -m bench gpu flags...]
 #
 # Wheels in .whl/ (or $WHEELS: packages the machine lacks, e.g. datasets and its pyarrow, or a setuptools recent
 # enough for pyproject.toml) are installed first, into a folder put on PYTHONPATH; the project, unless it imports
@@ -13,7 +13,7 @@
 # exit status is non-zero if either failed. BENCH_TIMEOUT and TESTS_TIMEOUT (seconds) bound each step where the
 # machine is lent for a few minutes only: a step stopped there logs what it measured so far and counts as failed.
 set -uo pipefail
-out=${1:?usage: bash bench/gpu_checks.sh OUT [python -m bench gpu flags...]}
+out=${1:?usage: bash bench/gpu/checks.sh OUT [python -m bench gpu flags...]}
 shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
