@@ -363,11 +363,15 @@ VanillaTransformerConfig.__doc__ = VanillaTransformerConfig.__doc__.rstrip(" ") 
 def changed_switches(config) -> dict:
     """The study switches a model changes from the paper's, by name: {} for the paper's architecture. Works for any
     config (a field it lacks is the paper's)."""
-    return {
+    changed = {
         name: getattr(config, name)
         for name, switch in SWITCHES.items()
         if switch.changes(getattr(config, name, switch.paper))
     }
+    for old, field in FOLDED_SWITCHES.items():  # a configuration class of an earlier version, from remote code
+        if getattr(config, old, True) is False:
+            changed[field] = SWITCHES[field].off
+    return changed
 
 
 def position_limit(config) -> int | None:

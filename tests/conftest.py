@@ -246,7 +246,14 @@ def long_sentence(words: int = 200) -> str:
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the README's first run depends on: the package's source, the command and the libraries that train it
-FIRST_RUN_SOURCES = ("vanilla_transformer", "configuration", "modeling", "training", "pyproject.toml")
+FIRST_RUN_SOURCES = (
+    "vanilla_transformer",
+    "configuration",
+    "modeling",
+    "training",
+    "pyproject.toml",
+    "tests/documents.py",
+)
 
 
 def first_run_key() -> str:
@@ -254,8 +261,8 @@ def first_run_key() -> str:
     import hashlib
     import importlib.metadata
 
-    digest = hashlib.sha256(first_command().encode())
-    for library in ("torch", "transformers", "tokenizers", "datasets", "accelerate"):
+    digest = hashlib.sha256(f"{first_command()} {sys.version}".encode())
+    for library in ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu", "numpy"):
         digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
     for source in FIRST_RUN_SOURCES:
         paths = [ROOT / source] if (ROOT / source).is_file() else sorted((ROOT / source).rglob("*"))
@@ -274,13 +281,17 @@ def first_run(request, tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("readme")
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
-    kept = cache.mkdir(f"first-run-{first_run_key()}") if cache is not None else None
-    if kept is not None and (kept / "train_output.txt").is_file():
+    kept = cache.mkdir("first-run") / first_run_key() if cache is not None else None
+    if kept is not None and kept.is_dir():
         shutil.copytree(kept, folder, dirs_exist_ok=True)
         return folder
     done = run(argv(first_command()), folder, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
-    if kept is not None:
-        shutil.copytree(folder, kept, dirs_exist_ok=True)
+    if kept is not None:  # whole or not at all: copied beside, then renamed into place; older trees' runs removed
+        for old in kept.parent.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
+        partial = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
+        shutil.copytree(folder, partial)
+        os.replace(partial, kept)
     return folder

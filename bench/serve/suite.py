@@ -337,8 +337,8 @@ def load_rows(r: dict) -> list[str]:
 def section(results: dict, command: str) -> str:
     prose = [
         "`vanilla-transformer serve` under load on this machine, driven over loopback by the asyncio + httpx load "
-        "generator in `bench/serve.py`, against the engine translating the same sentences offline in batches of 32 "
-        f"and against one request at a time (1 client), measured in the same run. Random weights at d_model 256, "
+        "generator in `bench/serve/suite.py`, against the engine translating the same sentences offline in batches of "
+        f"32 and against one request at a time (1 client), measured in the same run. Random weights at d_model 256, "
         f"3+3 layers, {NEW_TOKENS} new tokens per sentence, greedy search; the server and the offline engine on 1 "
         f"thread; `--max-wait-ms {MAX_WAIT_MS:g} --max-queue-requests {QUEUE_REQUESTS}`. Each request is one "
         "sentence. Answers per second count from the first request sent to the last answer.",

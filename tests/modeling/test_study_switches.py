@@ -250,3 +250,15 @@ def test_the_papers_own_key_size_is_no_change_and_a_smaller_one_is_refused_by_fl
     with pytest.raises(ValueError, match=refusal):
         model.set_attn_implementation("flash_attention_2")
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_configuration_class_of_an_earlier_version_names_its_folded_switches_as_changed():
+    """A folder loaded with its own remote code of an earlier version keeps `layer_norm=False` and the like: the
+    checks that refuse a study's model (the export, the demo, the stages) still see it as changed."""
+    from types import SimpleNamespace
+
+    from vanilla_transformer.configuration import changed_switches
+
+    earlier = SimpleNamespace(norm_position="post", layer_norm=False, positional_encoding=True, ffn_activation=False)
+    assert changed_switches(earlier) == {"norm_position": "none", "activation": "linear"}
+    assert changed_switches(SimpleNamespace(norm_position="pre", layer_norm=True)) == {}

@@ -148,3 +148,19 @@ def test_the_card_of_a_model_a_study_took_apart_says_it_is_not_the_papers():
         "`residual=False`" in taken_apart
     )
     assert "| 32 | 4 | 2 | 64 |" in taken_apart  # d_k
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        ({}, ("plus sinusoidal positional encodings", "post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))")),
+        ({"position_encoding": "learned"}, ("plus learned positional encodings",)),
+        ({"position_encoding": "none"}, ("token embeddings scaled by sqrt(d_model) without positional encodings",)),
+        ({"norm_position": "pre"}, ("pre-norm, x + Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm",)),
+        ({"norm_position": "none"}, ("no LayerNorm (a study's), x + Dropout(Sublayer(x))",)),
+    ],
+)
+def test_the_architecture_paragraph_names_the_positions_and_the_norm_the_model_has(settings, words):
+    config = tiny_model(**settings).config
+    text = str(card.model_card(config, 1000))
+    assert all(phrase in text for phrase in words), text

@@ -122,6 +122,19 @@ def test_a_study_of_other_options_in_the_same_folder_is_refused(tiny_study):
         run_study(base_options(d_ff=48), study, {"tiny": (BASE, no_residual())}, write=lambda line: None)
 
 
+def test_a_run_recorded_by_an_earlier_version_is_still_the_run_the_study_plans(tmp_path):
+    """A study started before the folded switches recorded `layer_norm: false` beside `norm_position: "post"`, and no
+    `activation` (an option that came since): resumed, its finished run is the one planned, not another."""
+    from vanilla_transformer.training.studies.runs import check_finished_run, planned_run
+
+    variant = next(variant for variant in LESSONS if variant.key == "no-layer-norm")
+    run = planned_run(variant, {**base_options(), **variant.options(base_options())}, 42, str(tmp_path))
+    old = {name: value for name, value in run.options.items() if name != "activation"}
+    check_finished_run(run, {"options": {**old, "norm_position": "post", "layer_norm": False}})
+    with pytest.raises(ArgumentsError, match=r"holds a run trained with other options \(norm_position\)"):
+        check_finished_run(run, {"options": {**old, "norm_position": "post"}})
+
+
 def test_variants_apply_to_the_base_they_are_given():
     planned = plan_runs(base_options(d_model=24, num_heads=4), {"table3": TABLE3}, 2, "study")
     runs = {variant.key: seeded for variant, seeded in planned["table3"]}

@@ -97,10 +97,16 @@ def text_present(column: pa.ChunkedArray, lang: str) -> np.ndarray:
     return pc.fill_null(present, False).to_numpy(zero_copy_only=False)
 
 
+def has_text(texts: list) -> np.ndarray:
+    """Which of these Python values are text with more than whitespace (the one rule, as `text_present` applies it
+    to an Arrow column)."""
+    return np.fromiter((isinstance(t, str) and bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
+
+
 def text_present_in_rows(pairs: list, lang: str) -> np.ndarray:
     """`text_present` for pairs as Python dicts: a 'translation' column whose rows hold different keys, which
     `datasets` stores as JSON text rather than as an Arrow struct."""
-    return np.array([isinstance(p, dict) and isinstance(p.get(lang), str) and bool(p[lang].strip()) for p in pairs])
+    return has_text([p.get(lang) if isinstance(p, dict) else None for p in pairs])
 
 
 def pairs_with_text(dataset: datasets.Dataset, languages: tuple[str, str]) -> dict[str, np.ndarray]:

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ..options.arguments import DataArguments
 from .batching import batch_bounds
-from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line
+from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line, has_text
 from .tokenizing import within_length_limits
 
 CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks
@@ -83,10 +83,6 @@ def json_cell(cell, where: str, row: int) -> dict:
     if not isinstance(pair, dict):
         raise DataError(f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of texts.")
     return pair
-
-
-def has_text(texts: list) -> np.ndarray:
-    return np.fromiter((isinstance(t, str) and bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
 
 
 def read_chunks(stream: datasets.IterableDataset, where: str, data: DataArguments, chunk_size: int) -> Iterator[tuple]:

@@ -215,7 +215,7 @@ def architecture(config, num_parameters: int) -> dict:
     """The template's architecture variables: the description and the table of the model's configuration."""
     return {
         "scale": " scaled by sqrt(d_model)" if config.scale_embedding else "",
-        "position_encoding": config.position_encoding,
+        "positions": POSITIONS[config.position_encoding],
         "encoder_layers": config.encoder_layers,
         "decoder_layers": config.decoder_layers,
         "norm": NORMS[config.norm_position],
@@ -231,6 +231,12 @@ def architecture(config, num_parameters: int) -> dict:
     }
 
 
+# the card's words for each `position_encoding`, after "token embeddings"
+POSITIONS = {
+    "sinusoidal": "plus sinusoidal positional encodings",
+    "learned": "plus learned positional encodings",
+    "none": "without positional encodings (a study's)",
+}
 # the card's words for each `norm_position`
 NORMS = {
     "post": "post-norm Add&Norm, LayerNorm(x + Dropout(Sublayer(x)))",

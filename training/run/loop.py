@@ -15,9 +15,10 @@ from ..data.tokenizing import BpeDropoutPairs
 from ..options.arguments import TrainArguments
 from ..report.card import RunDescription, write_run_card
 from ..report.evaluation import evaluate_split, reference_cross_entropy, summary
-from .checkpoints import CheckpointWriteError, built_with, list_checkpoints, save_checkpoint
+from .checkpoints import CheckpointWriteError, list_checkpoints, save_checkpoint
 from .engines import deepspeed_boundary, engine_record, full_weights
 from .finish import end_process_group, finish, upload, write_final_model
+from .resume_checks import built_with
 from .startup import setup_run
 from .state import Run, TrainingStopped, log_metrics
 

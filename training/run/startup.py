@@ -21,7 +21,7 @@ from ..data.tokenizing import BpeDropoutPairs, TrainingRows, make_collator, toke
 from ..optim.criterion import TranslationCriterion
 from ..optim.schedule import lr_lambda
 from ..options.arguments import DataArguments, OptimisationArguments, RunArguments, TokenizerArguments, TrainArguments
-from .checkpoints import check_resume_matches, read_state, resolve_resume, tokenizer_identity
+from .checkpoints import read_state, resolve_resume
 from .engines import (
     check_engine,
     check_resume_engine,
@@ -32,6 +32,7 @@ from .engines import (
     shards_model,
 )
 from .model import build_model
+from .resume_checks import check_resume_matches, tokenizer_identity
 from .state import RUN_MARKERS, Run, forget_metrics_after
 
 

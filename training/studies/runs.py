@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from ...configuration import fold_switches
 from ..options.argument_types import ArgumentsError, flag_name
 from ..options.arguments import TrainArguments, resolve
 from .variants import Variant
@@ -101,7 +102,9 @@ def read_record(folder: str) -> dict | None:
 def check_finished_run(run: PlannedRun, record: dict) -> None:
     """A finished run in the folder must be this run: the same options, else the study would mix two bases."""
     wanted = json.loads(json.dumps(run.options))
-    differ = sorted(name for name in wanted if name not in NOT_COMPARED and record["options"].get(name) != wanted[name])
+    # a record of an earlier version: the folded switches as booleans, and no option that came since (its default)
+    recorded = {**TrainArguments().options(), **fold_switches(record["options"])}
+    differ = sorted(name for name in wanted if name not in NOT_COMPARED and recorded.get(name) != wanted[name])
     if differ:
         raise ArgumentsError(
             f"{run.folder} holds a run trained with other options ({', '.join(differ)}); give another --study-dir, "

@@ -158,3 +158,16 @@ def test_a_checkpoint_without_the_record_names_another_vocabulary_size(trained, 
         "this run's model has [100, 32]: the checkpoint has a vocabulary of 120 tokens, this run's tokenizer "
         "(--vocab-size 100) has 100; resume with the checkpoint's tokenizer or start a new run"
     )
+
+
+def test_a_checkpoint_of_an_earlier_version_names_the_folded_switches_as_booleans_and_still_matches():
+    """Before `norm_position="none"` and its like, a checkpoint recorded `layer_norm: false` beside
+    `norm_position: "post"`: read as the model it was, it matches a run that asks for it, and no other."""
+    from vanilla_transformer.training.run.resume_checks import differing_model_setting
+
+    from tests.conftest import tiny_config
+
+    old = {**tiny_config().to_dict(), "layer_norm": False, "norm_position": "post"}
+    assert differing_model_setting(old, tiny_config(norm_position="none"), longest=16) is None
+    refused = differing_model_setting(old, tiny_config(), longest=16)
+    assert refused.startswith("the checkpoint was trained with --norm-position none, this run asks for --norm-position")
