@@ -106,15 +106,18 @@ FOLDED_SWITCHES = {
 }
 
 
+def folded_values(read) -> dict:
+    """What the boolean switches of an earlier version set now, by field: `layer_norm=False` is
+    `norm_position="none"`, `positional_encoding=False` is `position_encoding="none"`, `ffn_activation=False` is
+    `activation="linear"`; a True (or absent) one sets nothing. `read(old)` gives each old switch's value."""
+    return {field: SWITCHES[field].off for old, field in FOLDED_SWITCHES.items() if read(old) is False}
+
+
 def fold_switches(settings: dict) -> dict:
     """`settings` (a saved configuration or its record) with the boolean switches of earlier versions folded into the
-    fields that hold them now: `layer_norm=False` is `norm_position="none"`, `positional_encoding=False` is
-    `position_encoding="none"`, `ffn_activation=False` is `activation="linear"`; a True one is the field as it is."""
-    folded = {name: value for name, value in settings.items() if name not in FOLDED_SWITCHES}
-    for old, field in FOLDED_SWITCHES.items():
-        if settings.get(old, True) is False:
-            folded[field] = SWITCHES[field].off
-    return folded
+    fields that hold them now (`folded_values`)."""
+    kept = {name: value for name, value in settings.items() if name not in FOLDED_SWITCHES}
+    return {**kept, **folded_values(settings.get)}
 
 
 @strict
@@ -216,9 +219,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"This configuration has model_type {model_type!r}; VanillaTransformerConfig reads only "
                 f"model_type {self.model_type!r}."
             )
-        for old, field in FOLDED_SWITCHES.items():  # an earlier version's switch, as its field holds it now
-            if kwargs.pop(old, True) is False:
-                setattr(self, field, SWITCHES[field].off)
+        # an earlier version's switches, as their fields hold them now
+        for field, value in folded_values(lambda old: kwargs.pop(old, None)).items():
+            setattr(self, field, value)
         self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
         if self.d_k is not None and self.num_heads > 0 and self.d_k * self.num_heads == self.d_model:
             self.d_k = None  # the paper's own size: not a change
@@ -368,10 +371,8 @@ def changed_switches(config) -> dict:
         for name, switch in SWITCHES.items()
         if switch.changes(getattr(config, name, switch.paper))
     }
-    for old, field in FOLDED_SWITCHES.items():  # a configuration class of an earlier version, from remote code
-        if getattr(config, old, True) is False:
-            changed[field] = SWITCHES[field].off
-    return changed
+    # a configuration class of an earlier version (from remote code) holds the old booleans
+    return {**changed, **folded_values(lambda old: getattr(config, old, None))}
 
 
 def position_limit(config) -> int | None:

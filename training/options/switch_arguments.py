@@ -11,12 +11,19 @@ from ...configuration.configuration_vanilla_transformer import SWITCHES, StudySw
 from .argument_types import ArgumentsError, Checked, PositiveInt, flag_name, option, option_flag
 
 
+def switch_flag(name: str, switch: StudySwitch) -> str:
+    """The `train` flag that takes a switch's part out: `--d-k N`, `--no-residual`, `--norm-position none`."""
+    if switch.off is None:
+        return f"{flag_name(name)} N"
+    return option_flag(name, switch.off)
+
+
 def switch_field(name: str, switch: StudySwitch) -> tuple:
     """The `train` option of a switch with a field of its own: `--d-k N` for the key size, `--no-NAME` for the
     others."""
     if switch.paper is None:
         return name, PositiveInt | None, option(help=f"{switch.what}; a size: {switch.otherwise}")
-    return name, bool, option(switch.paper, help=f"{switch.what}; {flag_name('no_' + name)}: {switch.otherwise}")
+    return name, bool, option(switch.paper, help=f"{switch.what}; {switch_flag(name, switch)}: {switch.otherwise}")
 
 
 class SwitchGroup(Checked):
@@ -39,13 +46,6 @@ SwitchArguments = dataclasses.make_dataclass(
     namespace={"__module__": __name__},
 )
 SwitchArguments.__doc__ = "The study switches with fields of their own as `train` flags (`SWITCHES`)."
-
-
-def switch_flag(name: str, switch: StudySwitch) -> str:
-    """The `train` flag that takes a switch's part out: `--d-k N`, `--no-residual`, `--norm-position none`."""
-    if switch.off is None:
-        return f"{flag_name(name)} N"
-    return option_flag(name, switch.off)
 
 
 def switch_table() -> str:
