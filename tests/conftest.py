@@ -262,6 +262,10 @@ def first_run_key() -> str:
     import importlib.metadata
 
     digest = hashlib.sha256(f"{first_command()} {sys.version}".encode())
+    # the kernels that train it: another instruction set trains other last bits (`.ci/run` runs it under another)
+    digest.update(torch.backends.cpu.get_cpu_capability().encode())
+    for setting in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        digest.update(f"{setting}={os.environ.get(setting, '')}".encode())
     for library in ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu", "numpy"):
         digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
     for source in FIRST_RUN_SOURCES:
@@ -274,9 +278,10 @@ def first_run_key() -> str:
 
 @pytest.fixture(scope="session")
 def first_run(request, tmp_path_factory) -> Path:
-    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de. The run is kept in
-    pytest's cache under `first_run_key`, so that the slow tier, run after the fast one on the same tree, copies the
-    fast tier's run instead of training it again; each session gets a copy of its own to write in."""
+    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de and, as a clone of the
+    repository does, examples/ (a link to the repository's). The run is kept in pytest's cache under `first_run_key`,
+    so that the slow tier, run after the fast one on the same tree, copies the fast tier's run instead of training it
+    again; each session gets a copy of its own to write in."""
     import shutil
 
     folder = tmp_path_factory.mktemp("readme")
@@ -284,14 +289,23 @@ def first_run(request, tmp_path_factory) -> Path:
     kept = cache.mkdir("first-run") / first_run_key() if cache is not None else None
     if kept is not None and kept.is_dir():
         shutil.copytree(kept, folder, dirs_exist_ok=True)
-        return folder
+    else:
+        train_first_run(folder, kept)
+    (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    return folder
+
+
+def train_first_run(folder: Path, kept: Path | None) -> None:
+    """The README's first command in `folder`, its output in train_output.txt; the folder kept in `kept`, whole or
+    not at all (copied beside, then renamed into place; older trees' runs removed)."""
+    import shutil
+
     done = run(argv(first_command()), folder, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
-    if kept is not None:  # whole or not at all: copied beside, then renamed into place; older trees' runs removed
+    if kept is not None:
         for old in kept.parent.iterdir():
             shutil.rmtree(old, ignore_errors=True)
         partial = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
         shutil.copytree(folder, partial)
         os.replace(partial, kept)
-    return folder

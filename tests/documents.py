@@ -14,8 +14,18 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = {path.name: path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md"))}
 DOCUMENTS = {"README.md": README, **{f"docs/{name}": text for name, text in PAGES.items() if name != "tutorial.md"}}
 RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.json"
+# The README's first model as trained once and committed. A run of the first command on another CPU differs in its
+# last bits, and so does whatever the model is unsure of (low-ranked hypotheses, forced terms, attention argmaxes);
+# the examples that show such outputs (the translator's tools, the server's page) run against this folder, so that
+# they depend on inference alone. `python -m tests.documents FOLDER` records a run's folder here.
+EXAMPLE_MODEL = ROOT / "examples" / "numbers-en-de"
+# what the committed folder leaves out of a run's folder: its checkpoints, its training's record and curves, and the
+# tokenizer's training copy (the folder's own tokenizer files stay)
+EXAMPLE_MODEL_LEFT_OUT = ("checkpoints", "metrics.jsonl", "training_curves.png", "tokenizer")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CLI = [sys.executable, "-m", "vanilla_transformer.cli"]  # `vanilla-transformer`, in this Python
+# a number with decimals, as an output shows it
+DECIMAL = re.compile(r"(-?\d+\.\d+)")
 
 
 def examples_with_output(text: str) -> list[tuple[str, str, str]]:
@@ -28,6 +38,24 @@ def examples_with_output(text: str) -> list[tuple[str, str, str]]:
         and output.group(1) == "text"
         and not text[code.end() : output.start()].strip()
     ]
+
+
+def same_output(printed: str, shown: str) -> bool:
+    """Whether a printed output is the one a document shows. Text must be equal; a number with decimals holds only
+    within its rounding, so it may differ by one unit in the last decimal shown (with as many decimals): a last-bit
+    difference in float32 can round a printed figure either way."""
+    printed_parts, shown_parts = DECIMAL.split(printed.strip()), DECIMAL.split(shown.strip())
+    if len(printed_parts) != len(shown_parts):
+        return False
+    for index, (found, expected) in enumerate(zip(printed_parts, shown_parts)):
+        if index % 2 == 0:  # text between numbers
+            if found != expected:
+                return False
+            continue
+        decimals = len(expected.partition(".")[2])
+        if len(found.partition(".")[2]) != decimals or abs(float(found) - float(expected)) > 1.5 * 10**-decimals:
+            return False
+    return True
 
 
 def first_command() -> str:
@@ -44,3 +72,17 @@ def argv(command: str) -> list[str]:
 def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def keep_example_model(run_folder: Path) -> None:
+    """Copy a run's model folder into `EXAMPLE_MODEL`, but for `EXAMPLE_MODEL_LEFT_OUT`: still a whole model folder
+    (its card, and its code for `trust_remote_code`)."""
+    import shutil
+
+    shutil.rmtree(EXAMPLE_MODEL, ignore_errors=True)
+    shutil.copytree(run_folder, EXAMPLE_MODEL, ignore=lambda folder, names: set(EXAMPLE_MODEL_LEFT_OUT) & set(names))
+
+
+if __name__ == "__main__":
+    keep_example_model(Path(sys.argv[1]))
+    print(f"kept {sys.argv[1]} in {EXAMPLE_MODEL}")

@@ -1,10 +1,11 @@
 """docs/serving.md, run: the server started as the page starts it (on a free port instead of 5000), on the README's
-first model, and every `sh` example of the page that shows an output run against it and compared."""
+first model as committed to the repository, and every `sh` example of the page that shows an output run against it
+and compared."""
 
 import re
 import subprocess
 
-from ..documents import FENCE, PAGES
+from ..documents import EXAMPLE_MODEL, FENCE, PAGES, ROOT, same_output
 from .conftest import serving
 
 PAGE = PAGES["serving.md"]
@@ -20,16 +21,16 @@ def server_examples() -> list[tuple[str, str]]:
     ]
 
 
-def test_the_page_starts_the_server_on_the_first_runs_model():
-    assert "vanilla-transformer serve runs/numbers-en-de\n" in PAGE
+def test_the_page_starts_the_server_on_the_committed_first_model():
+    assert f"vanilla-transformer serve {EXAMPLE_MODEL.relative_to(ROOT)}\n" in PAGE
     assert len(server_examples()) >= 3
 
 
-def test_every_example_against_the_server_prints_what_the_page_shows(first_run, tmp_path):
-    with serving(first_run / "runs" / "numbers-en-de", tmp_path=tmp_path) as server:
+def test_every_example_against_the_server_prints_what_the_page_shows(tmp_path):
+    with serving(EXAMPLE_MODEL, tmp_path=tmp_path) as server:
         port = server.url.rsplit(":", 1)[1]
         for command, expected in server_examples():
             command = re.sub(r"127\.0\.0\.1:5000", f"127.0.0.1:{port}", command)
             done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
-            assert done.stdout.strip() == expected.strip(), command
+            assert same_output(done.stdout, expected), f"{command}\nprinted: {done.stdout}\nshown: {expected}"
