@@ -45,16 +45,18 @@ def wait_until_ready(server: Server, timeout: float = 180) -> None:
 
 
 @contextlib.contextmanager
-def serving(model, *flags: str, tmp_path=None):
-    """`vanilla-transformer serve MODEL FLAGS` on a free port, ready; stopped (SIGTERM) at the end."""
+def serving(model, *flags: str, tmp_path=None, env: dict | None = None, command: list[str] = SERVE, ready=True):
+    """`vanilla-transformer serve MODEL FLAGS` on a free port (`command` instead of `vanilla-transformer serve`,
+    `env` added to the environment), ready unless `ready` is False; stopped (SIGTERM) at the end."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [*SERVE, str(model), "--port", str(port), "--threads", "1", *flags]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    command = [*command, str(model), "--port", str(port), "--threads", "1", *flags]
     with open(os.devnull if tmp_path is None else tmp_path / "serve.log", "w+") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         server = Server(process, f"http://127.0.0.1:{port}", log)
         try:
-            wait_until_ready(server)
+            if ready:
+                wait_until_ready(server)
             yield server
         finally:
             if process.poll() is None:

@@ -11,11 +11,19 @@ def test_a_key_file_lists_keys_and_their_limits(tmp_path):
     assert read_key_file(str(path)) == {"alpha": 60, "beta": None}
 
 
+def test_a_key_file_is_read_as_its_user_means_it(tmp_path):
+    """A byte order mark (as Windows editors write UTF-8), CRLF line ends and spaces around the fields."""
+    path = tmp_path / "keys.txt"
+    path.write_bytes("alpha 60 \r\n  beta\t\r\n".encode("utf-8-sig"))
+    assert read_key_file(str(path)) == {"alpha": 60, "beta": None}
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("alpha 60\nbeta sixty\n", "line 2: expected a key and optionally its requests per minute"),
         ("alpha 0\n", "line 1: expected a key"),
+        ("alpha ²\n", "line 1: expected a key"),  # a digit to str.isdigit, not a number
         ("alpha 1 2\n", "line 1: expected a key"),
         ("alpha\nalpha 3\n", "line 2: the key alph... is listed twice"),
         ("# nothing\n", "no keys in the file"),

@@ -41,6 +41,12 @@ def test_libretranslate_clients_translate_unchanged(server):
     ]
     other = LibreTranslator(source="en", target="de", api_key="unused", custom_url=server.url + "/")
     assert other.translate(SENTENCES[1]) == expected[1]
+    assert client.detect(SENTENCES[0]) == [{"confidence": 100.0, "language": "en"}]  # the model's one language
+    both = httpx.post(server.url + "/translate", json={"q": SENTENCES[:2], "source": "auto", "target": "de"}).json()
+    assert both == {
+        "translatedText": expected,
+        "detectedLanguage": [{"confidence": 100.0, "language": "en"}] * 2,
+    }
 
 
 def test_32_requests_at_once_are_batched_and_answered_as_offline(server):
@@ -64,7 +70,7 @@ def test_a_document_is_split_into_sentences_and_keeps_its_layout(server):
 def test_alternatives_are_distinct_and_other_than_the_translation(server):
     answer = server.post(q=SENTENCES[0], source="auto", target="de", alternatives=1).json()
     assert answer["translatedText"] == offline(server.offline_model, SENTENCES[:1], *BEAMS)[0]
-    assert answer["detectedLanguage"] == {"language": "en"}
+    assert answer["detectedLanguage"] == {"confidence": 100.0, "language": "en"}
     assert len(answer["alternatives"]) <= 1 and answer["translatedText"] not in answer["alternatives"]
 
 

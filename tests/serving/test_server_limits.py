@@ -1,13 +1,15 @@
 """The server under pressure: API keys and their limits, a full queue, deadlines, loading and draining."""
 
+import os
 import signal
+import sys
 import threading
 import time
 
 import httpx
 from vanilla_transformer.training.tasks.numbers import english
 
-from .conftest import burst, error_of, serving
+from .conftest import SERVE, burst, error_of, serving
 
 BODY = {"q": english(123), "source": "en", "target": "de"}
 
@@ -121,3 +123,67 @@ def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_fl
     # an export has no model card: its languages must be given
     assert main(["serve", str(exported_folder), "--port", str(free_port()), "--log-level", "error"]) == 1
     assert "give them with --source-lang and --target-lang" in capsys.readouterr().err
+
+
+def held_back(module: str, function: str, seconds: float) -> list[str]:
+    """`vanilla-transformer serve` with `module.function` held back `seconds` before it runs: a slow start-up or a
+    slow load, as a large model on a slow disk has."""
+    script = (
+        f"import sys, time\nimport {module} as held\noriginal = held.{function}\n"
+        f"def slow(*args, **kwargs):\n    print('held back', flush=True)\n    time.sleep({seconds})\n"
+        f"    return original(*args, **kwargs)\nheld.{function} = slow\n"
+        "from vanilla_transformer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    return [sys.executable, "-c", script, *SERVE[3:]]
+
+
+def wait_for(condition, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_sigterm_while_the_model_loads_exits_0_at_once(trained_folder, tmp_path):
+    command = held_back("vanilla_transformer.serving.engine", "load_engine", 120)
+    with serving(trained_folder, tmp_path=tmp_path, command=command, ready=False) as server:
+
+        def loading() -> bool:
+            try:
+                return httpx.get(server.url + "/ready").json() == {"status": "loading"}
+            except httpx.HTTPError:
+                return False
+
+        wait_for(loading)
+        start = time.time()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.output()[-3000:]
+        assert time.time() - start < 10  # not after the 120 s load
+
+
+def test_sigterm_during_start_up_exits_0_without_listening(trained_folder, tmp_path):
+    command = held_back("vanilla_transformer.serving.app", "create_app", 3)
+    with serving(trained_folder, tmp_path=tmp_path, command=command, ready=False) as server:
+        wait_for(lambda: "held back" in server.output())
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.output()[-3000:]
+        assert "Uvicorn running" not in server.output()
+
+
+def test_a_killed_ctranslate2_server_restarts_on_its_export_and_leaves_no_other(trained_folder, tmp_path):
+    env = {"TMPDIR": str(tmp_path)}
+    exports = tmp_path / "vanilla-transformer-ct2"
+    with serving(trained_folder, "--engine", "ctranslate2", env=env) as server:
+        first = sorted(path.name for path in exports.iterdir())
+        exported = exports / first[0] / "model" / "model.bin"
+        assert len(first) == 1 and exported.is_file()
+        written = exported.stat().st_mtime_ns
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+    with serving(trained_folder, "--engine", "ctranslate2", env=env, tmp_path=tmp_path) as server:
+        assert sorted(path.name for path in exports.iterdir()) == first
+        assert exported.stat().st_mtime_ns == written  # reused, not exported again
+        assert httpx.post(server.url + "/translate", json=BODY).status_code == 200
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=60) == 0
+    assert list(exports.iterdir()) == []  # a normal exit removes it

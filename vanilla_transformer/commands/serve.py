@@ -4,6 +4,7 @@ across requests, backpressure, API keys and a graceful shutdown."""
 import argparse
 import os
 import signal
+import threading
 
 from ..errors import CommandError, MissingDependencyError
 from ..training.options.arguments import PositiveInt
@@ -52,6 +53,26 @@ def serve_command_parser(subparsers) -> argparse.ArgumentParser:
     serve.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds to answer the queued requests on SIGTERM"
     )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a client may take to send a request's headers (then 408 and the connection closed), and again "
+        "its body (408)",
+    )
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle connection stays open between requests (behind a reverse proxy that keeps connections "
+        "to the server open: more than the proxy's idle timeout)",
+    )
+    serve.add_argument(
+        "--limit-concurrency",
+        type=PositiveInt,
+        default=2048,
+        help="requests in progress at once, beyond which 503 (the queue's own limits answer 429)",
+    )
     serve.add_argument("--api-keys", metavar="FILE", help="only these keys may translate (403), each at its rate")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=serve_command)
@@ -59,11 +80,23 @@ def serve_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    """The server, until SIGTERM or SIGINT: a stop signal that comes while it starts ends it at once, exit status 0."""
+    stopped = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in STOP_SIGNALS}
+    try:
+        return run_server(args, stopped)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     try:
         import uvicorn
 
         from ..serving.access import KeyFileError, KeyRing, read_key_file
         from ..serving.app import ServerSettings, create_app
+        from ..serving.connections import header_timeout_protocol
         from ..serving.engine import EngineSettings, load_engine
     except ImportError as error:
         raise MissingDependencyError(f"{SERVE_EXTRA} ({error})") from error
@@ -79,7 +112,8 @@ def serve_command(args: argparse.Namespace) -> int:
     )  # fmt: skip
     settings = ServerSettings(
         args.max_batch_tokens, args.max_wait_ms, args.max_queue_tokens, args.max_queue_requests, args.max_chars,
-        args.max_alternatives, args.timeout, args.drain_timeout,
+        args.max_alternatives, args.timeout, args.drain_timeout, args.read_timeout, args.keep_alive_timeout,
+        args.limit_concurrency,
     )  # fmt: skip
     failures = []
 
@@ -90,17 +124,17 @@ def serve_command(args: argparse.Namespace) -> int:
     app = create_app(lambda: load_engine(engine), settings, keys, on_failure=stop_on_failure)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-        timeout_graceful_shutdown=args.drain_timeout,
+        timeout_graceful_shutdown=args.drain_timeout, timeout_keep_alive=args.keep_alive_timeout,
+        http=header_timeout_protocol(args.read_timeout),
     )  # fmt: skip
     server = draining_server(uvicorn, config)
     # uvicorn re-raises the signal that stopped it once it has drained; this handler makes that the end of a
     # normal run (exit status 0) rather than a kill, and stops the server if a signal comes before uvicorn's own
-    previous = {sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in STOP_SIGNALS}
-    try:
-        server.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
+    if stopped.is_set():
+        return 0
+    server.run()
     if failures:
         raise CommandError(f"MODEL {args.model}: could not load it: {failures[0]}", exit_code=1)
     return 0

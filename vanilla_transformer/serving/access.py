@@ -1,6 +1,8 @@
 """API keys (`serve --api-keys FILE`) and their requests-per-minute limits.
 
-The file holds one key a line, optionally followed by the key's limit in requests per minute; `#` starts a comment:
+The file holds one key a line, optionally followed by the key's limit in requests per minute; `#` starts a comment.
+It is read as a user means it: a UTF-8 byte order mark (as Windows editors write it), CRLF line ends and spaces
+around the fields are ignored.
 
     # key                 requests per minute (none: no limit)
     3f1c0e6a-team-a       120
@@ -12,6 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .fields import WHOLE_NUMBER
+
 WINDOW = 60.0  # seconds: the limits are per minute
 
 
@@ -22,7 +26,7 @@ class KeyFileError(ValueError):
 def read_key_file(path: str) -> dict[str, int | None]:
     """{key: requests per minute, or None for no limit}."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             lines = handle.read().splitlines()
     except OSError as error:
         raise KeyFileError(f"{path}: {error.strerror}") from error
@@ -31,7 +35,7 @@ def read_key_file(path: str) -> dict[str, int | None]:
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
-        if len(fields) > 2 or (len(fields) == 2 and not (fields[1].isdigit() and int(fields[1]) > 0)):
+        if len(fields) > 2 or (len(fields) == 2 and not (WHOLE_NUMBER.fullmatch(fields[1]) and int(fields[1]) > 0)):
             raise KeyFileError(
                 f"{path}, line {number}: expected a key and optionally its requests per minute (a positive whole "
                 f"number), got {line.strip()!r}"

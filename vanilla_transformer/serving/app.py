@@ -7,37 +7,53 @@
 - `POST /score`: `q` and `translation` (strings, or lists of one length) and `api_key`; the answer is each pair's
   score, `{"scores": [{"tokens", "token_log_probs", "log_prob", "normalized", "log_prob_without_eos"}]}` (one
   object for strings), as `vanilla-transformer score` writes it;
-- `GET /languages`: the model's source language and its one target;
+- `GET /languages`: the model's source language and its one target; `POST /detect` (`q`): that source language,
+  as LibreTranslate's language detection answers (nothing is detected: the model reads one language);
 - `GET /health` (the process answers), `GET /ready` (503 until the model is loaded and warmed up, and again while
   draining), `GET /metrics` (Prometheus text).
 
-Every error is JSON, `{"error": "..."}`, naming the field or the limit: 400 a malformed body, a missing field or an
-unknown language pair; 403 a missing or unknown API key; 413 a text over `--max-chars` or a sentence over the token
-limit; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 503 loading or
-draining; 504 a request still unanswered after `--timeout` seconds, whose sentences are dropped from the queue."""
+Every error is JSON, `{"error": "..."}`, naming the field or the limit: 400 a malformed body, a missing field, text
+that is not whole characters or an unknown language pair; 403 a missing or unknown API key; 408 a request whose
+headers or body did not arrive within `--read-timeout`; 413 a body, a text over `--max-chars` or a sentence over the
+token limit; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 500 an
+unexpected error, logged once with the request's id (every answer carries it in `X-Request-ID`); 503 loading,
+draining or more requests in progress than `--limit-concurrency`; 504 a request still unanswered after `--timeout`
+seconds, whose sentences are dropped from the queue. A client that disconnects before its answer is counted under
+status 499 and logged at info."""
 
 import asyncio
+import contextlib
 import json
+import logging
+import threading
 import time
+import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from .access import KeyRing
 from .batcher import Batcher, QueueFull
 from .documents import Document, split_document
 from .engine import Engine
+from .fields import RequestError, read_fields, texts, whole_number
 from .metrics import ServerMetrics
+
+LOG = logging.getLogger("uvicorn.error")  # the server's log, which uvicorn configures
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish", "fr": "French",
     "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
     "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }  # fmt: skip
-ENDPOINTS = ("/translate", "/score", "/languages", "/health", "/ready", "/metrics")
+ENDPOINTS = ("/translate", "/score", "/detect", "/languages", "/health", "/ready", "/metrics")
+PROBES = ("/health", "/ready", "/metrics")  # answered whatever the load, for the operator's monitoring
+DISCONNECTED = 499  # the status a request is counted under when its client left before the answer (nginx's code)
+CONFIDENCE = 100.0  # LibreTranslate's detection confidence, in percent: the model reads one source language
 
 
 @dataclass(frozen=True)
@@ -50,16 +66,15 @@ class ServerSettings:
     max_alternatives: int = 4
     timeout: float = 60.0  # seconds a request may wait for its translation
     drain_timeout: float = 30.0  # seconds to finish the queued requests on SIGTERM
+    read_timeout: float = 15.0  # seconds a client may take to send a request's headers, and again its body
+    keep_alive_timeout: float = 5.0  # seconds an idle connection stays open between requests
+    limit_concurrency: int = 2048  # requests in progress at once, beyond which 503 (the probes excepted)
 
-
-class RequestError(Exception):
-    def __init__(self, status: int, message: str, retry_after: int | None = None):
-        super().__init__(message)
-        self.status, self.retry_after = status, retry_after
-
-    def response(self) -> JSONResponse:
-        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
-        return JSONResponse({"error": str(self)}, status_code=self.status, headers=headers)
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body read: room for `max_chars` characters each escaped in JSON (12 bytes for a character
+        outside the BMP), and the other fields; `max_chars` stays the limit a client meets."""
+        return 12 * self.max_chars + 65536
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,8 @@ class ServerState:
         self.draining = False
 
     def start(self, load) -> None:
-        """Load the engine with `load()`, warm it up and start the batcher's worker (in a thread of its own)."""
+        """Load the engine with `load()`, warm it up and start the batcher's worker (in a thread of its own); the
+        error that stopped it is kept in `error`."""
         try:
             engine = load()
             engine.warm_up()
@@ -112,23 +128,33 @@ def create_app(load, settings: ServerSettings = ServerSettings(), keys: KeyRing 
         title="vanilla-transformer", lifespan=lifespan(state, load, on_failure), docs_url=None, redoc_url=None
     )
     app.state.server = state
-    app.add_middleware(CountRequests, metrics=state.metrics)
+    app.add_middleware(Envelope, metrics=state.metrics, limit=settings.limit_concurrency)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestError, request_error)
-    app.add_api_route("/translate", translate, methods=["POST"])
-    app.add_api_route("/score", score, methods=["POST"])
+    for path, endpoint in (("/translate", translate), ("/score", score), ("/detect", detect)):
+        app.add_api_route(path, endpoint, methods=["POST"])
     for path, endpoint in (("/languages", languages), ("/health", health), ("/ready", ready), ("/metrics", metrics)):
         app.add_api_route(path, endpoint, methods=["GET"])
     return app
 
 
 def lifespan(state: ServerState, load, on_failure):
-    """Load the engine in a thread once the server listens; on shutdown, drain: answer what is queued."""
+    """Load the engine once the server listens, in a daemon thread: a SIGTERM while it loads stops the server at
+    once, without waiting for the load to end. On shutdown, drain: answer what is queued."""
 
     @asynccontextmanager
     async def run(app):
-        loading = asyncio.create_task(asyncio.to_thread(state.start, load))
-        loading.add_done_callback(lambda task: report_failure(task, on_failure))
+        loop = asyncio.get_running_loop()
+
+        def start() -> None:
+            try:
+                state.start(load)
+            except BaseException as error:  # kept in state.error, and reported to the command
+                if on_failure is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped meanwhile
+                        loop.call_soon_threadsafe(on_failure, error)
+
+        threading.Thread(target=start, name="load-model", daemon=True).start()
         yield
         state.draining = True
         if state.batcher is not None:
@@ -137,29 +163,63 @@ def lifespan(state: ServerState, load, on_failure):
     return run
 
 
-class CountRequests:
-    """Every answer in the metrics, by endpoint and status, with its latency (a plain ASGI middleware: it adds
-    next to nothing to a request's cost)."""
+class Envelope:
+    """What every request goes through (a plain ASGI middleware: it adds next to nothing to a request's cost):
+    an id, sent back in `X-Request-ID`; 503 beyond `limit` requests in progress (the probes excepted); an
+    unexpected error answered as a JSON 500 and logged once with the id; a client that left before its answer
+    counted under status 499 and logged at info; and every answer in the metrics, by endpoint and status, with its
+    latency."""
 
-    def __init__(self, app, metrics: ServerMetrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics: ServerMetrics, limit: int):
+        self.app, self.metrics, self.limit = app, metrics, limit
+        self.in_progress = 0
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), [500]
+        start, request_id, status = time.perf_counter(), uuid.uuid4().hex[:16], [None]
+        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
 
-        async def send_and_note(message):
+        async def send_with_id(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.answer(scope, receive, send_with_id, endpoint)
+        except ClientDisconnect:
+            LOG.info("request %s: %s %s: the client disconnected before its answer", request_id, scope["method"],
+                     scope["path"])  # fmt: skip
+        except Exception:
+            LOG.exception("request %s: %s %s failed", request_id, scope["method"], scope["path"])
+            if status[0] is None:
+                error = f"internal error: the server's log has its details under request id {request_id}"
+                await json_response(send_with_id, 500, {"error": error})
         finally:
-            labels = (scope["path"] if scope["path"] in ENDPOINTS else "other", str(status[0]))
+            labels = (endpoint, str(status[0] or DISCONNECTED))
             self.metrics.requests.labels(*labels).inc()
             self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+
+    async def answer(self, scope, receive, send, endpoint: str) -> None:
+        if self.in_progress >= self.limit and endpoint not in PROBES:
+            error = f"the server has {self.in_progress} requests in progress, its limit (--limit-concurrency)"
+            return await json_response(send, 503, {"error": error}, retry_after=1)
+        self.in_progress += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_progress -= 1
+
+
+async def json_response(send, status: int, body: dict, retry_after: int | None = None) -> None:
+    """A JSON answer sent on a bare ASGI `send`."""
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -167,7 +227,8 @@ async def http_error(request: Request, error: HTTPException) -> JSONResponse:
 
 
 async def request_error(request: Request, error: RequestError) -> JSONResponse:
-    return error.response()
+    headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
+    return JSONResponse({"error": str(error)}, status_code=error.status, headers=headers)
 
 
 async def health():
@@ -203,8 +264,7 @@ async def translate(request: Request) -> JSONResponse:
     refusal = state.batcher.refusal()  # a full queue answers at once, before the body is read
     if refusal is not None:
         raise RequestError(429, f"the server is busy: {refusal}", retry_after=refusal.retry_after)
-    params = await read_params(request)
-    check_key(state.keys, params.get("api_key"))
+    params = await request_fields(request, state)
     asked = parse_translate(params, state.engine, state.settings)
     return JSONResponse(await translate_texts(state, asked))
 
@@ -213,61 +273,46 @@ async def score(request: Request) -> JSONResponse:
     """Given translations scored (forced decoding), in the engine's worker-free path: one teacher-forced pass."""
     state = request.app.state.server
     state.check_serving()
-    params = await read_params(request)
-    check_key(state.keys, params.get("api_key"))
+    params = await request_fields(request, state)
     sources, targets, single = parse_score(params, state.settings)
-    for side, texts in (("q", sources), ("translation", targets)):
-        for index, length in enumerate(state.engine.count_tokens(texts)):
+    for side, items in (("q", sources), ("translation", targets)):
+        for index, length in enumerate(state.engine.count_tokens(items) if items else []):
             if length > state.engine.max_sentence_tokens:
                 raise RequestError(413, f"{side}: item {index + 1} has {length} tokens; at most "
                                         f"{state.engine.max_sentence_tokens}")  # fmt: skip
-    found = [pair.as_dict() for pair in await asyncio.to_thread(state.engine.score, sources, targets)]
+    pairs = await asyncio.to_thread(state.engine.score, sources, targets) if sources else []
+    found = [pair.as_dict() for pair in pairs]
     return JSONResponse({"scores": found[0] if single else found})
+
+
+async def detect(request: Request) -> JSONResponse:
+    """LibreTranslate's language detection: the model's one source language, for any `q`."""
+    state = request.app.state.server
+    state.check_serving()
+    texts(await request_fields(request, state), "q")
+    return JSONResponse([detected(state.engine.source_lang)])
+
+
+def detected(language: str) -> dict:
+    return {"confidence": CONFIDENCE, "language": language}
+
+
+async def request_fields(request: Request, state: ServerState) -> dict:
+    """The request's fields, read and checked (`fields.read_fields`), once its API key is admitted."""
+    params = await read_fields(request, state.settings.max_body_bytes, state.settings.read_timeout)
+    check_key(state.keys, params.get("api_key"))
+    return params
 
 
 def parse_score(params: dict, settings: ServerSettings) -> tuple[list[str], list[str], bool]:
     """The pairs of a /score request: `q` and `translation`, both strings or both lists of one length."""
-    sides = []
-    for name in ("q", "translation"):
-        value = params.get(name)
-        if value is None:
-            raise RequestError(400, f"Invalid request: missing {name} parameter")
-        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(t, str) for t in value))):
-            raise RequestError(422, f"{name}: expected a string or a list of strings, got {type(value).__name__}")
-        sides.append([value] if isinstance(value, str) else value)
-    if isinstance(params["q"], str) != isinstance(params["translation"], str) or len(sides[0]) != len(sides[1]):
+    sources, targets = texts(params, "q"), texts(params, "translation")
+    if isinstance(params["q"], str) != isinstance(params["translation"], str) or len(sources) != len(targets):
         raise RequestError(422, "q and translation: expected two strings or two lists of one length")
-    characters = sum(map(len, sides[0] + sides[1]))
+    characters = sum(map(len, sources + targets))
     if characters > settings.max_chars:
         raise RequestError(413, f"q and translation have {characters} characters; at most {settings.max_chars}")
-    return sides[0], sides[1], isinstance(params["q"], str)
-
-
-def report_failure(task: asyncio.Task, on_failure) -> None:
-    if on_failure is not None and not task.cancelled() and task.exception() is not None:
-        on_failure(task.exception())
-
-
-async def read_params(request: Request) -> dict:
-    """The request's fields, from the query string and the body (JSON or a form), as LibreTranslate reads them."""
-    params = {key: value for key, value in request.query_params.items()}
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "application/json":
-        body = await request.body()
-        if body.strip():
-            try:
-                data = json.loads(body)
-            except ValueError as error:
-                raise RequestError(400, f"the body is not valid JSON: {error}") from None
-            if not isinstance(data, dict):
-                raise RequestError(400, f"the JSON body must be an object of fields, got {type(data).__name__}")
-            params.update(data)
-    elif kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.form()
-        for key in form.keys():
-            values = form.getlist(key)
-            params[key] = values[0] if len(values) == 1 else values
-    return params
+    return sources, targets, isinstance(params["q"], str)
 
 
 def check_key(keys: KeyRing | None, key) -> None:
@@ -286,9 +331,7 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
     for name in ("q", "source", "target"):
         if params.get(name) is None:
             raise RequestError(400, f"Invalid request: missing {name} parameter")
-    q = params["q"]
-    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(text, str) for text in q))):
-        raise RequestError(422, f"q: expected a string or a list of strings, got {type(q).__name__}")
+    q, items = params["q"], texts(params, "q")
     for name in ("source", "target", "format"):
         if name in params and not isinstance(params[name], str):
             raise RequestError(422, f"{name}: expected a string, got {type(params[name]).__name__}")
@@ -304,12 +347,11 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
     alternatives = whole_number(params.get("alternatives", 0), "alternatives")
     if not 0 <= alternatives <= settings.max_alternatives:
         raise RequestError(400, f"alternatives {alternatives}: expected 0 to {settings.max_alternatives}")
-    texts = [q] if isinstance(q, str) else q
-    characters = sum(map(len, texts))
+    characters = sum(map(len, items))
     if characters > settings.max_chars:
         raise RequestError(413, f"q has {characters} characters; this server takes at most {settings.max_chars}")
-    terms = parse_terms(params.get("terms"), texts, isinstance(q, str))
-    return TranslateRequest(texts, isinstance(q, str), alternatives, source == "auto", terms)
+    terms = parse_terms(params.get("terms"), items, isinstance(q, str))
+    return TranslateRequest(items, isinstance(q, str), alternatives, source == "auto", terms)
 
 
 def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None:
@@ -324,12 +366,6 @@ def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None
     return rows
 
 
-def whole_number(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
-        raise RequestError(422, f"{name}: expected a whole number, got {value!r}")
-    return int(value)
-
-
 async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
     engine, batcher = state.engine, state.batcher
     if asked.terms is not None:
@@ -341,7 +377,9 @@ async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
     else:
         documents = [split_document(text, engine.source_lang) for text in asked.texts]
     sentences = [sentence for document in documents for sentence in document.sentences]
-    lengths = engine.count_tokens(sentences) if sentences else []
+    if not sentences:  # an empty list q, or texts of no sentence: nothing to queue
+        return answer(documents, [], asked, engine.source_lang)
+    lengths = engine.count_tokens(sentences)
     for index, length in enumerate(lengths):
         if length > engine.max_sentence_tokens:
             raise RequestError(
@@ -378,6 +416,6 @@ def answer(documents: list[Document], results: list, asked: TranslateRequest, so
     body = {"translatedText": texts[0] if asked.single else texts}
     if asked.alternatives:
         body["alternatives"] = alternatives[0] if asked.single else alternatives
-    if asked.auto:
-        body["detectedLanguage"] = {"language": source}  # the model's one source language: nothing is detected
+    if asked.auto:  # the model's one source language, for each text: nothing is detected
+        body["detectedLanguage"] = detected(source) if asked.single else [detected(source) for _ in texts]
     return body

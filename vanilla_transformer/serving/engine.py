@@ -2,10 +2,12 @@
 settings and its limits, loaded once and warmed up."""
 
 import atexit
+import hashlib
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -80,8 +82,8 @@ def engine_threads(threads: int | None) -> int:
 
 
 def load_engine(settings: EngineSettings) -> Engine:
-    """The translator of `settings.model`, exporting a model folder to CTranslate2 (into a temporary folder removed
-    at exit) when `engine` is ctranslate2; a ValueError names what is missing."""
+    """The translator of `settings.model`, exporting a model folder to CTranslate2 (`export_on_the_fly`) when
+    `engine` is ctranslate2; a ValueError names what is missing."""
     threads = engine_threads(settings.threads)
     exported = is_ctranslate2_folder(settings.model)
     if settings.engine == "torch" and exported:
@@ -99,9 +101,46 @@ def load_engine(settings: EngineSettings) -> Engine:
 
 
 def export_on_the_fly(model: str) -> str:
-    folder = tempfile.mkdtemp(prefix="vanilla-transformer-ct2-")
+    """`model` exported to CTranslate2 in the temporary folder's `vanilla-transformer-ct2/DIGEST`, DIGEST the model
+    folder's (`folder_digest`): written beside and renamed into place whole, reused by a later start on the same
+    model (after a crash, say) and removed at a normal exit, so that crashes leave at most one export a model. The
+    partial exports of processes that no longer run are removed."""
+    root = Path(tempfile.gettempdir()) / "vanilla-transformer-ct2"
+    root.mkdir(exist_ok=True)
+    folder = root / folder_digest(model)
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return export_ctranslate2(model, os.path.join(folder, "model"))
+    if is_ctranslate2_folder(str(folder / "model")):
+        return str(folder / "model")
+    for partial in root.glob("*.partial-*"):
+        if not process_runs(int(partial.name.rpartition("-")[2])):
+            shutil.rmtree(partial, ignore_errors=True)
+    partial = root / f"{folder.name}.partial-{os.getpid()}"
+    export_ctranslate2(model, str(partial / "model"))
+    shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of that name, if any
+    os.replace(partial, folder)
+    return str(folder / "model")
+
+
+def folder_digest(model: str) -> str:
+    """A digest of a model folder's files (their names and contents; not its sub-folders, such as checkpoints)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(model).iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0")
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def languages(settings: EngineSettings) -> tuple[str, str]:

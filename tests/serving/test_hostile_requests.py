@@ -1,0 +1,206 @@
+"""The server against broken, odd and hostile clients: the real server in a subprocess for both engines (the
+CTranslate2 server in the slow tier), a table of requests each with its expected status and JSON, and a normal request
+answered after each; clients that stall or hang up over raw sockets; an unexpected error in the engine."""
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from .conftest import error_of, serving
+
+READ_TIMEOUT = 2  # seconds: --read-timeout, short for the stalled clients' tests
+LIMIT = 2  # --limit-concurrency
+TRANSLATE = {"source": "en", "target": "de"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    body: bytes  # sent as application/json
+    status: int
+    expected: str | dict | list  # an error's words, the fields the JSON answer must have, or the whole JSON list
+    path: str = "/translate"
+
+
+def fields(**values) -> bytes:
+    return json.dumps({**TRANSLATE, **values}).encode()
+
+
+def nested(depth: int) -> bytes:
+    return b'{"q": ' + b"[" * depth + b"]" * depth + b', "source": "en", "target": "de"}'
+
+
+HOSTILE = [
+    Case("a lone surrogate", b'{"q": "forty\\ud83d", "source": "en", "target": "de"}', 400,
+         "q: character 6 is a lone UTF-16 surrogate (U+D83D, half a character)"),
+    Case("a lone surrogate in an item", b'{"q": ["one", "\\udc00"], "source": "en", "target": "de"}', 400,
+         "q, item 2: character 1 is a lone UTF-16 surrogate"),
+    Case("a lone surrogate in a score", b'{"q": "one", "translation": "\\ud800x"}', 400,
+         "translation: character 1 is a lone UTF-16 surrogate", path="/score"),
+    Case("JSON nested 20,000 deep", nested(20_000), 400, "the body is not valid JSON: it nests too deeply"),
+    Case("JSON nested 100,000 deep", nested(100_000), 413,
+         "the body has 200039 bytes; this server takes at most 69136"),
+    Case("invalid UTF-8", b'{"q": "\xff\xfe", "source": "en", "target": "de"}', 400, "the body is not valid JSON"),
+    Case("a Unicode digit", fields(q="one", alternatives="²"), 422,
+         "alternatives: expected a whole number (at most 9 ASCII digits), got '²'"),
+    Case("a 5,000-digit string", fields(q="one", alternatives="9" * 5000), 422,
+         "alternatives: expected a whole number (at most 9 ASCII digits), got '999"),
+    Case("a 5,000-digit number", b'{"q": "one", "source": "en", "target": "de", "alternatives": ' + b"9" * 5000 + b"}",
+         400, "the body is not valid JSON: Exceeds the limit"),
+    Case("a 4,000-digit number", b'{"q": "one", "source": "en", "target": "de", "alternatives": ' + b"9" * 4000 + b"}",
+         422, "got a number of 4000 digits"),
+    Case("a negative number", fields(q="one", alternatives=-1), 422, "alternatives: expected a whole number"),
+    Case("a fraction", fields(q="one", alternatives=1.5), 422, "alternatives: expected a whole number"),
+    Case("an item that is not text", fields(q=["one", None]), 422, "q: expected a string or a list of strings"),
+    Case("a body that is not an object", b"null", 400, "the JSON body must be an object of fields, got NoneType"),
+    Case("an empty list to translate", fields(q=[]), 200, {"translatedText": []}),
+    Case("two empty lists to score", b'{"q": [], "translation": []}', 200, {"scores": []}, path="/score"),
+    Case("auto with a list", fields(q=["six", "seven"], source="auto"), 200,
+         {"detectedLanguage": [{"confidence": 100.0, "language": "en"}] * 2}),
+    Case("auto with a string", fields(q="six", source="auto"), 200,
+         {"detectedLanguage": {"confidence": 100.0, "language": "en"}}),
+    Case("detection", b'{"q": "six"}', 200, [{"confidence": 100.0, "language": "en"}], path="/detect"),
+]  # fmt: skip
+# the fast tier's cases: one of each class
+FAST = {
+    "a lone surrogate", "JSON nested 20,000 deep", "a Unicode digit", "two empty lists to score", "auto with a list",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["torch", pytest.param("ctranslate2", marks=pytest.mark.slow)])
+def server(request, trained_folder, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp(f"hostile-{request.param}")
+    flags = ("--engine", request.param, "--max-chars", "300", "--read-timeout", str(READ_TIMEOUT))
+    with serving(trained_folder, *flags, "--limit-concurrency", str(LIMIT), tmp_path=log_dir) as running:
+        yield running
+
+
+def translates(server) -> bool:
+    answer = server.post(q="six", **TRANSLATE)
+    return answer.status_code == 200 and isinstance(answer.json()["translatedText"], str)
+
+
+@pytest.mark.parametrize(
+    "case", [c if c.name in FAST else pytest.param(c, marks=pytest.mark.slow) for c in HOSTILE], ids=lambda c: c.name
+)
+def test_a_hostile_request_gets_its_status_and_json_and_the_server_goes_on(server, case):
+    response = httpx.post(server.url + case.path, content=case.body, headers={"content-type": "application/json"})
+    assert response.status_code == case.status, response.text
+    if isinstance(case.expected, str):
+        assert case.expected in error_of(response)
+    elif isinstance(case.expected, dict):
+        assert {field: response.json()[field] for field in case.expected} == case.expected
+    else:
+        assert response.json() == case.expected
+    assert response.headers["x-request-id"]
+    assert translates(server)
+
+
+def raw(server) -> socket.socket:
+    port = int(server.url.rsplit(":", 1)[1])
+    connection = socket.create_connection(("127.0.0.1", port))
+    connection.settimeout(READ_TIMEOUT + 10)
+    return connection
+
+
+def received(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := connection.recv(4096):
+        data += chunk
+    return data
+
+
+HEADERS = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+
+
+def test_clients_that_stall_in_their_headers_are_answered_408_and_closed(server):
+    silent, partial = raw(server), raw(server)
+    partial.sendall(HEADERS[:30])
+    start = time.time()
+    for connection in (silent, partial):
+        answer = received(connection)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"headers did not arrive within 2 s" in answer
+    assert time.time() - start < READ_TIMEOUT + 3
+    assert translates(server)
+
+
+def test_a_body_that_stalls_gets_408_and_one_that_stops_is_counted_as_a_disconnect(server):
+    stalled = raw(server)
+    stalled.sendall(HEADERS + b'{"q": ')
+    answer = stalled.recv(4096) + stalled.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"the request's body did not arrive within 2 s" in answer
+    errors = server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="500"}')
+    gone = server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="499"}')
+    hung_up = raw(server)
+    hung_up.sendall(HEADERS + b'{"q": ')
+    time.sleep(0.3)
+    hung_up.close()
+    deadline = time.time() + 10
+    while server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="499"}') == gone:
+        assert time.time() < deadline, "the disconnect was not counted"
+        time.sleep(0.1)
+    assert server.metric('vanilla_transformer_requests_total{endpoint="/translate",status="500"}') == errors
+    assert "the client disconnected before its answer" in server.output()
+    assert "Traceback" not in server.output() and "ERROR" not in server.output()
+
+
+def test_requests_beyond_the_concurrency_limit_get_503_and_the_probes_still_answer(server):
+    holding = [raw(server) for _ in range(LIMIT)]
+    for connection in holding:  # in progress: their bodies still arriving
+        connection.sendall(HEADERS + b'{"q": ')
+    time.sleep(0.5)
+    refused = server.post(q="six", **TRANSLATE)
+    assert refused.status_code == 503 and "its limit (--limit-concurrency)" in error_of(refused)
+    assert refused.headers["retry-after"] == "1"
+    assert httpx.get(server.url + "/ready").status_code == 200
+    for connection in holding:
+        received(connection)  # 408 once their read timeout passes
+    assert translates(server)
+
+
+def test_an_unexpected_error_is_a_json_500_logged_once_with_the_request_id(trained_folder, caplog):
+    import uvicorn
+
+    from vanilla_transformer.serving.app import create_app
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    from ..apps import free_port
+
+    def broken_engine():
+        engine = load_engine(EngineSettings(str(trained_folder), threads=1))
+        engine.count_tokens = lambda texts: 1 / 0  # a fault of the engine's, not of the request
+        return engine
+
+    port = free_port()
+    config = uvicorn.Config(create_app(broken_engine), host="127.0.0.1", port=port, log_config=None)  # to caplog
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(url + "/ready").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                pass
+            time.sleep(0.1)
+        response = httpx.post(url + "/translate", json={"q": "six", **TRANSLATE})
+        request_id = response.headers["x-request-id"]
+        assert response.status_code == 500
+        assert error_of(response) == f"internal error: the server's log has its details under request id {request_id}"
+        logged = [record for record in caplog.records if request_id in record.getMessage()]
+        assert len(logged) == 1 and logged[0].levelname == "ERROR" and "ZeroDivisionError" in logged[0].exc_text
+        metrics = httpx.get(url + "/metrics").text
+        assert 'vanilla_transformer_requests_total{endpoint="/translate",status="500"} 1.0' in metrics
+        assert httpx.get(url + "/health").status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(30)

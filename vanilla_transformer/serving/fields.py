@@ -1,0 +1,126 @@
+"""A request's fields, decoded and checked in one place: from the query string and the body (JSON or a form), as
+LibreTranslate reads them, with every way a client can get them wrong answered by a `RequestError` that names the
+field and what was expected.
+
+- The body: at most `max_bytes` (413, by its Content-Length before it is read, or as it arrives), within
+  `read_timeout` seconds (408); JSON that does not parse, or nests deeper than Python's parser goes, is 400.
+- Text: every string must be encodable, so a lone UTF-16 surrogate (half a character, as JavaScript's `slice` can
+  leave one in a `\\ud83d` escape) is refused with 400 naming the field and the character. It is refused rather than
+  replaced: a translation of silently altered text would look right to the client and differ from what it sent.
+- Numbers: ASCII digits only (`'²'.isdigit()` is true in Python), at most nine of them; the caller checks the range.
+- Lists of texts: a string or a list of strings; an empty list is a valid request with an empty answer."""
+
+import asyncio
+import json
+import re
+
+from starlette.requests import Request
+
+# a whole number as a client writes it: ASCII digits, at most nine (larger is out of every range here)
+WHOLE_NUMBER = re.compile(r"\s*([0-9]{1,9})\s*")
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status, a message naming the field, and when to try again."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> dict:
+    """The request's fields: the query string's, then the body's (JSON or a form) over them; each string checked."""
+    fields = dict(request.query_params)
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+        raise RequestError(413, f"the body has {int(declared)} bytes; this server takes at most {max_bytes}")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        async with asyncio.timeout(read_timeout):
+            if kind == "application/json":
+                fields.update(parse_json(await read_body(request, max_bytes)))
+            elif kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+                form = await request.form()
+                for key in form.keys():
+                    values = form.getlist(key)
+                    fields[key] = values[0] if len(values) == 1 else values
+    except TimeoutError:
+        raise RequestError(408, f"the request's body did not arrive within {read_timeout:g} s") from None
+    check_text(fields)
+    return fields
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise RequestError(413, f"the body has more than {max_bytes} bytes; this server takes at most that")
+    return bytes(body)
+
+
+def parse_json(body: bytes) -> dict:
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise RequestError(400, "the body is not valid JSON: it nests too deeply") from None
+    except ValueError as error:  # UnicodeDecodeError and integers of more than 4,300 digits included
+        raise RequestError(400, f"the body is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, f"the JSON body must be an object of fields, got {type(data).__name__}")
+    return data
+
+
+def check_text(fields: dict) -> None:
+    """Every string in the fields (names, values, items of lists at any depth) encodable as UTF-8; iterative, so
+    that a deeply nested value cannot exhaust the stack."""
+    stack = [(value, str(name)) for name, value in fields.items()]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                code = f"U+{ord(value[error.start]):04X}"
+                raise RequestError(
+                    400,
+                    f"{where}: character {error.start + 1} is a lone UTF-16 surrogate ({code}, half a character); "
+                    "send whole characters",
+                ) from None
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}, item {index + 1}") for index, item in enumerate(value))
+        elif isinstance(value, dict):
+            stack.extend((key, f"{where}, a key") for key in value)
+            stack.extend((item, f"{where}.{key}") for key, item in value.items())
+
+
+def whole_number(value, name: str) -> int:
+    """A field that must be a whole number: a JSON integer, or ASCII digits in a string (a form, the query)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9:
+        return value
+    digits = WHOLE_NUMBER.fullmatch(value) if isinstance(value, str) else None
+    if digits is None:
+        raise RequestError(422, f"{name}: expected a whole number (at most 9 ASCII digits), got {described(value)}")
+    return int(digits.group(1))
+
+
+def described(value) -> str:
+    """A client's value, short enough for an error message."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**9:
+        return f"a number of {len(str(abs(value)))} digits"
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def texts(fields: dict, name: str) -> list[str]:
+    """A field of texts: a string or a list of strings (400 when it is missing, 422 when it is something else)."""
+    value = fields.get(name)
+    if value is None:
+        raise RequestError(400, f"Invalid request: missing {name} parameter")
+    if isinstance(value, str):
+        return [value]
+    if not (isinstance(value, list) and all(isinstance(text, str) for text in value)):
+        raise RequestError(422, f"{name}: expected a string or a list of strings, got {type(value).__name__}")
+    return value
