@@ -7,7 +7,7 @@ import signal
 import threading
 
 from ..errors import CommandError, MissingDependencyError
-from ..training.options.arguments import PositiveInt
+from ..training.options.arguments import PositiveFloat, PositiveInt
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SERVE_EXTRA = "the server needs FastAPI, uvicorn and friends: pip install 'vanilla-transformer[serve]'"
@@ -53,16 +53,25 @@ def serve_command_parser(subparsers) -> argparse.ArgumentParser:
     serve.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds to answer the queued requests on SIGTERM"
     )
+    connection_flags(serve)
+    serve.add_argument("--api-keys", metavar="FILE", help="only these keys may translate (403), each at its rate")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=serve_command)
+    return serve
+
+
+def connection_flags(serve: argparse.ArgumentParser) -> None:
+    """The flags that bound slow, idle and too many clients."""
     serve.add_argument(
         "--read-timeout",
-        type=float,
+        type=PositiveFloat,
         default=15.0,
         help="seconds a client may take to send a request's headers (then 408 and the connection closed), and again "
         "its body (408)",
     )
     serve.add_argument(
         "--keep-alive-timeout",
-        type=float,
+        type=PositiveFloat,
         default=5.0,
         help="seconds an idle connection stays open between requests (behind a reverse proxy that keeps connections "
         "to the server open: more than the proxy's idle timeout)",
@@ -73,10 +82,6 @@ def serve_command_parser(subparsers) -> argparse.ArgumentParser:
         default=2048,
         help="requests in progress at once, beyond which 503 (the queue's own limits answer 429)",
     )
-    serve.add_argument("--api-keys", metavar="FILE", help="only these keys may translate (403), each at its rate")
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    serve.set_defaults(func=serve_command)
-    return serve
 
 
 def serve_command(args: argparse.Namespace) -> int:
