@@ -19,9 +19,17 @@ RECORDED_RUN = ROOT / "training" / "recipes" / "runs" / "numbers_eval_results.js
 # the examples that show such outputs (the translator's tools, the server's page) run against this folder, so that
 # they depend on inference alone. `python -m tests.documents FOLDER` records a run's folder here.
 EXAMPLE_MODEL = ROOT / "examples" / "numbers-en-de"
-# what the committed folder leaves out of a run's folder: its checkpoints, its training's record and curves, and the
-# tokenizer's training copy (the folder's own tokenizer files stay)
-EXAMPLE_MODEL_LEFT_OUT = ("checkpoints", "metrics.jsonl", "training_curves.png", "tokenizer")
+# what the committed folder keeps of a run's folder: the model, its tokenizer, its settings and its scores; its card
+# is cut to the card's metadata (the languages the server reads), and its copy of the package's code is left out, so
+# that the repository holds the model's code once (the package, installed, loads the folder)
+EXAMPLE_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "eval_results.json",
+)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CLI = [sys.executable, "-m", "vanilla_transformer.cli"]  # `vanilla-transformer`, in this Python
 # a number with decimals, as an output shows it
@@ -75,12 +83,25 @@ def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedP
 
 
 def keep_example_model(run_folder: Path) -> None:
-    """Copy a run's model folder into `EXAMPLE_MODEL`, but for `EXAMPLE_MODEL_LEFT_OUT`: still a whole model folder
-    (its card, and its code for `trust_remote_code`)."""
+    """Copy a run's model folder into `EXAMPLE_MODEL`: `EXAMPLE_MODEL_FILES`, without the `auto_map` that names the
+    code left out, and the card's metadata."""
+    import json
     import shutil
 
     shutil.rmtree(EXAMPLE_MODEL, ignore_errors=True)
-    shutil.copytree(run_folder, EXAMPLE_MODEL, ignore=lambda folder, names: set(EXAMPLE_MODEL_LEFT_OUT) & set(names))
+    EXAMPLE_MODEL.mkdir(parents=True)
+    for name in EXAMPLE_MODEL_FILES:
+        shutil.copyfile(run_folder / name, EXAMPLE_MODEL / name)
+    for name in ("config.json", "tokenizer_config.json"):
+        settings = json.loads((EXAMPLE_MODEL / name).read_text(encoding="utf-8"))
+        settings.pop("auto_map", None)
+        (EXAMPLE_MODEL / name).write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    metadata = (run_folder / "README.md").read_text(encoding="utf-8").split("\n---\n")[0] + "\n---\n"
+    (EXAMPLE_MODEL / "README.md").write_text(
+        metadata + "\nThe README's first model (`vanilla-transformer train`), kept for the manual's examples: "
+        "`pip install vanilla-transformer` loads it.\n",
+        encoding="utf-8",
+    )
 
 
 if __name__ == "__main__":
