@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -90,3 +91,36 @@ def error_of(response: httpx.Response) -> str:
     body = response.json()
     assert set(body) == {"error"}, body
     return body["error"]
+
+
+def wait_for(condition, timeout: float = 60) -> None:
+    """Until `condition()` is true, or an AssertionError after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def answers(url: str, status: int = 200) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=5).status_code == status
+    return False
+
+
+@contextlib.contextmanager
+def in_process(app, **config):
+    """`app` served by uvicorn in a thread of this process on a free port (`config` to `uvicorn.Config`), once it
+    answers /health; stopped at the end. Yields its URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **config))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: answers(url + "/health"), timeout=30)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -4,14 +4,13 @@ answered after each; clients that stall or hang up over raw sockets; an unexpect
 
 import json
 import socket
-import threading
 import time
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from .conftest import error_of, serving
+from .conftest import answers, error_of, in_process, serving, wait_for
 
 READ_TIMEOUT = 2  # seconds: --read-timeout, short for the stalled clients' tests
 LIMIT = 2  # --limit-concurrency
@@ -165,33 +164,16 @@ def test_requests_beyond_the_concurrency_limit_get_503_and_the_probes_still_answ
 
 
 def test_an_unexpected_error_is_a_json_500_logged_once_with_the_request_id(trained_folder, caplog):
-    import uvicorn
-
     from vanilla_transformer.serving.app import create_app
     from vanilla_transformer.serving.engine import EngineSettings, load_engine
-
-    from ..apps import free_port
 
     def broken_engine():
         engine = load_engine(EngineSettings(str(trained_folder), threads=1))
         engine.count_tokens = lambda texts: 1 / 0  # a fault of the engine's, not of the request
         return engine
 
-    port = free_port()
-    config = uvicorn.Config(create_app(broken_engine), host="127.0.0.1", port=port, log_config=None)  # to caplog
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if httpx.get(url + "/ready").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            time.sleep(0.1)
+    with in_process(create_app(broken_engine), log_config=None) as url:  # log_config None: records reach caplog
+        wait_for(lambda: answers(url + "/ready"))
         response = httpx.post(url + "/translate", json={"q": "six", **TRANSLATE})
         request_id = response.headers["x-request-id"]
         assert response.status_code == 500
@@ -201,6 +183,3 @@ def test_an_unexpected_error_is_a_json_500_logged_once_with_the_request_id(train
         metrics = httpx.get(url + "/metrics").text
         assert 'vanilla_transformer_requests_total{endpoint="/translate",status="500"} 1.0' in metrics
         assert httpx.get(url + "/health").status_code == 200
-    finally:
-        server.should_exit = True
-        thread.join(30)

@@ -9,7 +9,7 @@ import time
 import httpx
 from vanilla_transformer.training.tasks.numbers import english
 
-from .conftest import SERVE, burst, error_of, serving
+from .conftest import SERVE, answers, burst, error_of, in_process, serving, wait_for
 
 BODY = {"q": english(123), "source": "en", "target": "de"}
 
@@ -78,41 +78,23 @@ def test_sigterm_answers_every_queued_request_and_exits_0(trained_folder):
 
 
 def test_ready_says_503_until_the_model_is_loaded_and_translations_wait_for_it(trained_folder):
-    import uvicorn
-
     from vanilla_transformer.serving.app import create_app
     from vanilla_transformer.serving.engine import EngineSettings, load_engine
 
-    from ..apps import free_port
-
     release = threading.Event()
     app = create_app(lambda: release.wait(60) and load_engine(EngineSettings(str(trained_folder), threads=1)))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                health = httpx.get(url + "/health")
-                break
-            except httpx.ConnectError:
-                time.sleep(0.1)
-        assert health.json() == {"status": "ok"}
-        loading = httpx.get(url + "/ready")
-        assert loading.status_code == 503 and loading.json() == {"status": "loading"}
-        early = httpx.post(url + "/translate", json=BODY)
-        assert early.status_code == 503 and error_of(early) == "the model is loading"
-        release.set()
-        while httpx.get(url + "/ready").status_code != 200 and time.time() < deadline:
-            time.sleep(0.1)
-        assert httpx.post(url + "/translate", json=BODY).status_code == 200
+        with in_process(app, log_level="warning") as url:
+            assert httpx.get(url + "/health").json() == {"status": "ok"}
+            loading = httpx.get(url + "/ready")
+            assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+            early = httpx.post(url + "/translate", json=BODY)
+            assert early.status_code == 503 and error_of(early) == "the model is loading"
+            release.set()
+            wait_for(lambda: answers(url + "/ready"), timeout=30)
+            assert httpx.post(url + "/translate", json=BODY).status_code == 200
     finally:
         release.set()
-        server.should_exit = True
-        thread.join(30)
 
 
 def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_flags(exported_folder, capsys):
@@ -137,24 +119,11 @@ def held_back(module: str, function: str, seconds: float) -> list[str]:
     return [sys.executable, "-c", script, *SERVE[3:]]
 
 
-def wait_for(condition, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_sigterm_while_the_model_loads_exits_0_at_once(trained_folder, tmp_path):
     command = held_back("vanilla_transformer.serving.engine", "load_engine", 120)
     with serving(trained_folder, tmp_path=tmp_path, command=command, ready=False) as server:
-
-        def loading() -> bool:
-            try:
-                return httpx.get(server.url + "/ready").json() == {"status": "loading"}
-            except httpx.HTTPError:
-                return False
-
-        wait_for(loading)
+        wait_for(lambda: answers(server.url + "/ready", 503))  # 503: loading
+        assert httpx.get(server.url + "/ready").json() == {"status": "loading"}
         start = time.time()
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=30) == 0, server.output()[-3000:]
