@@ -1,6 +1,7 @@
 """What the two translators (`translators.py`) share: a `Translation`, the `Guards` on a search's output, the search
 settings asked for, and how sentences are batched and n-best lists made distinct."""
 
+import functools
 from dataclasses import dataclass
 
 
@@ -90,3 +91,33 @@ def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[T
                 unique.append(translation)
         kept.append(unique[:n_best])
     return kept
+
+
+def blank_stays_blank(translate):
+    """A translator's `translate` that answers a blank sentence (empty, or spaces only) with one empty translation
+    (score 0.0) without searching, whatever its prefix or terms, and no sentences with no translations: a search
+    from an empty source writes whatever the model likes best, not nothing. The prefixes and terms of the other
+    sentences go with them; lists of the wrong length go to `translate` whole, which names them."""
+
+    @functools.wraps(translate)
+    def translate_the_others(self, sentences, *args, prefix=None, constraints=None, **kwargs):
+        sentences = list(sentences)
+        others = [index for index, sentence in enumerate(sentences) if sentence.strip()]
+        if not sentences:
+            return []
+        if len(others) == len(sentences) or any(
+            values is not None and len(values) != len(sentences) for values in (prefix, constraints)
+        ):
+            return translate(self, sentences, *args, prefix=prefix, constraints=constraints, **kwargs)
+
+        def picked(values):
+            return None if values is None else [values[index] for index in others]
+
+        found = iter(
+            translate(self, picked(sentences), *args, prefix=picked(prefix), constraints=picked(constraints), **kwargs)
+            if others
+            else []
+        )
+        return [next(found) if sentence.strip() else [Translation("", 0.0, False)] for sentence in sentences]
+
+    return translate_the_others

@@ -24,6 +24,7 @@ from .translation_options import (
     NO_GUARDS,
     Guards,
     Translation,
+    blank_stays_blank,
     distinct_texts,
     grouped_batches,
     prefix_texts,
@@ -53,6 +54,7 @@ class PyTorchTranslator:
         return self.model.generation_config
 
     @torch.no_grad()
+    @blank_stays_blank
     def translate(
         self,
         sentences,
@@ -256,6 +258,7 @@ class CTranslate2Translator:
         sequences = self.generation_config.bad_words_ids
         return [[self.target_vocabulary[i] for i in ids] for ids in sequences] if sequences else None
 
+    @blank_stays_blank
     def translate(
         self,
         sentences,

@@ -2,6 +2,7 @@
 CTranslate2 folder, one translation per line or an n-best list."""
 
 import argparse
+import io
 import os
 import sys
 
@@ -103,12 +104,27 @@ def add_constraint_arguments(translate: argparse.ArgumentParser) -> None:
 
 
 def read_lines(path: str, flag: str) -> list[str]:
-    """The lines of the file that `flag` names, or a `CommandError` naming the flag and the file."""
+    """The lines of the file that `flag` names, or a `CommandError` naming the flag and the file (and the line of
+    text that is not UTF-8)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return [line.rstrip("\n") for line in handle]
+        with open(path, "rb") as handle:
+            return text_lines(handle.read(), f"{flag} {path}")
     except OSError as error:
         raise CommandError(f"{flag} {path}: {error.strerror}", exit_code=2) from error
+
+
+def text_lines(data: bytes, name: str) -> list[str]:
+    """UTF-8 bytes as lines, their ends (\\n, \\r\\n or \\r) removed; a `CommandError` names the line of `name` that is
+    not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise CommandError(
+            f"{name}, line {line}: not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as UTF-8",
+            exit_code=2,
+        ) from error
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
 
 
 def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
@@ -119,7 +135,7 @@ def read_sentences(sentences: list[str], input_file: str | None) -> list[str]:
         return sentences
     if input_file:
         return read_lines(input_file, "--input")
-    return [line.rstrip("\n") for line in sys.stdin]
+    return text_lines(sys.stdin.buffer.read(), "stdin")
 
 
 def prefixes(path: str | None, count: int) -> list[str] | None:
