@@ -6,7 +6,7 @@ from transformers import AutoTokenizer
 from vanilla_transformer.training.tasks.numbers import english, german
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.alignment import align, word_indices
+from vanilla_transformer.alignment import align, marker_words, word_indices
 from vanilla_transformer.attention_maps import attention_maps
 from vanilla_transformer.cli import main
 
@@ -41,6 +41,19 @@ def test_tokens_are_merged_into_whitespace_separated_words():
     offsets = [(0, 3), (3, 7), (7, 8), (8, 11), (11, 14)]  # "the" "▁dog" "," "▁bar" "ks": spaces go with the word
     assert word_indices(offsets, text) == [0, 1, 1, 2, 2]
     assert word_indices([(0, 0)], "") == [0]
+
+
+@pytest.mark.parametrize(
+    "tokens, words",
+    [
+        (["▁seven", "▁hun", "dred", "▁elf", "</s>"], [0, 1, 1, 2, 2]),  # SentencePiece: "▁" starts a word
+        (["sie@@", "ben@@", "hundert", "elf", "</s>"], [0, 0, 0, 1, 2]),  # subword-nmt: "@@" goes on
+        (["sie", "ben</w>", "elf</w>", "</s>"], [0, 0, 1, 2]),  # FSMT's BPE: "</w>" ends a word
+    ],
+    ids=["sentencepiece", "subword-nmt", "end of word"],
+)
+def test_without_offsets_tokens_are_merged_into_words_by_the_tokenizers_markers(tokens, words):
+    assert marker_words(tokens) == words
 
 
 def test_a_layer_outside_the_decoder_is_refused(trained_folder):

@@ -374,6 +374,21 @@ def test_import_then_translate_export_and_demo_from_the_command_line(imported, t
     torch.testing.assert_close(stages.embeddings["encoder"].positions, positions)  # fairseq's, from position 2
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_imported_kind_prints_word_alignments(imported, kind, capsys):
+    """Their tokenizers give no character offsets: the words come from the tokenizers' own markers."""
+    texts = sources.sentences(3, seed=13)
+    argv = ["translate", "--model", imported[kind].folder, "--num-beams", "2", "--max-length", "12", "--alignments"]
+    assert main([*argv, *texts]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(texts)
+    for text, line in zip(texts, lines):
+        translation, pharaoh = line.split("\t")
+        pairs = [tuple(map(int, pair.split("-"))) for pair in pharaoh.split()]
+        assert all(s < len(text.split()) and t < len(translation.split()) for s, t in pairs), (text, line)
+        assert {t for _, t in pairs} == set(range(len(translation.split())))  # every target word has a source word
+
+
 @pytest.mark.parametrize(
     "codes",
     [

@@ -2,7 +2,10 @@
 (the end of sentence left out), the source token (the end of sentence and padding left out) that the chosen decoder
 layer's cross-attention, averaged over the chosen heads, weighs most, when the decoder reads the target shifted
 right (teacher forcing: the attention that wrote each token). The token pairs are then merged into pairs of
-whitespace-separated words and written in Pharaoh format, `0-0 1-2 ...` (source-target, 0-based).
+whitespace-separated words and written in Pharaoh format, `0-0 1-2 ...` (source-target, 0-based): by the tokens'
+character offsets where the tokenizer gives them (a fast tokenizer), else by the tokenizer's own word markers
+(SentencePiece's "▁" starts a word, subword-nmt's "@@" continues one, "</w>" ends one), which count the words of the
+text as the tokenizer splits it (Moses' tokenizer, in fairseq's and FSMT's, makes punctuation a word).
 
     translator = load_translator("runs/numbers-en-de")
     [alignment] = align(translator.model, translator.tokenizer, ["forty-two"], ["zweiundvierzig"])
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .model_folder import source_tokens
 from .scoring import shift_right
 
 
@@ -67,14 +71,34 @@ def word_indices(offsets: list[tuple[int, int]], text: str) -> list[int]:
     return indices
 
 
+def marker_words(tokens: list[str]) -> list[int]:
+    """Each token's word, from the markers of the tokenizer's subwords: a token that starts with "▁" starts a word
+    (SentencePiece); else a word ends with a token that ends with "</w>" (FSMT's BPE), or goes on after one that ends
+    with "@@" (subword-nmt, fastBPE)."""
+    sentencepiece = any(token.startswith("▁") for token in tokens)
+    word_ends = not sentencepiece and any(token.endswith("</w>") for token in tokens)
+    indices, word = [], -1
+    for index, token in enumerate(tokens):
+        previous = tokens[index - 1] if index else None
+        if previous is None:
+            starts = True
+        elif sentencepiece:
+            starts = token.startswith("▁")
+        elif word_ends:
+            starts = previous.endswith("</w>")
+        else:
+            starts = not previous.endswith("@@")
+        word += starts
+        indices.append(word)
+    return indices
+
+
 @torch.inference_mode()
 def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
     """The alignment of each (source, target) pair; `layer` (default the last) and `heads` (default all) choose
     the attention that aligns."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources for {len(targets)} targets: align pairs")
-    if not tokenizer.is_fast:
-        raise ValueError("word alignments need a fast tokenizer (its tokens' character offsets)")
     layers = len(model.get_decoder().layers)
     layer = layers - 1 if layer is None else layer
     if not -layers <= layer < layers:
@@ -105,9 +129,18 @@ def token_alignments(model, batch: dict, labels, layer: int, heads) -> list[list
     return found
 
 
+def token_words(tokenizer, encoded, row: int, text: str, target: bool) -> list[int]:
+    """Each token's whitespace-separated word: from its character offsets, or from the tokenizer's word markers."""
+    if tokenizer.is_fast:
+        return word_indices(encoded["offset_mapping"][row], text)
+    ids = encoded["input_ids"][row]
+    return marker_words(tokenizer.convert_ids_to_tokens(ids) if target else source_tokens(tokenizer, ids))
+
+
 def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignment]:
-    source = tokenizer(list(sources), return_offsets_mapping=True)
-    target = tokenizer(text_target=list(targets), return_offsets_mapping=True)
+    offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
+    source = tokenizer(list(sources), **offsets)
+    target = tokenizer(text_target=list(targets), **offsets)
     batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt")
     labels = tokenizer.pad({"input_ids": target["input_ids"]}, return_tensors="pt")["input_ids"]
     special = {model.config.eos_token_id, model.config.pad_token_id}
@@ -115,8 +148,8 @@ def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignm
     for row, token_pairs in enumerate(token_alignments(model, batch, labels, layer, heads)):
         src_valid = [i for i, token in enumerate(source["input_ids"][row]) if token not in special]
         tgt_valid = [j for j, token in enumerate(target["input_ids"][row]) if token not in special]
-        source_words = word_indices(source["offset_mapping"][row], sources[row])
-        target_words = word_indices(target["offset_mapping"][row], targets[row])
+        source_words = token_words(tokenizer, source, row, sources[row], target=False)
+        target_words = token_words(tokenizer, target, row, targets[row], target=True)
         merged = {(source_words[src_valid[i]], target_words[tgt_valid[j]]) for i, j in token_pairs}
         words = sorted(merged, key=lambda pair: (pair[1], pair[0]))  # in target order, as fairseq lists them
         alignments.append(Alignment(token_pairs, words))
