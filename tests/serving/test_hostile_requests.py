@@ -4,6 +4,7 @@ answered after each; clients that stall or hang up over raw sockets; an unexpect
 
 import json
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -195,3 +196,36 @@ def test_an_unexpected_error_is_a_json_500_logged_once_with_the_request_id(train
         metrics = httpx.get(url + "/metrics").text
         assert 'vanilla_transformer_requests_total{endpoint="/translate",status="500"} 1.0' in metrics
         assert httpx.get(url + "/health").status_code == 200
+
+
+def test_scores_go_through_the_queue_with_its_limit_and_deadline(trained_folder):
+    """/score shares the translations' queue: 429 when it is full, 504 past the deadline, the pair then dropped."""
+    from vanilla_transformer.serving.app import ServerSettings, create_app
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    release = threading.Event()
+
+    def held_engine():  # its scoring waits until released: a slow batch
+        engine = load_engine(EngineSettings(str(trained_folder), threads=1))
+        scoring = engine.score
+        engine.score = lambda sources, targets: release.wait(30) and scoring(sources, targets)
+        return engine
+
+    settings = ServerSettings(max_queue_requests=1, timeout=1.5, max_wait_ms=1)
+    pair = {"q": "six", "translation": "sechs"}
+    try:
+        with in_process(create_app(held_engine, settings), log_level="warning") as url:
+            wait_for(lambda: answers(url + "/ready"))
+            first = []
+            sender = threading.Thread(target=lambda: first.append(httpx.post(url + "/score", json=pair, timeout=30)))
+            sender.start()
+            wait_for(lambda: "vanilla_transformer_queue_requests 1.0" in httpx.get(url + "/metrics").text)
+            full = httpx.post(url + "/score", json=pair)
+            assert full.status_code == 429 and "--max-queue-requests" in error_of(full)
+            sender.join(30)
+            assert first[0].status_code == 504 and "--timeout" in error_of(first[0])
+            release.set()
+            scored = httpx.post(url + "/score", json=pair, timeout=30)
+            assert scored.status_code == 200 and scored.json()["scores"]["tokens"][-1] == "</s>"
+    finally:
+        release.set()

@@ -119,6 +119,13 @@ class ServerState:
         if self.batcher is None:
             raise RequestError(503, "the model is loading", retry_after=1)
 
+    def check_admission(self) -> None:
+        """A request for the queue: the server serving, and a full queue answered at once, before the body is read."""
+        self.check_serving()
+        refusal = self.batcher.refusal()
+        if refusal is not None:
+            raise RequestError(429, f"the server is busy: {refusal}", retry_after=refusal.retry_after)
+
 
 def create_app(load, settings: ServerSettings = ServerSettings(), keys: KeyRing | None = None, on_failure=None):
     """The app. `load()` returns the `Engine`; it runs in a thread at startup while /health answers and /ready says
@@ -260,29 +267,50 @@ async def languages(request: Request):
 
 async def translate(request: Request) -> JSONResponse:
     state = request.app.state.server
-    state.check_serving()
-    refusal = state.batcher.refusal()  # a full queue answers at once, before the body is read
-    if refusal is not None:
-        raise RequestError(429, f"the server is busy: {refusal}", retry_after=refusal.retry_after)
+    state.check_admission()
     params = await request_fields(request, state)
     asked = parse_translate(params, state.engine, state.settings)
     return JSONResponse(await translate_texts(state, asked))
 
 
 async def score(request: Request) -> JSONResponse:
-    """Given translations scored (forced decoding), in the engine's worker-free path: one teacher-forced pass."""
+    """Given translations scored (forced decoding): the pairs go through the queue, in batches of pairs, as the
+    sentences to translate do."""
     state = request.app.state.server
-    state.check_serving()
+    state.check_admission()
     params = await request_fields(request, state)
     sources, targets, single = parse_score(params, state.settings)
-    for side, items in (("q", sources), ("translation", targets)):
-        for index, length in enumerate(state.engine.count_tokens(items) if items else []):
-            if length > state.engine.max_sentence_tokens:
-                raise RequestError(413, f"{side}: item {index + 1} has {length} tokens; at most "
-                                        f"{state.engine.max_sentence_tokens}")  # fmt: skip
-    pairs = await asyncio.to_thread(state.engine.score, sources, targets) if sources else []
-    found = [pair.as_dict() for pair in pairs]
+    lengths = [a + b for a, b in zip(token_lengths(state.engine, sources, "q", "item"),
+                                     token_lengths(state.engine, targets, "translation", "item"))]  # fmt: skip
+    found = [pair.as_dict() for pair in await queued(state, sources, lengths, targets=targets)]
     return JSONResponse({"scores": found[0] if single else found})
+
+
+def token_lengths(engine: Engine, texts: list[str], field: str, item: str) -> list[int]:
+    """Each text's length in tokens; 413 naming the field and the text over the sentence limit."""
+    lengths = engine.count_tokens(texts) if texts else []
+    for index, length in enumerate(lengths):
+        if length > engine.max_sentence_tokens:
+            raise RequestError(
+                413,
+                f"{field}: {item} {index + 1} has {length} tokens; the model reads at most "
+                f"{engine.max_sentence_tokens} tokens a sentence: split it",
+            )
+    return lengths
+
+
+async def queued(state: ServerState, sentences: list[str], lengths: list[int], **job) -> list:
+    """The results of a request's sentences through the batcher (`Batcher.submit`'s `job` arguments): 429 when the
+    queue is full, 504 past the request's deadline, its sentences then dropped from the queue."""
+    try:
+        submitted = state.batcher.submit(sentences, lengths, **job)
+    except QueueFull as error:
+        raise RequestError(429, f"the server is busy: {error}", retry_after=error.retry_after) from None
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(submitted.future), state.settings.timeout)
+    except TimeoutError:
+        state.batcher.cancel(submitted)
+        raise RequestError(504, f"no answer within {state.settings.timeout:g} s (--timeout)") from None
 
 
 async def detect(request: Request) -> JSONResponse:
@@ -367,7 +395,7 @@ def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None
 
 
 async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
-    engine, batcher = state.engine, state.batcher
+    engine = state.engine
     if asked.terms is not None:
         try:
             engine.check_terms(asked.terms)
@@ -377,25 +405,8 @@ async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
     else:
         documents = [split_document(text, engine.source_lang) for text in asked.texts]
     sentences = [sentence for document in documents for sentence in document.sentences]
-    if not sentences:  # an empty list q, or texts of no sentence: nothing to queue
-        return answer(documents, [], asked, engine.source_lang)
-    lengths = engine.count_tokens(sentences)
-    for index, length in enumerate(lengths):
-        if length > engine.max_sentence_tokens:
-            raise RequestError(
-                413,
-                f"q: sentence {index + 1} has {length} tokens; the model reads at most {engine.max_sentence_tokens} "
-                f"tokens a sentence: split it",
-            )
-    try:
-        job = batcher.submit(sentences, lengths, n_best=asked.alternatives + 1, terms=asked.terms)
-    except QueueFull as error:
-        raise RequestError(429, f"the server is busy: {error}", retry_after=error.retry_after) from None
-    try:
-        results = await asyncio.wait_for(asyncio.wrap_future(job.future), state.settings.timeout)
-    except TimeoutError:
-        batcher.cancel(job)
-        raise RequestError(504, f"no translation within {state.settings.timeout:g} s (--timeout)") from None
+    lengths = token_lengths(engine, sentences, "q", "sentence")
+    results = await queued(state, sentences, lengths, n_best=asked.alternatives + 1, terms=asked.terms)
     return answer(documents, results, asked, engine.source_lang)
 
 

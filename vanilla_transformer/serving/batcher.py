@@ -1,13 +1,14 @@
 """Dynamic batching across requests: one bounded queue of sentences, and one worker thread that takes a batch of
 them at a time, by a token budget or after a short wait, and translates it.
 
-A request's sentences enter the queue together (`submit`), or not at all: when the queue would hold more than
-`max_queue_tokens` source tokens or `max_queue_requests` requests, `submit` raises `QueueFull` at once, without
-touching the model. The worker waits for the first sentence, then until the waiting sentences of the same search
-(the same number of hypotheses, with terms or without) fill `max_batch_tokens`, or `max_wait` seconds have passed
-since that first one arrived; it sorts the batch by length, translates it in one call, and hands each sentence's
-result to its request. A request whose deadline passed is `cancel`led: its sentences still waiting are dropped
-from the queue."""
+A request's sentences enter the queue together (`submit`), or not at all; so do the pairs of a request to score
+given translations (`submit` with `targets`), which share the queue, its limits and its deadlines. When the queue
+would hold more than `max_queue_tokens` source tokens or `max_queue_requests` requests, `submit` raises `QueueFull`
+at once, without touching the model. The worker waits for the first sentence, then until the waiting sentences of
+the same search (the same number of hypotheses, with terms or without, or scoring) fill `max_batch_tokens`, or
+`max_wait` seconds have passed since that first one arrived; it sorts the batch by length, translates (or scores)
+it in one call, and hands each sentence's result to its request. A request whose deadline passed is `cancel`led: its
+sentences still waiting are dropped from the queue."""
 
 import collections
 import concurrent.futures
@@ -33,6 +34,7 @@ class Job:
     lengths: list[int]
     n_best: int
     terms: list[list[str]] | None = None  # each sentence's terms that its translation must contain
+    targets: list[str] | None = None  # each sentence's given translation, to score instead of translating
     arrived: float = field(default_factory=time.monotonic)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: list = field(default_factory=list)
@@ -45,15 +47,16 @@ class Job:
         self.waiting = len(self.sentences)
 
 
-def search(job: Job) -> tuple[int, bool]:
-    """What a batch must share: the hypotheses asked for, and whether the search has terms."""
-    return job.n_best, job.terms is not None
+def search(job: Job) -> tuple[int, bool, bool]:
+    """What a batch must share: the hypotheses asked for, whether the search has terms, and whether it scores."""
+    return job.n_best, job.terms is not None, job.targets is not None
 
 
 class Batcher:
     def __init__(self, engine, max_batch_tokens, max_wait, max_queue_tokens, max_queue_requests, metrics=None):
-        """`engine.translate(sentences, n_best, terms)` gives each sentence's n_best translations, best first, and
-        `engine.count_tokens(texts)` each text's length in tokens."""
+        """`engine.translate(sentences, n_best, terms)` gives each sentence's n_best translations, best first,
+        `engine.score(sources, targets)` each pair's score, and `engine.count_tokens(texts)` each text's length in
+        tokens."""
         self.engine = engine
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait
         self.max_queue_tokens, self.max_queue_requests = max_queue_tokens, max_queue_requests
@@ -69,9 +72,10 @@ class Batcher:
     def start(self) -> None:
         self.worker.start()
 
-    def submit(self, sentences: list[str], lengths: list[int], n_best: int, terms=None) -> Job:
-        """Queue a request's sentences (with their `terms`, if any), or raise `QueueFull`."""
-        job = Job(sentences, lengths, n_best, terms)
+    def submit(self, sentences: list[str], lengths: list[int], n_best: int = 1, terms=None, targets=None) -> Job:
+        """Queue a request's sentences (with their `terms`, if any; with `targets`, the pairs to score), or raise
+        `QueueFull`."""
+        job = Job(sentences, lengths, n_best, terms, targets)
         tokens = sum(lengths)
         with self.condition:
             if self.stopping:
@@ -170,11 +174,14 @@ class Batcher:
 
     def translate_batch(self, batch: list[tuple[Job, int]]) -> None:
         batch = sorted(batch, key=lambda item: item[0].lengths[item[1]])  # similar lengths pad least
-        sentences = [job.sentences[i] for job, i in batch]
-        terms = [job.terms[i] for job, i in batch] if batch[0][0].terms is not None else None
+        sentences, first = [job.sentences[i] for job, i in batch], batch[0][0]
+        terms = [job.terms[i] for job, i in batch] if first.terms is not None else None
         start = time.perf_counter()
         try:
-            translations = self.engine.translate(sentences, batch[0][0].n_best, terms)
+            if first.targets is not None:
+                translations = self.engine.score(sentences, [job.targets[i] for job, i in batch])
+            else:
+                translations = self.engine.translate(sentences, first.n_best, terms)
         except Exception as error:  # the requests of the batch get the error; the worker goes on
             for job in {id(job): job for job, _ in batch}.values():
                 self.finish(job, error=error)
@@ -193,10 +200,16 @@ class Batcher:
         if self.metrics:
             self.metrics.engine_seconds.inc(seconds)
             self.metrics.source_tokens.inc(tokens)
-            written = sum(self.engine.count_tokens([result[0].text for result in translations]))
+            written = sum(self.written_tokens(translations))
             self.metrics.output_tokens.inc(written)
             if seconds > 0:
                 self.metrics.tokens_per_second.set(written / seconds)
+
+    def written_tokens(self, results) -> list[int]:
+        """The tokens of each result: a translation's best text, or a scored pair's target."""
+        if results and hasattr(results[0], "tokens"):
+            return [len(pair.tokens) for pair in results]
+        return self.engine.count_tokens([result[0].text for result in results])
 
     def finish(self, job: Job, error: Exception | None = None) -> None:
         with self.condition:
