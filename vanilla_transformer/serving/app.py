@@ -356,10 +356,10 @@ def check_key(keys: KeyRing | None, key) -> None:
 
 
 def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> TranslateRequest:
-    for name in ("q", "source", "target"):
+    q, items = params.get("q"), texts(params, "q")  # q first: its error comes first
+    for name in ("source", "target"):
         if params.get(name) is None:
             raise RequestError(400, f"Invalid request: missing {name} parameter")
-    q, items = params["q"], texts(params, "q")
     for name in ("source", "target", "format"):
         if name in params and not isinstance(params[name], str):
             raise RequestError(422, f"{name}: expected a string, got {type(params[name]).__name__}")

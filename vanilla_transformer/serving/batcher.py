@@ -200,14 +200,15 @@ class Batcher:
         if self.metrics:
             self.metrics.engine_seconds.inc(seconds)
             self.metrics.source_tokens.inc(tokens)
-            written = sum(self.written_tokens(translations))
+            written = sum(self.written_tokens(batch[0][0], translations))
             self.metrics.output_tokens.inc(written)
             if seconds > 0:
                 self.metrics.tokens_per_second.set(written / seconds)
 
-    def written_tokens(self, results) -> list[int]:
-        """The tokens of each result: a translation's best text, or a scored pair's target."""
-        if results and hasattr(results[0], "tokens"):
+    def written_tokens(self, job: Job, results) -> list[int]:
+        """The tokens of each result of a batch of `job`'s kind: a translation's best text, or a scored pair's
+        target."""
+        if job.targets is not None:
             return [len(pair.tokens) for pair in results]
         return self.engine.count_tokens([result[0].text for result in results])
 
