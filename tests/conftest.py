@@ -29,7 +29,7 @@ SLOW = {
     "tests/reliability/test_interrupted_runs.py": "training processes killed and resumed",
     "tests/test_tutorial.py": "the tutorial run in a notebook kernel",
     "tests/serving/test_server_limits.py": "a server process per limit: keys, overload, deadlines, draining",
-    "tests/test_demo_browser.py": "the demo in a browser",
+    "tests/demo/test_demo_browser.py": "the demo in a browser",
     "tests/test_fairseq_reference.py": "fairseq itself, in an environment of its own",
     "tests/modeling/test_attention_backends.py::test_flex_attention_gives_the_outputs_of_eager_attention": (
         "flex attention compiles its kernels"
@@ -39,8 +39,8 @@ SLOW = {
     ),
     "tests/training/test_compile_and_gpu.py::test_compile_runs_the_training_step_compiled_and_keeps_the_checkpoints"
     "_names": "torch.compile of a training step",
-    "tests/test_demo.py::test_export_to_space_writes_a_folder_that_runs_on_its_own": "a Space's app in a process",
-    "tests/test_demo.py::test_the_exported_space_serves_translations_over_gradios_api": "a Space's app in a process",
+    "tests/demo/test_demo.py::test_export_to_space_writes_a_folder_that_runs_on_its_own": "a Space's app in a process",
+    "tests/demo/test_demo.py::test_the_exported_space_serves_translations_over_gradios_api": "a Space's app in a process",
     "tests/serving/test_hostile_requests.py::test_requests_beyond_the_concurrency_limit_get_503_and_the_probes_still_"
     "answer": "connections held until their read timeout",
     "tests/modeling/test_generation.py::test_compiled_generation_with_a_static_cache_equals_eager_generation": (

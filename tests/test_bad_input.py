@@ -10,7 +10,7 @@ import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.translators import load_translator
+from vanilla_transformer.inference.translators import load_translator
 
 SIX, SEVEN = english(106), english(107)
 

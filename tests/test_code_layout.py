@@ -83,11 +83,11 @@ def test_dependencies_run_one_way():
 
 def test_the_rule_sees_an_import_against_it(tmp_path):
     """The check itself: a lazy import of the training stack from the inference layer is found."""
-    offending = tmp_path / "demo.py"
-    offending.write_text("def launch():\n    from .training.run.loop import train\n")
-    imports = list(imported_modules(offending, "vanilla_transformer.demo", False))
+    offending = tmp_path / "app.py"
+    offending.write_text("def launch():\n    from ..training.run.loop import train\n")
+    imports = list(imported_modules(offending, "vanilla_transformer.demo.app", False))
     assert imports == [("vanilla_transformer.training.run.loop.train", 2)]
-    assert layer(imports[0][0]) > layer("vanilla_transformer.demo")
+    assert layer(imports[0][0]) > layer("vanilla_transformer.demo.app")
 
 
 def test_the_rule_sees_the_training_stack_import_a_command(tmp_path):
@@ -198,8 +198,8 @@ def test_the_circle_check_finds_a_circle_and_reads_imports_as_modules():
 
 def test_using_a_model_loads_no_training_code():
     probe = (
-        "import sys, vanilla_transformer, vanilla_transformer.demo, vanilla_transformer.commands, "
-        "vanilla_transformer.space_export, vanilla_transformer.stages\n"
+        "import sys, vanilla_transformer, vanilla_transformer.demo.app, vanilla_transformer.commands, "
+        "vanilla_transformer.exports.space, vanilla_transformer.demo.stages\n"
         "print(sorted(m for m in sys.modules if m.startswith('vanilla_transformer.training')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

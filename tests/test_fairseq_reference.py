@@ -30,9 +30,9 @@ from tests.fairseq_reference.recipe import (
     references,
 )
 from vanilla_transformer import CheckpointImportError, import_checkpoint
-from vanilla_transformer.alignment import token_alignments
-from vanilla_transformer.constrained_search import SearchSettings, beam_search
-from vanilla_transformer.translators import PyTorchTranslator
+from vanilla_transformer.inference.alignment import token_alignments
+from vanilla_transformer.inference.search import SearchSettings, beam_search
+from vanilla_transformer.inference.translators import PyTorchTranslator
 
 MISSING_FAIRSEQ = (
     "needs fairseq in an environment of its own: .venv-fairseq (tests/fairseq_reference/make_env.sh builds it), or "

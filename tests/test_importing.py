@@ -156,8 +156,8 @@ def test_an_imported_folder_reloads_through_the_auto_classes_with_and_without_th
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_imported_model_exports_to_ctranslate2_with_the_same_translations(imported, kind, tmp_path):
-    from vanilla_transformer.ctranslate2_export import export_ctranslate2
-    from vanilla_transformer.translators import load_translator
+    from vanilla_transformer.exports.ctranslate2 import export_ctranslate2
+    from vanilla_transformer.inference.translators import load_translator
 
     case = imported[kind]
     exported = export_ctranslate2(case.folder, str(tmp_path / "ct2"))
@@ -350,7 +350,7 @@ def test_a_model_folder_of_a_type_no_importer_reads_names_the_kinds_that_can_be(
 
 
 def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):
-    from vanilla_transformer.demo import Demo, import_gradio, run_translation
+    from vanilla_transformer.demo.app import Demo, import_gradio, run_translation
 
     case = imported["fairseq"]
     out = tmp_path / "model"

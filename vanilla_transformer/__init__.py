@@ -14,18 +14,18 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.models.auto import tokenization_auto
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
-from .ctranslate2_export import export_ctranslate2
+from .exports.ctranslate2 import export_ctranslate2
 from .importing import CheckpointImportError, import_checkpoint
+from .inference.pipeline import TranslationPipeline
+from .inference.pipeline import register as register_translation_pipeline
+from .inference.translators import Translation, load_translator
 from .model_folder import load_model_folder
 from .modeling import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
-from .pipeline import TranslationPipeline
-from .pipeline import register as register_translation_pipeline
 from .tokenization_fairseq import FairseqTokenizer
-from .translators import Translation, load_translator
 
 __version__ = "0.1.0"
 

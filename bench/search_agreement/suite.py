@@ -18,7 +18,7 @@ import json
 import torch
 from vanilla_transformer.training.report.metrics import translation_metrics
 
-from vanilla_transformer.translators import load_translator
+from vanilla_transformer.inference.translators import load_translator
 
 from ..common import report
 

@@ -8,7 +8,7 @@ import sys
 
 from bench.search_agreement import suite as search_agreement
 from vanilla_transformer import export_ctranslate2
-from vanilla_transformer.translators import load_translator
+from vanilla_transformer.inference.translators import load_translator
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 

@@ -105,7 +105,7 @@ def test_a_malformed_body_and_an_unknown_path_get_json_errors(server):
 
 
 def offline_scores(model, sources: list[str], targets: list[str]) -> list[dict]:
-    from vanilla_transformer.translators import load_translator
+    from vanilla_transformer.inference.translators import load_translator
 
     return [pair.as_dict() for pair in load_translator(str(model)).score(sources, targets)]
 

@@ -19,7 +19,7 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def attention_command(args: argparse.Namespace) -> int:
-    from ..attention_maps import attention_maps, write_attention_figures
+    from ..demo.attention_maps import attention_maps, write_attention_figures
 
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
     maps = attention_maps(

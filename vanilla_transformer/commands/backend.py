@@ -4,8 +4,8 @@ the translator they choose (PyTorch for a model folder, CTranslate2 for an expor
 import argparse
 
 from ..errors import CommandError, ModelFolderError
+from ..inference.translators import load_translator, uses_ctranslate2
 from ..training.options.arguments import PositiveInt
-from ..translators import load_translator, uses_ctranslate2
 
 
 def add_backend_arguments(command: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ def demo_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    from ..demo import launch
+    from ..demo.app import launch
 
     launch(args.model, port=args.port, share=args.share, host=args.host, where=f"--model {args.model}")
     return 0

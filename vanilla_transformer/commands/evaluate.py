@@ -8,8 +8,8 @@ import json
 from typing import TYPE_CHECKING
 
 from ..errors import CommandError
+from ..inference.translators import CTranslate2Translator
 from ..training.options.arguments import DataArguments, GenerationArguments
-from ..translators import CTranslate2Translator
 from .backend import add_backend_arguments, runs_on_pytorch, translator_for
 from .failures import reported_as
 

@@ -4,8 +4,8 @@ Space folder running the demo."""
 import argparse
 import os
 
-from ..ctranslate2_export import ExportError, export_ctranslate2
 from ..errors import CommandError
+from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..model_folder import load_model_folder
 
 
@@ -47,8 +47,8 @@ def export_command(args: argparse.Namespace) -> int:
 
 def export_space(model: str, out: str, quantization: str | None, overwrite: bool) -> int:
     """`export --to space`: a Space folder whose app.py runs the demo on the model."""
-    from ..space_export import SpaceExportError
-    from ..space_export import export_space as write_space
+    from ..exports.space import SpaceExportError
+    from ..exports.space import export_space as write_space
 
     if quantization:
         raise CommandError("--quantization applies to --to ctranslate2, not to a Space", exit_code=2)

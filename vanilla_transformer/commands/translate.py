@@ -7,10 +7,10 @@ import os
 import sys
 
 from ..errors import CommandError
+from ..inference.translators import Guards
 from ..model_folder import card_languages
 from ..serving.documents import split_document
 from ..training.options.arguments import PositiveInt
-from ..translators import Guards
 from .backend import add_backend_arguments, translator_for
 
 

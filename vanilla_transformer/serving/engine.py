@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from ..configuration import position_limit
-from ..ctranslate2_export import export_ctranslate2, is_ctranslate2_folder
+from ..exports.ctranslate2 import export_ctranslate2, is_ctranslate2_folder
+from ..inference.translators import CTranslate2Translator, PyTorchTranslator
 from ..model_folder import card_languages
-from ..translators import CTranslate2Translator, PyTorchTranslator
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -67,7 +67,7 @@ class Engine:
         self.translator.term_ids(terms, len(terms), None)
 
     def score(self, sources: list[str], targets: list[str]):
-        """Each pair's `PairScore` (see `vanilla_transformer.scoring`), in one batch."""
+        """Each pair's `PairScore` (see `vanilla_transformer.inference.scoring`), in one batch."""
         with torch.inference_mode():
             return self.translator.score(sources, targets, batch_size=max(1, len(sources)))
 

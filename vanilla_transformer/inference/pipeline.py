@@ -15,8 +15,8 @@ from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import logging
 
-from .configuration import check_tokenizer_matches, position_limit
-from .model_folder import encode_within
+from ..configuration import check_tokenizer_matches, position_limit
+from ..model_folder import encode_within
 
 logger = logging.get_logger(__name__)
 

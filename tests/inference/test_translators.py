@@ -3,7 +3,7 @@
 import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
-from vanilla_transformer.translators import CTranslate2Translator, Guards, PyTorchTranslator, load_translator
+from vanilla_transformer.inference.translators import CTranslate2Translator, Guards, PyTorchTranslator, load_translator
 
 SENTENCES = [english(n) for n in (101, 152, 203, 254, 305, 356, 399, 42)]
 
@@ -87,7 +87,7 @@ def test_batches_in_parallel_are_refused_for_the_pytorch_backend(trained_folder)
 
 
 def test_distinct_n_best_lists_hold_each_text_once_with_its_best_score():
-    from vanilla_transformer.translators import Translation, distinct_texts
+    from vanilla_transformer.inference.translators import Translation, distinct_texts
 
     hypotheses = [Translation("a b", -0.1), Translation("a b", -0.3), Translation("a c", -0.4), Translation("d", -0.9)]
     assert distinct_texts([hypotheses], 2) == [[Translation("a b", -0.1), Translation("a c", -0.4)]]

@@ -14,13 +14,11 @@ from dataclasses import replace
 
 import torch
 
+from ..configuration import position_limit
+from ..exports.ctranslate2 import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
+from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align
-from .configuration import position_limit
-from .constrained_search import SearchSettings, beam_search
-from .ctranslate2_export import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
-from .model_folder import encode_within, load_model_folder
-from .scoring import PairScore, score_pairs
-from .translation_options import (
+from .options import (
     NO_GUARDS,
     Guards,
     Translation,
@@ -30,6 +28,8 @@ from .translation_options import (
     prefix_texts,
     search_settings,
 )
+from .scoring import PairScore, score_pairs
+from .search import SearchSettings, beam_search
 
 BACKENDS = ("auto", "pytorch", "ctranslate2")
 

@@ -15,9 +15,9 @@ import os
 
 import torch
 
-from .configuration import changed_switches, check_tokenizer_matches, target_vocabulary_size
-from .folders import check_writable, staged_folder
-from .model_folder import load_model_folder, vocabularies
+from ..configuration import changed_switches, check_tokenizer_matches, target_vocabulary_size
+from ..folders import check_writable, staged_folder
+from ..model_folder import load_model_folder, vocabularies
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 MISSING_CTRANSLATE2 = 'CTranslate2 export and translation need ctranslate2: pip install "vanilla-transformer[fast]"'
@@ -36,7 +36,7 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        from .errors import MissingDependencyError
+        from ..errors import MissingDependencyError
 
         raise MissingDependencyError(MISSING_CTRANSLATE2) from None
     return ctranslate2

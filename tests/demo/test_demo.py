@@ -1,5 +1,5 @@
 """`vanilla-transformer demo` and `export --to space`: what the app computes for each view, and a Space folder that
-runs on its own. The app in a real browser: tests/test_demo_browser.py."""
+runs on its own. The app in a real browser: tests/demo/test_demo_browser.py."""
 
 import subprocess
 import sys
@@ -10,9 +10,9 @@ import pytest
 
 from tests.apps import serving
 from vanilla_transformer.cli import main
-from vanilla_transformer.demo import EMPTY_INPUT, MISSING_GRADIO, Demo, import_gradio, run_translation
+from vanilla_transformer.demo.app import EMPTY_INPUT, MISSING_GRADIO, Demo, import_gradio, run_translation
+from vanilla_transformer.inference.translators import PyTorchTranslator
 from vanilla_transformer.model_folder import load_model_folder
-from vanilla_transformer.translators import PyTorchTranslator
 
 SOURCE = "three hundred twelve"
 
@@ -64,7 +64,7 @@ def test_export_to_space_writes_a_folder_that_runs_on_its_own(trained_folder, tm
     assert readme.startswith("---\n") and "sdk: gradio\n" in readme and "app_file: app.py\n" in readme
     # the inference layer only: the configuration, the model and the demo, no training code
     copied = {path.relative_to(space / "vanilla_transformer").parts[0] for path in space.rglob("vanilla_transformer/*")}
-    assert {"configuration", "modeling", "demo.py", "model_folder.py"} <= copied and "training" not in copied
+    assert {"configuration", "modeling", "demo", "inference", "model_folder.py"} <= copied and "training" not in copied
     # the app imports the package's copy beside it, not the installed package, and no training code
     probe = (
         "import sys, app, vanilla_transformer.modeling as m\n"
@@ -110,9 +110,9 @@ def test_demo_with_a_folder_that_is_not_a_model_says_so_before_serving(tmp_path,
 
 def test_the_demo_and_its_space_refuse_a_model_a_study_took_apart(tmp_path):
     from tests.conftest import tiny_model
-    from vanilla_transformer.demo import build_app
+    from vanilla_transformer.demo.app import build_app
     from vanilla_transformer.errors import ModelFolderError
-    from vanilla_transformer.space_export import SpaceExportError, export_space
+    from vanilla_transformer.exports.space import SpaceExportError, export_space
 
     model = tiny_model(residual=False)
     with pytest.raises(ModelFolderError, match=r"changes Figure 1 \(\{'residual': False\}.*the paper's architecture"):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.attention_maps import attention_maps, write_attention_figures
 from vanilla_transformer.cli import main
+from vanilla_transformer.demo.attention_maps import attention_maps, write_attention_figures
 from vanilla_transformer.errors import MissingDependencyError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

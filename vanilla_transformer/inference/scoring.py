@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .model_folder import encode_within
+from ..model_folder import encode_within
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ Needs Gradio and matplotlib: `pip install "vanilla-transformer[demo]"`.
 import os
 import time
 
-from . import demo_figures as figures
-from .configuration import changed_switches
-from .errors import MissingDependencyError, ModelFolderError
-from .model_folder import load_model_folder
+from ..configuration import changed_switches
+from ..errors import MissingDependencyError, ModelFolderError
+from ..inference.translators import PyTorchTranslator
+from ..model_folder import load_model_folder
+from . import figures
 from .stages import Stages, trace_stages
-from .translators import PyTorchTranslator
 
 MISSING_GRADIO = 'the demo needs Gradio and matplotlib: pip install "vanilla-transformer[demo]"'
 KIND_NAMES = {

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from tests.conftest import tiny_model
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-from vanilla_transformer.ctranslate2_export import ExportError, export_ctranslate2
+from vanilla_transformer.exports.ctranslate2 import ExportError, export_ctranslate2
 
 CONFIGURATIONS = {
     "paper": {},

@@ -6,9 +6,9 @@ from transformers import AutoTokenizer
 from vanilla_transformer.training.tasks.numbers import english, german
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.alignment import align, marker_words, word_indices
-from vanilla_transformer.attention_maps import attention_maps
 from vanilla_transformer.cli import main
+from vanilla_transformer.demo.attention_maps import attention_maps
+from vanilla_transformer.inference.alignment import align, marker_words, word_indices
 
 SOURCES = [english(n) for n in (121, 342, 99, 7)]
 TARGETS = [german(n) for n in (121, 342, 99, 7)]

@@ -15,8 +15,8 @@ import os
 
 import torch
 
-from .errors import MISSING_MATPLOTLIB, MissingDependencyError
-from .model_folder import source_tokens
+from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ..model_folder import source_tokens
 
 
 @torch.no_grad()

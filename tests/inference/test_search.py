@@ -8,9 +8,9 @@ import torch
 from vanilla_transformer.training.tasks.numbers import english
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.constrained_search import SearchSettings, beam_search
-from vanilla_transformer.constraints import OrderedState, UnorderedState
-from vanilla_transformer.translators import load_translator
+from vanilla_transformer.inference.constraints import OrderedState, UnorderedState
+from vanilla_transformer.inference.search import SearchSettings, beam_search
+from vanilla_transformer.inference.translators import load_translator
 
 SOURCES = [english(n) for n in (101, 152, 203, 254, 305, 42)]
 # terms the translations do not have of themselves: one word, two words, a word twice, none

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model_folder import source_tokens
+from ..model_folder import source_tokens
 from .scoring import shift_right
 
 

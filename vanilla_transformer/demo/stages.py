@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..configuration import changed_switches
 from .attention_maps import attention_maps
-from .configuration import changed_switches
 
 SUBLAYERS = {  # (sub-layer attribute, its Add&Norm, the paper's name for it)
     "encoder": (("self_attn", "self_attn_norm", "self-attention"), ("ffn", "ffn_norm", "feed-forward")),

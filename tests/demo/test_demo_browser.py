@@ -23,7 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.apps import serving
 from tests.documents import CLI
-from vanilla_transformer.demo import EMPTY_INPUT
+from vanilla_transformer.demo.app import EMPTY_INPUT
 
 MISSING_BROWSER = "the browser test needs Chromium and its driver: apt-get install chromium chromium-driver"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.modeling.modeling_vanilla_transformer import sinusoidal_table
 
-from vanilla_transformer.stages import position_stats, trace_stages, zero_share
+from vanilla_transformer.demo.stages import position_stats, trace_stages, zero_share
 
 SOURCE = "three hundred twelve"
 

@@ -7,7 +7,7 @@ The folder written runs on its own, as a Space or locally with `python app.py`:
 - `model/`: the model (safetensors) with its tokenizer and generation config;
 - `vanilla_transformer/`: this package's inference code (the configuration, the model, loading, the demo; no
   training code), which `app.py` imports, so that the Space needs no install of it;
-- `app.py`: builds the demo of `vanilla_transformer.demo` for `model/` and launches it;
+- `app.py`: builds the demo of `vanilla_transformer.demo.app` for `model/` and launches it;
 - `requirements.txt`: the package's dependencies and the demo's (Gradio, matplotlib);
 - `README.md`: the Space's metadata (Gradio SDK, `app.py`).
 """
@@ -18,16 +18,16 @@ import os
 import re
 import shutil
 
-from .configuration import changed_switches
-from .folders import check_writable, staged_folder
-from .model_folder import load_model_folder
+from ..configuration import changed_switches
+from ..folders import check_writable, staged_folder
+from ..model_folder import load_model_folder
 
 APP = '''"""The vanilla-transformer demo for the model in model/, as a Hugging Face Space (`python app.py` runs it
 here too)."""
 
 import os
 
-from vanilla_transformer.demo import build_app
+from vanilla_transformer.demo.app import build_app
 from vanilla_transformer.model_folder import load_model_folder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,7 +96,7 @@ def copy_package(out: str) -> None:
 def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = None, overwrite: bool = False) -> str:
     """Write `out` as a Space running the demo for `model_or_folder` (a model folder, or a model with `tokenizer`).
     `out` must be new or empty unless `overwrite`; it is written beside and moved into place."""
-    from .demo import import_gradio
+    from ..demo.app import import_gradio
 
     gradio = import_gradio()  # the Space names the Gradio version it was written with
     if isinstance(model_or_folder, (str, os.PathLike)):
