@@ -39,8 +39,8 @@ SLOW = {
     ),
     "tests/training/test_compile_and_gpu.py::test_compile_runs_the_training_step_compiled_and_keeps_the_checkpoints"
     "_names": "torch.compile of a training step",
-    "tests/demo/test_demo.py::test_export_to_space_writes_a_folder_that_runs_on_its_own": "a Space's app in a process",
-    "tests/demo/test_demo.py::test_the_exported_space_serves_translations_over_gradios_api": "a Space's app in a process",
+    "tests/demo/test_demo.py::test_export_to_space_writes_a_folder_that_runs_on_its_own": "a Space's app",
+    "tests/demo/test_demo.py::test_the_exported_space_serves_translations_over_gradios_api": "a Space's app",
     "tests/serving/test_hostile_requests.py::test_requests_beyond_the_concurrency_limit_get_503_and_the_probes_still_"
     "answer": "connections held until their read timeout",
     "tests/modeling/test_generation.py::test_compiled_generation_with_a_static_cache_equals_eager_generation": (

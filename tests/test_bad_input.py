@@ -15,9 +15,9 @@ from vanilla_transformer.inference.translators import load_translator
 SIX, SEVEN = english(106), english(107)
 
 
-@pytest.fixture(scope="module", params=["pytorch", "ctranslate2"])
+@pytest.fixture(scope="module", params=["torch", "ctranslate2"])
 def translator(request, trained_folder, exported_folder):
-    return load_translator(str(trained_folder if request.param == "pytorch" else exported_folder))
+    return load_translator(str(trained_folder if request.param == "torch" else exported_folder))
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ FAILURES = [
 def test_each_commands_failures_end_in_their_status(argv, target, error, status, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(target, raising(error))
     monkeypatch.setattr("vanilla_transformer.commands.train.apply_cpu_process_settings", lambda cpu: None)
-    monkeypatch.setattr("vanilla_transformer.commands.evaluate.runs_on_pytorch", lambda *flags: True)
+    monkeypatch.setattr("vanilla_transformer.commands.evaluate.engine_for", lambda args: "torch")
     argv = [*argv, "--output-dir", str(tmp_path / "run")] if argv[0] == "train" else argv
     if status is None:
         with pytest.raises(type(error)):

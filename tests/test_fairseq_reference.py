@@ -31,7 +31,8 @@ from tests.fairseq_reference.recipe import (
 )
 from vanilla_transformer import CheckpointImportError, import_checkpoint
 from vanilla_transformer.inference.alignment import token_alignments
-from vanilla_transformer.inference.search import SearchSettings, beam_search
+from vanilla_transformer.inference.options import FAIRSEQ, SearchOptions
+from vanilla_transformer.inference.search import beam_search
 from vanilla_transformer.inference.translators import PyTorchTranslator
 
 MISSING_FAIRSEQ = (
@@ -322,7 +323,7 @@ def test_translations_from_prefixes_are_fairseqs_prefix_size_translations(fairse
         for length in sorted({len(case_["prefix"]) for case_ in cases[start : start + BATCH]}):
             group = [i for i in range(start, min(start + BATCH, len(cases))) if len(cases[i]["prefix"]) == length]
             input_ids, mask = right_padded([reference.encodings["source_ids"][i] for i in group], config.pad_token_id)
-            settings = SearchSettings(5, FAIRSEQ_MAX_LENGTH)
+            settings = SearchOptions(num_beams=5, length_penalty=1.0, max_length=FAIRSEQ_MAX_LENGTH, rules=FAIRSEQ)
             found = beam_search(case.model, input_ids, mask, settings, None,
                                 [cases[i]["prefix"] for i in group])  # fmt: skip
             ours += [(i, hypotheses[0].tokens) for i, hypotheses in zip(group, found)]
@@ -340,7 +341,7 @@ def test_translations_from_prefixes_are_fairseqs_prefix_size_translations(fairse
 def test_constrained_search_writes_fairseq_interactives_translations_with_their_terms(
     fairseq, imported, name, mode, request
 ):
-    """`translate(..., constraints=, ordered=)` against `fairseq-interactive --constraints MODE`: each held-out
+    """`translate(..., terms=, ordered=)` against `fairseq-interactive --constraints MODE`: each held-out
     sentence with the two longest words of its reference as terms (in their order, or the other way round for
     unordered), beam 5. The translations are fairseq's, token for token, for at least 99% of them, and every
     translation holds every term, as tokens (in order, where ordered) and as text."""
@@ -348,11 +349,13 @@ def test_constrained_search_writes_fairseq_interactives_translations_with_their_
     translator = PyTorchTranslator(case.model, case.tokenizer)
     english = [pair[0] for pair in reference.pairs]
     terms = [constraint_terms(german, mode) for _, german in reference.pairs]
-    term_ids = translator.term_ids(terms, len(terms), None)
+    term_ids = translator.term_ids(terms, None)
     rows = []
     for start in range(0, len(english), BATCH):
         batch = case.tokenizer(english[start : start + BATCH], padding=True, return_tensors="pt")
-        settings = SearchSettings(5, FAIRSEQ_MAX_LENGTH, ordered=mode == "ordered")
+        settings = SearchOptions(
+            num_beams=5, length_penalty=1.0, max_length=FAIRSEQ_MAX_LENGTH, ordered=mode == "ordered", rules=FAIRSEQ
+        )
         found = beam_search(case.model, batch["input_ids"], batch["attention_mask"], settings, term_ids[start:][:BATCH])
         rows += [hypotheses[0].tokens[:-1] for hypotheses in found]
     ours = [[case.target_symbols[i] for i in row] for row in rows]
@@ -368,7 +371,7 @@ def test_constrained_search_writes_fairseq_interactives_translations_with_their_
         assert all(term_inside(row, term) for term in ids), (row, ids)
         if mode == "ordered":
             assert in_order(row, ids), (row, ids)
-    texts = translator.translate(english[:BATCH], num_beams=5, constraints=terms[:BATCH], ordered=mode == "ordered")
+    texts = translator.translate(english[:BATCH], num_beams=5, terms=terms[:BATCH], ordered=mode == "ordered")
     for [translation], sentence_terms in zip(texts, terms):
         assert all(term in translation.text for term in sentence_terms), (sentence_terms, translation.text)
 

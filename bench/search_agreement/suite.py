@@ -18,6 +18,7 @@ import json
 import torch
 from vanilla_transformer.training.report.metrics import translation_metrics
 
+from vanilla_transformer.inference.devices import Placement
 from vanilla_transformer.inference.translators import load_translator
 
 from ..common import report
@@ -40,8 +41,8 @@ def compare(
 ) -> list[dict]:
     """One result per CTranslate2 patience (None: the translator's default); with `references`, the lowercased
     BLEU of both backends as well."""
-    pytorch = load_translator(model_folder, backend="pytorch", threads=1)
-    engine = load_translator(exported, backend="ctranslate2", threads=1)
+    pytorch = load_translator(model_folder, "torch", Placement(device="cpu", threads=1))
+    engine = load_translator(exported, "ctranslate2", Placement(device="cpu", threads=1))
     config = pytorch.model.generation_config
     ours = [t[0].text for t in pytorch.translate(sources, batch_size=batch_size)]
     bleu = lambda texts: translation_metrics(texts, references)["bleu_lowercase"]  # noqa: E731

@@ -16,7 +16,7 @@ SOURCES = ["three hundred twelve", "two hundred five", "forty-one", "three hundr
 
 
 def test_the_ranking_score_is_the_one_beam_search_reports(trained_folder):
-    translator = load_translator(str(trained_folder), backend="pytorch")
+    translator = load_translator(str(trained_folder), "torch")
     for length_penalty in (0.6, 1.0, 1.6):
         best = translator.translate(SOURCES, num_beams=3, n_best=2, length_penalty=length_penalty)
         for source, translations in zip(SOURCES, best):

@@ -68,4 +68,4 @@ def test_translate_prints_each_translation_with_its_alignment(trained_folder, ex
         pairs = [tuple(map(int, pair.split("-"))) for pair in pharaoh.split()]
         assert pairs and all(s < len(source.split()) and t < len(translation.split()) for s, t in pairs)
     assert main(["translate", "--model", str(exported_folder), "--alignments", SOURCES[0]]) == 2
-    assert "alignments come from the PyTorch model" in capsys.readouterr().err
+    assert "the ctranslate2 engine has no word alignments" in capsys.readouterr().err

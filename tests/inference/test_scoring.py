@@ -7,10 +7,9 @@ import pytest
 import torch
 from vanilla_transformer.training.tasks.numbers import english, german
 
+from tests.conftest import greedy_steps
 from vanilla_transformer.cli import main
 from vanilla_transformer.inference.translators import load_translator
-
-from tests.conftest import greedy_steps
 
 SOURCES = [english(n) for n in (101, 152, 203, 254, 305, 42)]
 TARGETS = [german(n) for n in (101, 152, 203, 254, 305, 42)]

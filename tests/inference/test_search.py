@@ -9,9 +9,11 @@ from vanilla_transformer.training.tasks.numbers import english
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.inference.constraints import OrderedState, UnorderedState
-from vanilla_transformer.inference.search import SearchSettings, beam_search
+from vanilla_transformer.inference.options import FAIRSEQ, SearchOptions
+from vanilla_transformer.inference.search import beam_search
 from vanilla_transformer.inference.translators import load_translator
 
+SEARCH = SearchOptions(num_beams=4, length_penalty=1.0, max_length=30, rules=FAIRSEQ)
 SOURCES = [english(n) for n in (101, 152, 203, 254, 305, 42)]
 # terms the translations do not have of themselves: one word, two words, a word twice, none
 TERMS = [["sieben"], ["acht", "hundert"], ["neun", "neun"], [], ["zwanzig"], ["drei", "tausend"]]
@@ -49,7 +51,7 @@ def contains(tokens: list[int], term: list[int]) -> bool:
 def test_every_translation_contains_its_terms(trained_folder, ordered):
     translator = load_translator(str(trained_folder))
     plain = translator.translate(SOURCES, num_beams=4)
-    found = translator.translate(SOURCES, num_beams=4, constraints=TERMS, ordered=ordered)
+    found = translator.translate(SOURCES, num_beams=4, terms=TERMS, ordered=ordered)
     for terms, [translation], [unconstrained] in zip(TERMS, found, plain):
         assert all(term in translation.text for term in terms), (terms, translation.text)
         if not terms:
@@ -60,19 +62,25 @@ def test_every_translation_contains_its_terms(trained_folder, ordered):
 
 def test_a_term_given_twice_appears_twice(trained_folder):
     translator = load_translator(str(trained_folder))
-    [[translation]] = translator.translate([SOURCES[2]], num_beams=4, constraints=[["neun", "neun"]])
+    [[translation]] = translator.translate([SOURCES[2]], num_beams=4, terms=[["neun", "neun"]])
     assert translation.text.count("neun") >= 2, translation.text
 
 
 def test_terms_are_met_token_for_token_and_batches_give_what_one_sentence_gives(trained_folder):
     translator = load_translator(str(trained_folder))
     model, tokenizer = translator.model, translator.tokenizer
-    terms = translator.term_ids(TERMS, len(TERMS), None)
+    terms = translator.term_ids(TERMS, None)
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    together = beam_search(model, batch["input_ids"], batch["attention_mask"], SearchSettings(4, 30), terms)
+    together = beam_search(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        SEARCH,
+        terms,
+    )
     for index, source in enumerate(SOURCES):
         alone = tokenizer([source], return_tensors="pt")
-        [hypotheses] = beam_search(model, alone["input_ids"], alone["attention_mask"], SearchSettings(4, 30),
+        [hypotheses] = beam_search(model, alone["input_ids"], alone["attention_mask"], SEARCH,
                                    [terms[index]])  # fmt: skip
         assert [h.tokens for h in hypotheses] == [h.tokens for h in together[index]]
         assert [h.score for h in hypotheses] == pytest.approx([h.score for h in together[index]], abs=1e-5)
@@ -84,7 +92,12 @@ def test_with_no_terms_the_search_is_beam_search_with_fairseqs_stopping_rule(tra
     translator = load_translator(str(trained_folder))
     model, tokenizer = translator.model, translator.tokenizer
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    found = beam_search(model, batch["input_ids"], batch["attention_mask"], SearchSettings(4, 30))
+    found = beam_search(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        SEARCH,
+    )
     with torch.no_grad():
         out = model.generate(**batch, num_beams=4, early_stopping=True, max_new_tokens=31, length_penalty=1.0,
                              num_return_sequences=1, output_scores=True, return_dict_in_generate=True)  # fmt: skip
@@ -97,16 +110,16 @@ def test_with_no_terms_the_search_is_beam_search_with_fairseqs_stopping_rule(tra
 def test_a_term_the_vocabulary_cannot_spell_is_named_with_its_sentence(trained_folder):
     translator = load_translator(str(trained_folder))
     with pytest.raises(ValueError, match=r"sentence 2: the term '€€' has a token the target vocabulary lacks"):
-        translator.translate(SOURCES[:2], constraints=[["sieben"], ["€€"]])
+        translator.translate(SOURCES[:2], terms=[["sieben"], ["€€"]])
     with pytest.raises(ValueError, match="2 lists of terms for 1 sentences"):
-        translator.translate(SOURCES[:1], constraints=[[], []])
-    with pytest.raises(ValueError, match="constraints and prefix together"):
-        translator.translate(SOURCES[:1], constraints=[["sieben"]], prefix=["sieben"])
+        translator.translate(SOURCES[:1], terms=[[], []])
+    with pytest.raises(ValueError, match="terms and prefix together"):
+        translator.translate(SOURCES[:1], terms=[["sieben"]], prefix=["sieben"])
 
 
 def test_ctranslate2_refuses_terms_naming_the_pytorch_model(exported_folder):
-    with pytest.raises(ValueError, match="CTranslate2 has no lexically constrained search"):
-        load_translator(str(exported_folder)).translate(SOURCES[:1], constraints=[["sieben"]])
+    with pytest.raises(ValueError, match="the ctranslate2 engine has no lexically constrained search"):
+        load_translator(str(exported_folder)).translate(SOURCES[:1], terms=[["sieben"]])
 
 
 def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder, tmp_path, capsys):

@@ -1,8 +1,9 @@
-"""Translating through either backend: the same arguments, the same translations, the same n-best lists and scores."""
+"""Translating through either engine: the same arguments, the same translations, the same n-best lists and scores."""
 
 import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
+from vanilla_transformer.inference.devices import Placement
 from vanilla_transformer.inference.translators import CTranslate2Translator, Guards, PyTorchTranslator, load_translator
 
 SENTENCES = [english(n) for n in (101, 152, 203, 254, 305, 356, 399, 42)]
@@ -13,19 +14,23 @@ def exported(exported_folder):
     return exported_folder
 
 
-def test_the_backend_is_told_from_the_folder(trained_folder, exported):
+def test_the_engine_is_told_from_the_folder(trained_folder, exported):
     assert isinstance(load_translator(str(trained_folder)), PyTorchTranslator)
     assert isinstance(load_translator(str(exported)), CTranslate2Translator)
     with pytest.raises(ValueError, match="not a CTranslate2 model folder"):
-        load_translator(str(trained_folder), backend="ctranslate2")
-    with pytest.raises(ValueError, match="backend 'onnx'"):
-        load_translator(str(trained_folder), backend="onnx")
+        load_translator(str(trained_folder), engine="ctranslate2")
+    with pytest.raises(ValueError, match="engine 'onnx'"):
+        load_translator(str(trained_folder), engine="onnx")
+    with pytest.raises(ValueError, match="is a CTranslate2 export: the torch engine needs the model folder"):
+        load_translator(str(exported), engine="torch")
 
 
 @pytest.mark.parametrize("num_beams", [1, 5])
-def test_both_backends_give_the_same_translations_and_scores(trained_folder, exported, num_beams):
+def test_both_engines_give_the_same_translations_and_scores(trained_folder, exported, num_beams):
     pytorch = load_translator(str(trained_folder)).translate(SENTENCES, num_beams=num_beams, batch_size=3, scores=True)
-    fast = load_translator(str(exported), threads=1).translate(SENTENCES, num_beams=num_beams, batch_size=3)
+    fast = load_translator(str(exported), placement=Placement(threads=1)).translate(
+        SENTENCES, num_beams=num_beams, batch_size=3
+    )
     assert load_translator(str(trained_folder)).translate(SENTENCES[:1], num_beams=num_beams)[0][0].score is None
     assert [[t.text for t in n] for n in fast] == [[t.text for t in n] for n in pytorch]
     for ours, theirs in zip(fast, pytorch):
@@ -67,8 +72,8 @@ def test_more_best_translations_than_beams_is_refused(exported, trained_folder):
 
 @pytest.mark.parametrize("num_beams", [1, 5])
 def test_batches_translated_in_parallel_give_what_one_batch_at_a_time_gives(exported, num_beams):
-    one = load_translator(str(exported), threads=1)
-    parallel = load_translator(str(exported), threads=1, inter_threads=3)
+    one = load_translator(str(exported), placement=Placement(threads=1))
+    parallel = load_translator(str(exported), placement=Placement(threads=1, inter_threads=3))
     assert parallel.batch_share(len(SENTENCES), 32) == 3  # 8 sentences: three batches of at most 3
     assert parallel.batch_share(1000, 32) == 32 and parallel.batch_share(1, 32) == 1
     expected, got = (t.translate(SENTENCES, num_beams=num_beams, n_best=num_beams // 2 + 1) for t in (one, parallel))
@@ -81,21 +86,21 @@ def test_batches_translated_in_parallel_give_what_one_batch_at_a_time_gives(expo
     ]
 
 
-def test_batches_in_parallel_are_refused_for_the_pytorch_backend(trained_folder):
-    with pytest.raises(ValueError, match="inter_threads=2: batches in parallel need the CTranslate2 backend"):
-        load_translator(str(trained_folder), inter_threads=2)
+def test_batches_in_parallel_are_refused_for_the_torch_engine(trained_folder):
+    with pytest.raises(ValueError, match="inter_threads=2: batches in parallel need the CTranslate2 engine"):
+        load_translator(str(trained_folder), placement=Placement(inter_threads=2))
 
 
 def test_distinct_n_best_lists_hold_each_text_once_with_its_best_score():
-    from vanilla_transformer.inference.translators import Translation, distinct_texts
+    from vanilla_transformer.inference.options import Translation, distinct_texts
 
     hypotheses = [Translation("a b", -0.1), Translation("a b", -0.3), Translation("a c", -0.4), Translation("d", -0.9)]
     assert distinct_texts([hypotheses], 2) == [[Translation("a b", -0.1), Translation("a c", -0.4)]]
 
 
-@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
-def test_a_distinct_n_best_list_starts_with_the_translation_and_repeats_no_text(trained_folder, exported, backend):
-    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_distinct_n_best_list_starts_with_the_translation_and_repeats_no_text(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
     plain = translator.translate(SENTENCES, num_beams=4, n_best=4)
     distinct = translator.translate(SENTENCES, num_beams=4, n_best=3, distinct=True)
     for every, unique in zip(plain, distinct):
@@ -134,9 +139,9 @@ def test_a_prefix_per_sentence_is_required(trained_folder):
         load_translator(str(trained_folder)).translate(["one"], prefix=["eins", "zwei"])
 
 
-@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
-def test_each_sentence_gets_the_length_limit_of_its_source_batched_as_alone(trained_folder, exported, backend):
-    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_each_sentence_gets_the_length_limit_of_its_source_batched_as_alone(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
     sources = [english(n) for n in (101, 7, 254, 305000, 42)]
     guards = Guards(max_len_a=0.5, max_len_b=1)
     together = translator.translate(sources, num_beams=2, guards=guards)
@@ -151,7 +156,7 @@ def test_each_sentence_gets_the_length_limit_of_its_source_batched_as_alone(trai
     assert any(translation.at_limit for [translation] in together)
 
 
-def test_both_backends_block_repeated_ngrams_alike(trained_folder, exported):
+def test_both_engines_block_repeated_ngrams_alike(trained_folder, exported):
     sources = [english(n) for n in (101, 152, 203, 777777, 42, 999999)]
     guards = Guards(no_repeat_ngram_size=2)
     ours = load_translator(str(trained_folder)).translate(sources, num_beams=3, guards=guards)
@@ -171,11 +176,11 @@ def repeated_tokens(tokenizer, texts: list[str]) -> int:
     return sum(len(row) - len(set(row)) for row in rows)
 
 
-@pytest.mark.parametrize("backend", ["pytorch", "ctranslate2"])
-def test_a_repetition_penalty_makes_fewer_repeated_tokens(trained_folder, exported, backend):
-    """Each backend applies its library's rule (generate()'s divides the log-probabilities it ranks by, the decoder's
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_repetition_penalty_makes_fewer_repeated_tokens(trained_folder, exported, engine):
+    """Each engine applies its library's rule (generate()'s divides the log-probabilities it ranks by, the decoder's
     start counted; CTranslate2's the logits), so the two need not agree token for token."""
-    translator = load_translator(str(exported if backend == "ctranslate2" else trained_folder))
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
     sources = [english(n) for n in (101, 152, 203, 777777, 42, 999999)]
     plain = [t.text for [t] in translator.translate(sources, num_beams=3)]
     penalised = [t.text for [t] in translator.translate(sources, num_beams=3, guards=Guards(repetition_penalty=2))]

@@ -208,18 +208,18 @@ def exported_folder(trained_folder, tmp_path_factory):
     return out
 
 
-def test_translate_prints_the_same_text_through_either_backend(trained_folder, exported_folder, capsys):
+def test_translate_prints_the_same_text_through_either_engine(trained_folder, exported_folder, capsys):
     sentences = ["forty-two", "three hundred one", "two hundred twenty-two"]
     outputs = []
     for model in (trained_folder, exported_folder):
         assert main(["translate", "--model", str(model), *sentences]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 3
-    assert main(["translate", "--model", str(exported_folder), "--backend", "pytorch", "seven"]) == 1
-    assert "--backend pytorch" in capsys.readouterr().err
+    assert main(["translate", "--model", str(exported_folder), "--engine", "torch", "seven"]) == 2
+    assert "--engine torch: " in capsys.readouterr().err
 
 
-def test_translate_n_best_prints_each_candidate_with_its_score_for_either_backend(
+def test_translate_n_best_prints_each_candidate_with_its_score_for_either_engine(
     trained_folder, exported_folder, capsys
 ):
     outputs = []
@@ -237,7 +237,7 @@ def test_translate_n_best_prints_each_candidate_with_its_score_for_either_backen
     assert "--n-best" in capsys.readouterr().err
 
 
-def test_translate_with_batches_in_parallel_prints_the_same_lines_and_pytorch_names_the_flag(
+def test_translate_with_batches_in_parallel_prints_the_same_lines_and_torch_names_the_flag(
     trained_folder, exported_folder, capsys
 ):
     sentences = ["forty-two", "three hundred one", "two hundred twenty-two", "seven", "nineteen"]
@@ -249,7 +249,7 @@ def test_translate_with_batches_in_parallel_prints_the_same_lines_and_pytorch_na
     for command in (["translate", "seven"], ["evaluate", "--test-file", str(trained_folder.parent / "test.jsonl")]):
         assert main([command[0], "--model", str(trained_folder), "--inter-threads", "2", *command[1:]]) == 2
         err = capsys.readouterr().err
-        assert "--inter-threads 2: batches in parallel need a CTranslate2 folder" in err, err
+        assert "--inter-threads 2: batches in parallel need the CTranslate2 engine" in err, err
 
 
 def test_evaluate_an_exported_folder_gives_the_same_scores(trained_folder, exported_folder, tmp_path):

@@ -8,9 +8,11 @@ import json
 from typing import TYPE_CHECKING
 
 from ..errors import CommandError
+from ..inference.devices import Placement
+from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..training.options.arguments import DataArguments, GenerationArguments
-from .backend import add_backend_arguments, runs_on_pytorch, translator_for
+from .engine import add_engine_arguments, engine_for, placement_of, translator_for
 from .failures import reported_as
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="test", help="the split to score")
     evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
     evaluate.add_argument("--output", help="write the results as JSON here")
-    add_backend_arguments(evaluate)
+    add_engine_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)
     return evaluate
 
@@ -38,10 +40,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     with reported_as(2, DataError):
-        if runs_on_pytorch(args.model, args.backend, args.inter_threads):
-            metrics = evaluate_pytorch(args.model, args.threads, (args.split, args.seed), data, generation)
+        if engine_for(args) == "torch":
+            metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
         else:
-            translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
+            translator = translator_for(args)
             metrics = evaluate_exported(translator, split_of(data, args.split, args.seed), data, generation)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
@@ -66,10 +68,11 @@ def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Datas
 
 
 def evaluate_pytorch(
-    model_name: str, threads: int | None, where: tuple[str, int], data: DataArguments, generation: GenerationArguments
+    model_name: str, placement: Placement, where: tuple[str, int], data: DataArguments, generation: GenerationArguments
 ) -> dict | None:
     """Scores of a model folder on a split (`where`: its name and the embedded task's seed) through `generate()`,
-    data-parallel over the processes Accelerate starts."""
+    data-parallel over the processes Accelerate starts, on the placement's device and in its precision (several
+    processes: each on its own device, as Accelerate places them)."""
     import torch
     from accelerate import Accelerator
 
@@ -79,13 +82,16 @@ def evaluate_pytorch(
     from ..training.report.evaluation import evaluate_split, reference_cross_entropy
 
     model, tokenizer = load_model_folder(model_name, f"--model {model_name}")
-    if threads:
-        torch.set_num_threads(threads)
+    if placement.threads:
+        torch.set_num_threads(placement.threads)
     split = split_of(data, *where)
     max_new_tokens = data.max_target_length or model.generation_config.max_new_tokens or 256
     tokenized = tokenize_pairs(split, tokenizer, data, max_length=position_limit(model.config))
-    accelerator = Accelerator()
-    model = accelerator.prepare(model)
+    device = placement.torch_device()
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    accelerator = Accelerator(cpu=device.type == "cpu")
+    model = accelerator.prepare(model.to(placement.torch_dtype(device)))
     applies = generation.length_penalty is not None and generation.num_beams > 1
     beam = {"length_penalty": generation.length_penalty} if applies else {}
     settings = {"batch_size": generation.eval_batch_size, "target_lang": data.target_lang}
@@ -106,13 +112,9 @@ def evaluate_exported(
     sources = [pair[data.source_lang] for pair in split["translation"]]
     references = [pair[data.target_lang] for pair in split["translation"]]
     max_length = data.max_target_length or translator.generation_config.max_new_tokens or 256
-    translations = translator.translate(
-        sources,
-        num_beams=generation.num_beams,
-        length_penalty=generation.length_penalty,
-        max_length=max_length,
-        batch_size=generation.eval_batch_size,
-    )
+    search = SearchOptions(num_beams=generation.num_beams, length_penalty=generation.length_penalty,
+                           max_length=max_length, batch_size=generation.eval_batch_size)  # fmt: skip
+    translations = translator.translate(sources, search)
     metrics = split_metrics([best.text for best, *_ in translations], references, split)
     log_probs = translator.reference_log_probs(sources, references, batch_size=generation.eval_batch_size)
     total = -sum(sum(row) for row in log_probs)

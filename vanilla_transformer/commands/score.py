@@ -7,7 +7,7 @@ import sys
 
 from ..errors import CommandError
 from ..training.options.arguments import PositiveInt
-from .backend import add_backend_arguments, translator_for
+from .engine import add_engine_arguments, translator_for
 from .translate import read_lines
 
 
@@ -22,7 +22,7 @@ def score_command_parser(subparsers) -> argparse.ArgumentParser:
     score.add_argument("--source-lang", help="with --pairs: the source side's key")
     score.add_argument("--target-lang", help="with --pairs: the target side's key")
     score.add_argument("--batch-size", type=PositiveInt, default=32, help="pairs per batch")
-    add_backend_arguments(score)
+    add_engine_arguments(score)
     score.set_defaults(func=score_command)
     return score
 
@@ -65,7 +65,7 @@ def pairs_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def score_command(args: argparse.Namespace) -> int:
     sources, targets = pairs_of(args)
-    translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
+    translator = translator_for(args)
     for score in translator.score(sources, targets, batch_size=args.batch_size):
         print(json.dumps(score.as_dict(), ensure_ascii=False))
     sys.stdout.flush()

@@ -2,9 +2,11 @@
 across requests, backpressure, API keys and a graceful shutdown."""
 
 import argparse
+import dataclasses
 import os
 import signal
 import threading
+import typing
 
 from ..errors import CommandError, MissingDependencyError
 from ..training.options.arguments import PositiveFloat, PositiveInt
@@ -14,74 +16,40 @@ SERVE_EXTRA = "the server needs FastAPI, uvicorn and friends: pip install 'vanil
 
 
 def serve_command_parser(subparsers) -> argparse.ArgumentParser:
+    from ..serving.app import ServerSettings
+    from ..serving.engine import EngineSettings
+
     serve = subparsers.add_parser("serve", help="a translation server with LibreTranslate's API")
     serve.add_argument("model", metavar="MODEL", help="a model folder or an exported CTranslate2 folder")
-    serve.add_argument(
-        "--engine",
-        choices=["auto", "torch", "ctranslate2"],
-        default="auto",
-        help="what runs the model: auto is CTranslate2 for an export and torch for a model folder; ctranslate2 "
-        "on a model folder exports it first, into a temporary folder",
-    )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     serve.add_argument("--port", type=PositiveInt, default=5000, help="the port to listen on")
-    serve.add_argument("--source-lang", help="the model's source language (default: its model card's)")
-    serve.add_argument("--target-lang", help="the model's target language (default: its model card's)")
-    serve.add_argument("--num-beams", type=PositiveInt, help="beam size (default: the model's generation config)")
-    serve.add_argument("--length-penalty", type=float, help="default: the model's generation config")
-    serve.add_argument("--max-length", type=PositiveInt, default=256, help="most new tokens per sentence")
-    serve.add_argument(
-        "--max-sentence-tokens",
-        type=PositiveInt,
-        default=256,
-        help="longer sentences are refused with 413 (and at most the model's positions)",
-    )
-    serve.add_argument("--threads", type=PositiveInt, help="the engine's CPU threads (default: every core)")
-    serve.add_argument("--max-batch-tokens", type=PositiveInt, default=4096, help="source tokens per batch")
-    serve.add_argument(
-        "--max-wait-ms", type=float, default=10.0, help="the longest a batch's first sentence waits for others"
-    )
-    serve.add_argument(
-        "--max-queue-tokens", type=PositiveInt, default=65536, help="source tokens waiting beyond which 429"
-    )
-    serve.add_argument(
-        "--max-queue-requests", type=PositiveInt, default=1024, help="unanswered requests beyond which 429"
-    )
-    serve.add_argument("--max-chars", type=PositiveInt, default=20000, help="characters of one request (413 beyond)")
-    serve.add_argument("--max-alternatives", type=int, default=4, help="the most `alternatives` a request may ask")
-    serve.add_argument("--timeout", type=float, default=60.0, help="seconds a request may wait (504 beyond)")
-    serve.add_argument(
-        "--drain-timeout", type=float, default=30.0, help="seconds to answer the queued requests on SIGTERM"
-    )
-    connection_flags(serve)
+    settings_flags(serve, EngineSettings, skip=("model",))
+    settings_flags(serve, ServerSettings)
     serve.add_argument("--api-keys", metavar="FILE", help="only these keys may translate (403), each at its rate")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=serve_command)
     return serve
 
 
-def connection_flags(serve: argparse.ArgumentParser) -> None:
-    """The flags that bound slow, idle and too many clients."""
-    serve.add_argument(
-        "--read-timeout",
-        type=PositiveFloat,
-        default=15.0,
-        help="seconds a client may take to send a request's headers (then 408 and the connection closed), and again "
-        "its body (408)",
-    )
-    serve.add_argument(
-        "--keep-alive-timeout",
-        type=PositiveFloat,
-        default=5.0,
-        help="seconds an idle connection stays open between requests (behind a reverse proxy that keeps connections "
-        "to the server open: more than the proxy's idle timeout)",
-    )
-    serve.add_argument(
-        "--limit-concurrency",
-        type=PositiveInt,
-        default=2048,
-        help="requests in progress at once, beyond which 503 (the queue's own limits answer 429)",
-    )
+def settings_flags(parser: argparse.ArgumentParser, settings, skip=()) -> None:
+    """A flag for each field of a settings dataclass, its default, type, choices and help read from the field."""
+    for setting in dataclasses.fields(settings):
+        if setting.name in skip:
+            continue
+        kinds = [kind for kind in typing.get_args(setting.type) or (setting.type,) if kind is not type(None)]
+        kind = kinds[0]
+        if setting.metadata.get("positive"):
+            kind = PositiveInt if kind is int else PositiveFloat
+        parser.add_argument(
+            "--" + setting.name.replace("_", "-"), type=kind, default=setting.default,
+            choices=setting.metadata.get("choices"), help=setting.metadata["help"],
+        )  # fmt: skip
+
+
+def settings_from(args: argparse.Namespace, settings, **given):
+    """A settings dataclass built by keyword from the flags of its fields (and `given` values)."""
+    return settings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(settings) if f.name not in given},
+                    **given)  # fmt: skip
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -111,15 +79,7 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
         keys = KeyRing(read_key_file(args.api_keys)) if args.api_keys else None
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
-    engine = EngineSettings(
-        args.model, args.engine, args.threads, args.num_beams,
-        args.length_penalty, args.max_length, args.max_sentence_tokens, args.source_lang, args.target_lang,
-    )  # fmt: skip
-    settings = ServerSettings(
-        args.max_batch_tokens, args.max_wait_ms, args.max_queue_tokens, args.max_queue_requests, args.max_chars,
-        args.max_alternatives, args.timeout, args.drain_timeout, args.read_timeout, args.keep_alive_timeout,
-        args.limit_concurrency,
-    )  # fmt: skip
+    engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
     failures = []
 
     def stop_on_failure(error: BaseException) -> None:

@@ -7,11 +7,12 @@ import os
 import sys
 
 from ..errors import CommandError
-from ..inference.translators import Guards
+from ..inference.options import Guards, SearchOptions
+from ..inference.translators import UnsupportedError
 from ..model_folder import card_languages
 from ..serving.documents import split_document
 from ..training.options.arguments import PositiveInt
-from .backend import add_backend_arguments, translator_for
+from .engine import add_engine_arguments, translator_for
 
 
 def translate_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,7 +64,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     translate.add_argument(
         "--source-lang", help="the language whose sentence rules split the lines (default: the model card's, else en)"
     )
-    add_backend_arguments(translate)
+    add_engine_arguments(translate)
     translate.set_defaults(func=translate_command)
     return translate
 
@@ -165,17 +166,6 @@ def constraint_lists(path: str | None, count: int) -> list[list[str]] | None:
     return terms
 
 
-def print_alignments(translator, sources: list[str], translations: list[str]) -> int:
-    """Each translation, a tab and its alignment with its source."""
-    try:
-        alignments = translator.align(sources, translations)
-    except ValueError as error:
-        raise CommandError(f"--alignments: {error}", exit_code=2) from error
-    for translation, alignment in zip(translations, alignments):
-        print(f"{translation}\t{alignment.pharaoh()}")
-    return 0
-
-
 def warn_at_limit(results) -> None:
     """A warning on stderr for each sentence whose translation the search stopped at its length limit."""
     for number, translations in enumerate(results, start=1):
@@ -192,32 +182,39 @@ def source_language(args: argparse.Namespace) -> str:
     return args.source_lang or (languages[0] if languages else "en")
 
 
+def search_options(args: argparse.Namespace, lines: list[str]) -> SearchOptions:
+    """The search the flags ask for (with --prefix-file's and --constraints-file's lines); a `CommandError` names the
+    flag of a value out of range."""
+    if args.prefix_file and args.constraints_file:
+        raise CommandError("--prefix-file and --constraints-file together: give one of them", exit_code=2)
+    try:
+        return SearchOptions(
+            num_beams=args.num_beams, length_penalty=args.length_penalty, max_length=args.max_length,
+            n_best=args.n_best, distinct=args.distinct, batch_size=args.batch_size, alignment=args.alignments,
+            prefix=prefixes(args.prefix_file, len(lines)), terms=constraint_lists(args.constraints_file, len(lines)),
+            ordered=args.constraints_order == "ordered",
+            guards=Guards(args.max_len_a, args.max_len_b, args.no_repeat_ngram_size, args.repetition_penalty),
+        )  # fmt: skip
+    except ValueError as error:
+        raise CommandError(f"--n-best/--num-beams: {error}", exit_code=2) from error
+
+
 def translate_command(args: argparse.Namespace) -> int:
     """One translation per line (the line's sentences translated one by one, unless --no-split); with --n-best K,
     K lines per sentence: the sentence's number, the score and the translation, tab-separated, best first."""
     lines = read_sentences(args.sentences, args.input)
-    translator = translator_for(args.model, args.backend, args.threads, args.inter_threads)
-    prefix = prefixes(args.prefix_file, len(lines))
-    constraints = constraint_lists(args.constraints_file, len(lines))
-    whole = args.no_split or args.alignments or prefix is not None or constraints is not None
-    split = args.n_best == 1 and not whole  # else whole lines
+    translator = translator_for(args)
+    options = search_options(args, lines)
+    split = args.n_best == 1 and not (args.no_split or options.alignment or options.prefix or options.terms)
     documents = [split_document(line, source_language(args)) for line in lines] if split else None
     sentences = [sentence for document in documents for sentence in document.sentences] if split else lines
     try:
-        results = translator.translate(
-            sentences,
-            num_beams=args.num_beams,
-            length_penalty=args.length_penalty,
-            max_length=args.max_length,
-            n_best=args.n_best,
-            batch_size=args.batch_size,
-            distinct=args.distinct,
-            **({"prefix": prefix} if prefix is not None else {}),
-            **({"constraints": constraints, "ordered": args.constraints_order == "ordered"} if constraints else {}),
-            guards=Guards(args.max_len_a, args.max_len_b, args.no_repeat_ngram_size, args.repetition_penalty),
-        )
+        results = translator.translate(sentences, options)
+    except UnsupportedError as error:
+        flag = "--alignments" if options.alignment else "--constraints-file"
+        raise CommandError(f"{flag}: {error}", exit_code=2) from error
     except ValueError as error:
-        flags = "--constraints-file" if constraints else "--n-best/--num-beams"
+        flags = "--constraints-file" if options.terms else "--n-best/--num-beams"
         raise CommandError(f"{flags}: {error}", exit_code=2) from error
     warn_at_limit(results)
     if split:
@@ -226,7 +223,9 @@ def translate_command(args: argparse.Namespace) -> int:
             print(document.assemble([next(texts) for _ in document.sentences]))
         return 0
     if args.alignments:
-        return print_alignments(translator, lines, [translations[0].text for translations in results])
+        for translations in results:
+            print(f"{translations[0].text}\t{translations[0].alignment.pharaoh()}")
+        return 0
     for number, translations in enumerate(results):
         for translation in translations:
             if args.n_best == 1:

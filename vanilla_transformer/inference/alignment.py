@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model_folder import source_tokens
-from .scoring import shift_right
+from .scoring import check_pairs, shift_right
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,39 @@ def marker_words(tokens: list[str]) -> list[int]:
 def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
     """The alignment of each (source, target) pair; `layer` (default the last) and `heads` (default all) choose
     the attention that aligns."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources for {len(targets)} targets: align pairs")
+    check_pairs(sources, targets)
+    offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
+    target = tokenizer(text_target=list(targets), **offsets)
+    words = [token_words(tokenizer, target, row, text, target=True) for row, text in enumerate(targets)]
+    return aligned_in_batches(model, tokenizer, sources, target["input_ids"], words, layer, heads, batch_size)
+
+
+@torch.inference_mode()
+def align_tokens(model, tokenizer, sources, target_ids, layer=None, heads=None, batch_size=32) -> list[Alignment]:
+    """The alignment of each source with the target tokens a search wrote (`Translation.tokens`), not its text
+    encoded again (which may give other tokens): their words are those of the text they decode to."""
+    check_pairs(sources, target_ids)
+    eos = model.config.eos_token_id
+    rows = [list(ids) if ids and ids[-1] == eos else list(ids) + [eos] for ids in target_ids]
+    words = [decoded_words(tokenizer, ids) for ids in rows]
+    return aligned_in_batches(model, tokenizer, sources, rows, words, layer, heads, batch_size)
+
+
+def decoded_words(tokenizer, ids: list[int]) -> list[int]:
+    """Each token's whitespace-separated word in the text that `ids` decode to: the words of the text up to it,
+    less one (a token that decodes to nothing is in the word before it)."""
+    return [max(0, len(tokenizer.decode(ids[: j + 1], skip_special_tokens=True).split()) - 1) for j in range(len(ids))]
+
+
+def aligned_in_batches(model, tokenizer, sources, target_ids, target_words, layer, heads, batch_size):
     layers = len(model.get_decoder().layers)
     layer = layers - 1 if layer is None else layer
     if not -layers <= layer < layers:
         raise ValueError(f"layer {layer}: expected 0 to {layers - 1}, the decoder's layers")
     results = []
     for start in range(0, len(sources), batch_size):
-        results += align_batch(model, tokenizer, sources[start : start + batch_size],
-                               targets[start : start + batch_size], layer, heads)  # fmt: skip
+        part = slice(start, start + batch_size)
+        results += align_batch(model, tokenizer, sources[part], target_ids[part], target_words[part], layer, heads)
     return results
 
 
@@ -137,23 +160,22 @@ def token_words(tokenizer, encoded, row: int, text: str, target: bool) -> list[i
     return marker_words(tokenizer.convert_ids_to_tokens(ids) if target else source_tokens(tokenizer, ids))
 
 
-def align_batch(model, tokenizer, sources, targets, layer, heads) -> list[Alignment]:
+def align_batch(model, tokenizer, sources, target_ids, target_words, layer, heads) -> list[Alignment]:
+    """The alignments of a batch: the sources encoded here, the targets as token ids with each token's word."""
     offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
     source = tokenizer(list(sources), **offsets)
-    target = tokenizer(text_target=list(targets), **offsets)
-    batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt")
-    labels = tokenizer.pad({"input_ids": target["input_ids"]}, return_tensors="pt")["input_ids"]
+    batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt").to(model.device)
+    labels = tokenizer.pad({"input_ids": list(target_ids)}, return_tensors="pt")["input_ids"].to(model.device)
     special = {model.config.eos_token_id, model.config.pad_token_id}
     alignments = []
     for row, token_pairs in enumerate(token_alignments(model, batch, labels, layer, heads)):
         src_valid = [i for i, token in enumerate(source["input_ids"][row]) if token not in special]
-        tgt_valid = [j for j, token in enumerate(target["input_ids"][row]) if token not in special]
+        tgt_valid = [j for j, token in enumerate(target_ids[row]) if token not in special]
         source_words = token_words(tokenizer, source, row, sources[row], target=False)
-        target_words = token_words(tokenizer, target, row, targets[row], target=True)
-        merged = {(source_words[src_valid[i]], target_words[tgt_valid[j]]) for i, j in token_pairs}
+        merged = {(source_words[src_valid[i]], target_words[row][tgt_valid[j]]) for i, j in token_pairs}
         words = sorted(merged, key=lambda pair: (pair[1], pair[0]))  # in target order, as fairseq lists them
         alignments.append(Alignment(token_pairs, words))
     return alignments
 
 
-__all__ = ["Alignment", "align", "token_alignments"]
+__all__ = ["Alignment", "align", "align_tokens", "token_alignments"]

@@ -1,8 +1,11 @@
-"""What the two translators (`translators.py`) share: a `Translation`, the `Guards` on a search's output, the search
-settings asked for, and how sentences are batched and n-best lists made distinct."""
+"""What the two translators (`translators.py`) share: a `Translation`, the `SearchOptions` a translation asks for
+(with the `Guards` on a search's output and the `SearchRules` of the package's own search), and how sentences are
+batched and n-best lists made distinct."""
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+
+ENGINES = ("auto", "torch", "ctranslate2")  # auto: ctranslate2 for an exported folder, torch for a model folder
 
 
 @dataclass(frozen=True)
@@ -10,6 +13,8 @@ class Translation:
     text: str
     score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
     at_limit: bool = False  # the search stopped it at its length limit, before its end of sentence
+    tokens: tuple[int, ...] | None = field(default=None, compare=False)  # the target tokens the search wrote
+    alignment: object = field(default=None, compare=False)  # its `Alignment` (alignment.py), when asked for
 
 
 @dataclass(frozen=True)
@@ -45,13 +50,104 @@ class Guards:
 NO_GUARDS = Guards()  # every guard the model's generation config's
 
 
-def search_settings(generation_config, num_beams, length_penalty, n_best: int) -> tuple[int, float]:
-    """The beam size and length penalty asked for, else the model's generation config's; checked against n_best."""
-    num_beams = num_beams or generation_config.num_beams or 1
-    if length_penalty is None:  # generate()'s default where the generation config leaves it unset
-        length_penalty = 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
-    check_search(num_beams, n_best)
-    return num_beams, length_penalty
+@dataclass(frozen=True)
+class SearchRules:
+    """Where fairseq's and CTranslate2's beam searches differ, as the package's own search (`search`) follows them:
+    terms follow fairseq's (`FAIRSEQ`), prefixes CTranslate2's (`CTRANSLATE2`), as the export translates them."""
+
+    name: str
+    prefix_in_score: bool  # a prefix's log-probabilities count in the score (--prefix-size), else its length only
+    keep_every_end: bool  # every hypothesis that ends at a step is kept, else hypotheses finish until k have
+    only_best_ends_after_prefix: bool  # right after a prefix, the end of sentence finishes only the best candidate
+    min_length: int  # tokens before the end of sentence may come: fairseq's 1, generate()'s and CTranslate2's 0
+
+
+FAIRSEQ = SearchRules("fairseq", prefix_in_score=True, keep_every_end=False, only_best_ends_after_prefix=False,
+                      min_length=1)  # fmt: skip
+CTRANSLATE2 = SearchRules("ctranslate2", prefix_in_score=False, keep_every_end=True, only_best_ends_after_prefix=True,
+                          min_length=0)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything a translation asks of the search, in one record that the commands, the server, both translators
+    and the search take whole (as CTranslate2's `TranslationOptions`):
+
+    - `num_beams`, `length_penalty`: None is the model's generation config's;
+    - `max_length` new tokens at most (a prefix's not counted), and the `guards` on length and repetition;
+    - `n_best` translations a sentence, best first; `distinct`: each text once (the list may be shorter);
+      `scores`: computed (None: when n_best > 1; CTranslate2 always computes them);
+    - `prefix`: a target prefix per sentence ("" for none), where each translation starts;
+    - `terms`: a list of terms per sentence, which each translation contains, in order when `ordered`;
+    - `alignment`: each translation's word alignment with its source, from the tokens the search wrote;
+    - `batch_size` sentences at most a batch; `patience` (CTranslate2's: it stops once num_beams * patience
+      hypotheses have finished; None: 1 where generate() stops early, else 2);
+    - `rules`: where the package's own search (terms, prefixes) follows fairseq or CTranslate2 (None: fairseq's for
+      terms, CTranslate2's for prefixes).
+
+    A ValueError names a value out of range when the record is made."""
+
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    max_length: int = 256
+    n_best: int = 1
+    distinct: bool = False
+    scores: bool | None = None
+    prefix: tuple[str, ...] | None = None
+    terms: tuple[tuple[str, ...], ...] | None = None
+    ordered: bool = False
+    alignment: bool = False
+    guards: Guards = NO_GUARDS
+    batch_size: int = 32
+    patience: float | None = None
+    rules: SearchRules | None = None
+
+    def __post_init__(self):
+        if self.prefix is not None:
+            object.__setattr__(self, "prefix", tuple(text or "" for text in self.prefix))
+        if self.terms is not None:
+            object.__setattr__(self, "terms", tuple(tuple(terms) for terms in self.terms))
+        for name in ("max_length", "n_best", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.num_beams is not None:
+            check_search(self.num_beams, self.n_best)
+        if self.terms is not None and self.prefix is not None:
+            raise ValueError("terms and prefix together: give one of them")
+
+    def resolved(self, generation_config) -> "SearchOptions":
+        """The options with the beam size and length penalty that the search uses: those asked for, else the
+        model's generation config's; checked against n_best."""
+        num_beams = self.num_beams or generation_config.num_beams or 1
+        length_penalty = self.length_penalty
+        if length_penalty is None:  # generate()'s default where the generation config leaves it unset
+            length_penalty = 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+        check_search(num_beams, self.n_best)
+        return replace(self, num_beams=num_beams, length_penalty=length_penalty)
+
+    @property
+    def kept(self) -> int:
+        """How many hypotheses a sentence's search returns: every beam's when distinct texts are picked from them."""
+        return self.num_beams if self.distinct else self.n_best
+
+    def for_sentences(self, indices: list[int]) -> "SearchOptions":
+        """The options of the sentences at `indices`: their prefixes and terms only."""
+        picked = {name: [getattr(self, name)[i] for i in indices] for name in ("prefix", "terms")
+                  if getattr(self, name) is not None}  # fmt: skip
+        return replace(self, **picked)
+
+    def check_count(self, count: int) -> None:
+        """A ValueError where the prefixes or the lists of terms are not one per sentence."""
+        for name, what in (("prefix", "prefixes"), ("terms", "lists of terms")):
+            values = getattr(self, name)
+            if values is not None and len(values) != count:
+                raise ValueError(f"{len(values)} {what} for {count} sentences: give one per sentence")
+
+
+def search_options(options: SearchOptions | None, changes: dict) -> SearchOptions:
+    """`options` (default: `SearchOptions()`) with the keyword `changes` a caller gave instead: a TypeError names
+    a keyword that is not an option."""
+    return replace(options or SearchOptions(), **changes) if changes else options or SearchOptions()
 
 
 def check_search(num_beams: int, n_best: int) -> None:
@@ -61,13 +157,6 @@ def check_search(num_beams: int, n_best: int) -> None:
         raise ValueError(
             f"n_best {n_best}: beam search keeps only num_beams={num_beams} hypotheses; use a larger beam."
         )
-
-
-def prefix_texts(prefix: list[str | None], count: int) -> list[str]:
-    """One target prefix per sentence, "" for none; a ValueError where their numbers differ."""
-    if len(prefix) != count:
-        raise ValueError(f'{len(prefix)} prefixes for {count} sentences: give one per sentence ("" for none)')
-    return [text or "" for text in prefix]
 
 
 def grouped_batches(keys: list, batch_size: int) -> list[list[int]]:
@@ -93,31 +182,31 @@ def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[T
     return kept
 
 
+def blank_translation(options: SearchOptions) -> Translation:
+    """A blank sentence's translation: empty, score 0.0, with an empty alignment when asked for."""
+    if not options.alignment:
+        return Translation("", 0.0, False, ())
+    from .alignment import Alignment
+
+    return Translation("", 0.0, False, (), Alignment([], []))
+
+
 def blank_stays_blank(translate):
-    """A translator's `translate` that answers a blank sentence (empty, or spaces only) with one empty translation
-    (score 0.0) without searching, whatever its prefix or terms, and no sentences with no translations: a search
-    from an empty source writes whatever the model likes best, not nothing. The prefixes and terms of the other
-    sentences go with them; lists of the wrong length go to `translate` whole, which names them."""
+    """A translator's `translate(sentences, options=None, **changes)` that answers a blank sentence (empty, or
+    spaces only) with one empty translation (score 0.0) without searching, whatever its prefix or terms, and no
+    sentences with no translations: a search from an empty source writes whatever the model likes best, not nothing.
+    The other sentences go to `translate` with their prefixes and terms, and whole `SearchOptions`."""
 
     @functools.wraps(translate)
-    def translate_the_others(self, sentences, *args, prefix=None, constraints=None, **kwargs):
-        sentences = list(sentences)
+    def translate_the_others(self, sentences, options: SearchOptions | None = None, **changes):
+        sentences, options = list(sentences), search_options(options, changes)
+        options.check_count(len(sentences))
         others = [index for index, sentence in enumerate(sentences) if sentence.strip()]
         if not sentences:
             return []
-        if len(others) == len(sentences) or any(
-            values is not None and len(values) != len(sentences) for values in (prefix, constraints)
-        ):
-            return translate(self, sentences, *args, prefix=prefix, constraints=constraints, **kwargs)
-
-        def picked(values):
-            return None if values is None else [values[index] for index in others]
-
-        found = iter(
-            translate(self, picked(sentences), *args, prefix=picked(prefix), constraints=picked(constraints), **kwargs)
-            if others
-            else []
-        )
-        return [next(found) if sentence.strip() else [Translation("", 0.0, False)] for sentence in sentences]
+        if len(others) == len(sentences):
+            return translate(self, sentences, options)
+        found = iter(translate(self, [sentences[i] for i in others], options.for_sentences(others)) if others else [])
+        return [next(found) if sentence.strip() else [blank_translation(options)] for sentence in sentences]
 
     return translate_the_others

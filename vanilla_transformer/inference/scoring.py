@@ -53,19 +53,24 @@ def shift_right(labels: torch.Tensor, pad_token_id: int, start_token_id: int) ->
     return shifted
 
 
+def check_pairs(sources, targets) -> None:
+    """A ValueError where there are not as many targets as sources: one translation per source."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources for {len(targets)} targets: give one translation per source")
+
+
 @torch.inference_mode()
 def score_pairs(model, tokenizer, sources, targets, batch_size=32, limit=None) -> list[PairScore]:
     """Each target's tokens and their log-probabilities given the source and the target tokens before them (end of
     sentence included), for a seq2seq model and its tokenizer; sentences longer than `limit` tokens are cut with a
     warning."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources for {len(targets)} targets: score pairs")
+    check_pairs(sources, targets)
     config, results = model.config, []
     for start in range(0, len(sources), batch_size):
         source_ids = encode_within(tokenizer, sources[start : start + batch_size], limit)
         target_ids = encode_within(tokenizer, targets[start : start + batch_size], limit, target=True)
-        batch = tokenizer.pad({"input_ids": source_ids}, return_tensors="pt")
-        labels = tokenizer.pad({"input_ids": target_ids}, return_tensors="pt")["input_ids"]
+        batch = tokenizer.pad({"input_ids": source_ids}, return_tensors="pt").to(model.device)
+        labels = tokenizer.pad({"input_ids": target_ids}, return_tensors="pt")["input_ids"].to(model.device)
         decoder_input_ids = shift_right(labels, config.pad_token_id, config.decoder_start_token_id)
         logits = model(**batch, decoder_input_ids=decoder_input_ids).logits  # (batch, target length, vocabulary)
         picked = logits.float().log_softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (batch, length)
@@ -76,4 +81,4 @@ def score_pairs(model, tokenizer, sources, targets, batch_size=32, limit=None) -
     return results
 
 
-__all__ = ["PairScore", "score_pairs", "shift_right"]
+__all__ = ["PairScore", "check_pairs", "score_pairs", "shift_right"]

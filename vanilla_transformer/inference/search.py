@@ -12,10 +12,10 @@ a constrained search (it was removed from generate() in 2025), so this one is po
   among the first k is finished with the score sum(log p) / length^length_penalty (length in tokens, end of sentence
   included), and a sentence is done when k hypotheses are finished or the length limit is reached;
 - a prefix's tokens are the only choice while it lasts; where fairseq and CTranslate2 treat prefixes differently,
-  `SearchSettings.rules` chooses (`RULES`).
+  the options' `SearchRules` (`options.py`: `FAIRSEQ`, `CTRANSLATE2`) choose.
 
-    settings = SearchSettings(beam_size=5, max_length=200, ordered=False)
-    hypotheses = beam_search(model, input_ids, attention_mask, settings, terms=terms)
+    options = SearchOptions(num_beams=5, length_penalty=1.0, max_length=200, rules=FAIRSEQ)
+    hypotheses = beam_search(model, input_ids, attention_mask, options, terms=terms)
     hypotheses[0][0].tokens   # the best translation of the first sentence, its terms in it
 """
 
@@ -27,6 +27,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from .constraints import initial_state
+from .options import SearchOptions
 
 # fairseq's sort key gives each bank this much score: the candidates sort by bank, then by score within a bank
 BANK_WEIGHT = -100
@@ -59,70 +60,53 @@ class Candidates:
     states: list[list]  # each candidate's constraint state
 
 
-@dataclass(frozen=True)
-class SearchSettings:
-    beam_size: int
-    max_length: int  # tokens written before the end of sentence, a prefix's included
-    length_penalty: float = 1.0
-    min_length: int = 1  # fairseq's default: the end of sentence cannot come first
-    ordered: bool = False  # the terms in the order given
-    rules: str = "fairseq"  # or "ctranslate2": where the two searches differ (see `RULES`)
-
-
-RULES = {
-    "fairseq": "a prefix's log-probabilities count in the score (--prefix-size); a step finishes hypotheses until "
-    "k have finished",
-    "ctranslate2": "a prefix counts in the length only (target_prefix); right after a prefix, the end of sentence "
-    "finishes a hypothesis only as the best candidate; every hypothesis that ends at a step is kept",
-}
-
-
 @torch.no_grad()
 def beam_search(
-    model, input_ids, attention_mask, settings: SearchSettings, terms=None, prefixes=None
+    model, input_ids, attention_mask, options: SearchOptions, terms=None, prefixes=None
 ) -> list[list[Hypothesis]]:
-    """Each sentence's finished hypotheses, best first (at most `settings.beam_size`). Each contains every term of
-    its sentence's `terms` (lists of target token ids; None: no terms), in order when `settings.ordered`, and starts
-    with its sentence's prefix (target token ids; None: none), whose tokens count in its length, and by fairseq's
-    rules (`settings.rules`, `RULES`) in its score. A sentence none of whose hypotheses has met
-    its terms by the length limit ends them all there (fairseq stops with an assertion error)."""
-    config, k, count = model.config, settings.beam_size, len(input_ids)
+    """Each sentence's finished hypotheses, best first (at most `options.num_beams`), each of at most
+    `options.max_length` tokens before its end of sentence (a prefix's included). Each contains every term of its
+    sentence's `terms` (lists of target token ids; None: no terms), in order when `options.ordered`, and starts
+    with its sentence's prefix (target token ids; None: none), whose tokens count in its length, and in its score
+    by the options' `rules`. A sentence none of whose hypotheses has met its terms by the length limit ends them all
+    there (fairseq stops with an assertion error). `options` are resolved: a beam size and a length penalty."""
+    config, k, count = model.config, options.num_beams, len(input_ids)
     terms, prefixes = terms or [[] for _ in range(count)], prefixes or [[] for _ in range(count)]
-    rows = torch.arange(count).repeat_interleave(k)
+    rows = torch.arange(count, device=input_ids.device).repeat_interleave(k)
     encoder = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
     memory, mask = encoder.last_hidden_state[rows], attention_mask[rows]
-    start = torch.full((count * k, 1), config.decoder_start_token_id, dtype=torch.long)
-    states = [[initial_state(sentence, settings.ordered)] * k for sentence in terms]
+    start = torch.full((count * k, 1), config.decoder_start_token_id, dtype=torch.long)  # the beam's on the CPU
+    states = [[initial_state(sentence, options.ordered)] * k for sentence in terms]
     beam = Beam(start, torch.zeros(count * k, 0), states, list(range(count)), torch.zeros(count, k, dtype=torch.bool))
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     finished: list[list[Hypothesis]] = [[] for _ in range(count)]
-    for step in range(settings.max_length + 1):
-        step_input = dict(decoder_input_ids=beam.tokens[:, -1:], cache=cache, use_cache=True)
-        logits = model(encoder_outputs=BaseModelOutput(memory), attention_mask=mask, **step_input).logits[:, -1]
-        lprobs = step_log_probs(logits, config, step, settings, beam.states)
-        force_prefixes(lprobs, step, [prefixes[s] for s in beam.sentences], k, settings)
+    for step in range(options.max_length + 1):
+        step_input = dict(decoder_input_ids=beam.tokens[:, -1:].to(mask.device), cache=cache, use_cache=True)
+        logits = model(encoder_outputs=BaseModelOutput(memory), attention_mask=mask, **step_input).logits[:, -1].cpu()
+        lprobs = step_log_probs(logits, config, step, options, beam.states)
+        force_prefixes(lprobs, step, [prefixes[s] for s in beam.sentences], k, options)
         candidates = step_candidates(step, lprobs, beam)
-        if settings.rules == "ctranslate2":
+        if options.rules.only_best_ends_after_prefix:
             ends_after = [0 < len(prefixes[s]) == step for s in beam.sentences]
             only_best_ends(candidates, ends_after, config.eos_token_id)
-        done = finish(step, beam, candidates, config.eos_token_id, settings, finished)
+        done = finish(step, beam, candidates, config.eos_token_id, options, finished)
         if len(done) == len(beam.sentences):
             break
         keep = advance(beam, candidates, done, config.eos_token_id)
-        memory, mask = memory[keep], mask[keep]
-        cache.reorder_cache(keep)
+        memory, mask = memory[keep.to(mask.device)], mask[keep.to(mask.device)]
+        cache.reorder_cache(keep.to(mask.device))
     return [ranked(hypotheses) for hypotheses in finished]
 
 
-def force_prefixes(lprobs, step: int, prefixes: list[list[int]], k: int, settings: SearchSettings) -> None:
+def force_prefixes(lprobs, step: int, prefixes: list[list[int]], k: int, options: SearchOptions) -> None:
     """Where a sentence's prefix goes on at this step, its token is the only choice, with its own log-probability
     (fairseq's _prefix_tokens) or 0 (CTranslate2's update_sample_with_prefix: nothing added to the score)."""
-    if step >= settings.max_length:
+    if step >= options.max_length:
         return
     for s, prefix in enumerate(prefixes):
         if step < len(prefix):
             rows = slice(s * k, (s + 1) * k)
-            kept = lprobs[rows, prefix[step]].clone() if settings.rules == "fairseq" else 0.0
+            kept = lprobs[rows, prefix[step]].clone() if options.rules.prefix_in_score else 0.0
             lprobs[rows] = -math.inf
             lprobs[rows, prefix[step]] = kept
 
@@ -134,20 +118,20 @@ def ranked(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     return [hypotheses[i] for i in order]
 
 
-def step_log_probs(logits, config, step: int, settings: SearchSettings, states) -> torch.Tensor:
+def step_log_probs(logits, config, step: int, options: SearchOptions, states) -> torch.Tensor:
     """This step's log-probabilities with fairseq's rules: never padding; only the end of sentence at the length
     limit; no end of sentence before `min_length` tokens, nor before a hypothesis's terms are all met."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)
     lprobs[lprobs != lprobs] = -math.inf
     lprobs[:, config.pad_token_id] = -math.inf
     eos = config.eos_token_id
-    if step >= settings.max_length:
+    if step >= options.max_length:
         lprobs[:, :eos] = -math.inf
         lprobs[:, eos + 1 :] = -math.inf
-    elif step < settings.min_length:
+    elif step < options.rules.min_length:
         lprobs[:, eos] = -math.inf
     if step > 0:
-        lprobs[unmet_rows(states, at_limit=step >= settings.max_length), eos] = -math.inf
+        lprobs[unmet_rows(states, at_limit=step >= options.max_length), eos] = -math.inf
     return lprobs
 
 
@@ -229,20 +213,20 @@ def deal_out(values, tokens, beams, following, distinct_tokens: int, vocabulary:
     return [(values[i], tokens[i], beams[i], following[i]) for i in dealt[:count]]
 
 
-def finish(step, beam: Beam, candidates: Candidates, eos: int, settings: SearchSettings, finished) -> list[int]:
+def finish(step, beam: Beam, candidates: Candidates, eos: int, options: SearchOptions, finished) -> list[int]:
     """Finish the hypotheses that end among each sentence's first k candidates (fairseq's finalize_hypos); the
     positions (in `beam.sentences`) of the sentences that are done: k finished hypotheses, or the length limit."""
     k = candidates.scores.shape[1] // 2
     ends = candidates.tokens[:, :k].eq(eos) & candidates.scores[:, :k].ne(-math.inf) & ~beam.ignore
-    normalised = candidates.scores / (step + 1) ** settings.length_penalty
+    normalised = candidates.scores / (step + 1) ** options.length_penalty
     touched = []
     for s, j in ends.nonzero().tolist():
         sentence = beam.sentences[s]
-        if len(finished[sentence]) < k or settings.rules == "ctranslate2":
+        if len(finished[sentence]) < k or options.rules.keep_every_end:
             row = s * k + candidates.beams[s, j].item()
             finished[sentence].append(Hypothesis(beam.tokens[row, 1:].tolist() + [eos], normalised[s, j].item()))
         touched.append(s)
-    if step >= settings.max_length:
+    if step >= options.max_length:
         for s, sentence in enumerate(beam.sentences):  # none ended among the first k: the best candidate ends
             if not finished[sentence]:
                 row = s * k + candidates.beams[s, 0].item()

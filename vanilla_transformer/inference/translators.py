@@ -1,156 +1,218 @@
-"""Translating sentences with a trained model: through PyTorch's `generate()` from a model folder, or through
-CTranslate2 from a folder that `export_ctranslate2` wrote. Both take the same arguments and give the same text.
+"""Translating sentences with a trained model: through PyTorch's `generate()` from a model folder (the `torch`
+engine), or through CTranslate2 from a folder that `export_ctranslate2` wrote (the `ctranslate2` engine). Both are a
+`Translator`: they take the same `SearchOptions` and give the same text, and declare what else they can do
+(`Capabilities`), which the commands and the server ask instead of an engine's name.
 
-    translator = load_translator("runs/numbers-en-de")        # or an exported folder: detected from its contents
-    translator.translate(["forty-two"], num_beams=5, n_best=2)
+    translator = load_translator("runs/numbers-en-de")        # or an exported folder: told from its contents
+    translator.translate(["forty-two"], num_beams=5, n_best=2)  # keywords: the fields of `SearchOptions`
     # [[Translation(text='zweiundvierzig', score=...), Translation(text=..., score=...)]]
+    translator.translate(sentences, SearchOptions(num_beams=5, n_best=2))          # the same, as one record
+    load_translator("runs/numbers-en-de", placement=Placement(device="cuda"))    # on a GPU, in bfloat16
 
 A translation's score is what beam search ranks by: the sum of its tokens' log-probabilities (end of sentence
 included) divided by its length in tokens to the power `length_penalty`.
 """
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..configuration import position_limit
 from ..exports.ctranslate2 import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
 from ..model_folder import encode_within, load_model_folder
-from .alignment import Alignment, align
+from .alignment import Alignment, align, align_tokens
+from .devices import DEFAULT_PLACEMENT, Placement
 from .options import (
-    NO_GUARDS,
+    CTRANSLATE2,
+    ENGINES,
+    FAIRSEQ,
     Guards,
+    SearchOptions,
     Translation,
     blank_stays_blank,
     distinct_texts,
     grouped_batches,
-    prefix_texts,
-    search_settings,
 )
-from .scoring import PairScore, score_pairs
-from .search import SearchSettings, beam_search
-
-BACKENDS = ("auto", "pytorch", "ctranslate2")
+from .scoring import PairScore, check_pairs, score_pairs
+from .search import beam_search
 
 
-class PyTorchTranslator:
-    """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer."""
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do beyond translating (prefixes, n-best lists, guards and scores every engine has)."""
 
-    backend = "pytorch"
+    terms: bool  # lexically constrained search (`SearchOptions.terms`)
+    alignments: bool  # word alignments (`SearchOptions.alignment`, `align`)
+    scoring: bool  # forced decoding of given translations (`score`)
+    parallel_batches: bool  # several batches at once (`Placement.inter_threads`)
 
-    def __init__(self, model, tokenizer, threads: int | None = None):
+
+CAPABILITY_NAMES = {
+    "terms": "lexically constrained search (terms)",
+    "alignments": "word alignments (they come from the torch model's cross-attention)",
+    "scoring": "scoring of given translations",
+    "parallel_batches": "batches in parallel (inter_threads)",
+}
+
+
+class UnsupportedError(ValueError):
+    """Asked of an engine what its `Capabilities` say it cannot do."""
+
+
+class Translator:
+    """What both engines offer: `translate(sentences, options=None, **changes)`, `score(sources, targets)`,
+    `align(sources, targets)`, their `tokenizer` and `generation_config`, their `name` and `capabilities`."""
+
+    name: str
+    capabilities: Capabilities
+
+    def require(self, capability: str) -> None:
+        """An `UnsupportedError` naming the capability if this engine lacks it."""
+        if not getattr(self.capabilities, capability):
+            other = "the torch engine on the model folder" if self.name == "ctranslate2" else "another engine"
+            raise UnsupportedError(f"the {self.name} engine has no {CAPABILITY_NAMES[capability]}: use {other}")
+
+    def check(self, options: SearchOptions) -> None:
+        """An `UnsupportedError` for an option this engine cannot search with."""
+        if options.terms is not None:
+            self.require("terms")
+        if options.alignment:
+            self.require("alignments")
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Each text's source tokens, its end of sentence included."""
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
+
+class PyTorchTranslator(Translator):
+    """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer, on
+    the device and in the precision of its `Placement` (None: where the model is)."""
+
+    name = "torch"
+    capabilities = Capabilities(terms=True, alignments=True, scoring=True, parallel_batches=False)
+
+    def __init__(self, model, tokenizer, placement: Placement | None = None):
+        if placement is not None:
+            placement.check_torch()
+            device = placement.torch_device()
+            model = model.to(device=device, dtype=placement.torch_dtype(device))
+            if placement.threads:
+                torch.set_num_threads(placement.threads)
         self.model, self.tokenizer = model.eval(), tokenizer
-        if threads:
-            torch.set_num_threads(threads)
 
     @classmethod
-    def from_folder(cls, path: str, threads: int | None = None) -> "PyTorchTranslator":
+    def from_folder(cls, path: str, placement: Placement = DEFAULT_PLACEMENT) -> "PyTorchTranslator":
         model, tokenizer = load_model_folder(path)
-        return cls(model, tokenizer, threads)
+        return cls(model, tokenizer, placement)
 
     @property
     def generation_config(self):
         return self.model.generation_config
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
     @torch.no_grad()
     @blank_stays_blank
-    def translate(
-        self,
-        sentences,
-        num_beams=None,
-        length_penalty=None,
-        max_length=256,
-        n_best=1,
-        batch_size=32,
-        scores=None,
-        distinct=False,
-        prefix=None,
-        constraints=None,
-        ordered=False,
-        guards=NO_GUARDS,
-    ):
-        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens. Their
-        scores are computed when `scores` is true (by default, when n_best > 1); generate() then keeps every step's
-        scores, which costs memory for large vocabularies, and a translation's score is otherwise None. With
-        `distinct`, hypotheses whose texts are the same (two segmentations of one string) are one, with the best
-        score: the list may then be shorter than `n_best`. `prefix`, a target prefix per sentence (None or "" for
-        none), is where each translation starts: the search goes on from its tokens, which count in its length but
-        not its score, as in CTranslate2's, and `max_length` new tokens follow it. `constraints`, a list of terms per
-        sentence (strings; an empty list for none), are terms every translation contains, in the order given when
-        `ordered`. Both use the package's own beam search (`constrained_search`). `guards` limit each output's
-        length by its source's and its repetitions (`Guards`); a translation stopped at its limit says so
-        (`at_limit`)."""
-        scores = n_best > 1 if scores is None else scores
-        num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
-        wanted, n_best = n_best, num_beams if distinct else n_best
+    def translate(self, sentences, options: SearchOptions) -> list[list[Translation]]:
+        """The `options.n_best` best translations of each sentence, best first (see `SearchOptions`). Their scores
+        are computed when `options.scores` is true (by default, when n_best > 1); generate() then keeps every step's
+        scores, which costs memory for large vocabularies, and a translation's score is otherwise None. Prefixes and
+        terms use the package's own beam search (`search`): a prefix's tokens count in its translation's length but
+        not its score, as in CTranslate2's, and `max_length` new tokens follow it. A translation stopped at its
+        length limit says so (`at_limit`)."""
+        self.check(options)
+        options = options.resolved(self.generation_config)
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
-        max_length = max_length if limit is None else min(max_length, limit)
-        if constraints is not None or prefix is not None:
-            found = self.searched(sentences, constraints, prefix, guards, batch_size,
-                                  SearchSettings(num_beams, max_length, length_penalty, ordered=ordered))  # fmt: skip
-            results = [hypotheses[:n_best] for hypotheses in found]
-            return distinct_texts(results, wanted) if distinct else results
-        search = dict(num_beams=num_beams, length_penalty=length_penalty, num_return_sequences=n_best)
-        search.update(output_scores=scores, return_dict_in_generate=True, **guards.repetition(self.generation_config))
+        if limit is not None:
+            options = replace(options, max_length=min(options.max_length, limit))
         source_ids = encode_within(self.tokenizer, sentences, limit)  # a sentence cut to the positions is named
-        limits = guards.limits([len(row) for row in source_ids], max_length)
-        results = [None] * len(sentences)
-        for indices in grouped_batches(limits, batch_size):
-            batch = self.tokenizer.pad({"input_ids": [source_ids[i] for i in indices]}, return_tensors="pt")
-            start = torch.full((len(indices), 1), self.model.config.decoder_start_token_id)
+        if options.terms is not None or options.prefix is not None:
+            results = self.searched(source_ids, options)
+        else:
+            results = self.generated(source_ids, options)
+        if options.alignment:
+            results = self.aligned(sentences, results)
+        return distinct_texts(results, options.n_best) if options.distinct else results
+
+    def generated(self, source_ids: list[list[int]], options: SearchOptions) -> list[list[Translation]]:
+        """Translations by generate()'s own search."""
+        scores = options.n_best > 1 if options.scores is None else options.scores
+        search = dict(num_beams=options.num_beams, length_penalty=options.length_penalty,
+                      num_return_sequences=options.kept, output_scores=scores, return_dict_in_generate=True,
+                      **options.guards.repetition(self.generation_config))  # fmt: skip
+        limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
+        results, k = [None] * len(source_ids), options.kept
+        for indices in grouped_batches(limits, options.batch_size):
+            batch = self.batch([source_ids[i] for i in indices])
+            start = torch.full((len(indices), 1), self.model.config.decoder_start_token_id, device=self.device)
             out = self.model.generate(**batch, decoder_input_ids=start, max_new_tokens=limits[indices[0]], **search)
-            texts = [t.strip() for t in self.tokenizer.batch_decode(out.sequences, skip_special_tokens=True)]
-            ranks = self.scores(out, num_beams, length_penalty) if scores else [None] * len(texts)
-            stopped = self.at_limit(out.sequences, 1 + limits[indices[0]])
+            rows = self.written(out.sequences[:, 1:])  # after the decoder's start token
+            texts = [t.strip() for t in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
+            ranks = self.scores(out, options.num_beams, options.length_penalty) if scores else [None] * len(texts)
             for row, i in enumerate(indices):
-                results[i] = [
-                    Translation(texts[row * n_best + k], ranks[row * n_best + k], stopped[row * n_best + k])
-                    for k in range(n_best)
-                ]
-        return distinct_texts(results, wanted) if distinct else results
+                found = range(row * k, (row + 1) * k)
+                results[i] = [Translation(texts[j], ranks[j], self.stopped(rows[j], limits[i]), tuple(rows[j]))
+                              for j in found]  # fmt: skip
+        return results
 
-    def at_limit(self, sequences, length: int) -> list[bool]:
-        """Whether each output is `length` tokens long without an end of sentence: the search stopped it."""
-        eos = self.model.config.eos_token_id
-        return [len(row) == length and eos not in row for row in sequences.tolist()]
+    def batch(self, rows: list[list[int]]) -> dict:
+        """Token rows padded into a batch on the model's device."""
+        return self.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(self.device)
 
-    def searched(self, sentences, constraints, prefix, guards, batch_size, settings: SearchSettings):
-        """Translations by the package's own beam search (`constrained_search`): with terms, by fairseq's rules
-        (--constraints; min_length 1), or from prefixes, by CTranslate2's (target_prefix: the prefix's tokens count
-        in the length, not the score; min_length 0, as generate() and CTranslate2)."""
-        if constraints is not None and prefix is not None:
-            raise ValueError("constraints and prefix together: give one of them")
-        if guards.no_repeat_ngram_size or guards.repetition_penalty not in (None, 1.0):
+    def written(self, sequences) -> list[list[int]]:
+        """Each output's tokens up to its end of sentence (included), the padding after it left out."""
+        eos, rows = self.model.config.eos_token_id, []
+        for row in sequences.tolist():
+            rows.append(row[: row.index(eos) + 1] if eos in row else row)
+        return rows
+
+    def stopped(self, tokens: list[int], limit: int) -> bool:
+        """Whether an output of `tokens` was stopped at its length limit before its end of sentence."""
+        return len(tokens) >= limit and self.model.config.eos_token_id not in tokens
+
+    def searched(self, source_ids: list[list[int]], options: SearchOptions) -> list[list[Translation]]:
+        """Translations by the package's own beam search (`search`): with terms, by fairseq's rules (--constraints;
+        min_length 1), or from prefixes, by CTranslate2's (target_prefix: the prefix's tokens count in the length,
+        not the score; min_length 0, as generate() and CTranslate2), unless `options.rules` says otherwise."""
+        if options.guards.no_repeat_ngram_size or options.guards.repetition_penalty not in (None, 1.0):
             raise ValueError("no_repeat_ngram_size and repetition_penalty apply to generate()'s search only: not "
-                             "with constraints or prefixes")  # fmt: skip
+                             "with terms or prefixes")  # fmt: skip
         limit = position_limit(self.model.config)
-        terms = self.term_ids(constraints, len(sentences), limit) if constraints is not None else None
-        prefixes = self.prefix_ids(prefix, len(sentences), limit) if prefix is not None else None
-        source_ids = encode_within(self.tokenizer, sentences, limit)
-        limits = guards.limits([len(row) for row in source_ids], settings.max_length)
-        keys = [(len(prefixes[i]) if prefixes else 0, limits[i]) for i in range(len(sentences))]
-        results = [None] * len(sentences)
-        for indices in grouped_batches(keys, batch_size):
-            batch = self.tokenizer.pad({"input_ids": [source_ids[i] for i in indices]}, return_tensors="pt")
+        terms = self.term_ids(options.terms, limit) if options.terms is not None else None
+        prefixes = self.prefix_ids(options.prefix, limit) if options.prefix is not None else None
+        rules = options.rules or (FAIRSEQ if terms else CTRANSLATE2)  # terms are fairseq's; prefixes the export's
+        limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
+        keys = [(len(prefixes[i]) if prefixes else 0, limits[i]) for i in range(len(source_ids))]
+        results = [None] * len(source_ids)
+        for indices in grouped_batches(keys, options.batch_size):
+            batch = self.batch([source_ids[i] for i in indices])
             given = len(prefixes[indices[0]]) if prefixes else 0
             longest = limits[indices[0]] + given if limit is None else min(limits[indices[0]] + given, limit - 1)
-            rules = "fairseq" if terms else "ctranslate2"  # terms are fairseq's; prefixes as the export has them
-            search = replace(settings, max_length=longest, min_length=1 if terms else 0, rules=rules)
+            search = replace(options, max_length=longest, rules=rules)
             found = beam_search(self.model, batch["input_ids"], batch["attention_mask"], search,
                                 [terms[i] for i in indices] if terms else None,
                                 [prefixes[i] for i in indices] if prefixes else None)  # fmt: skip
             for i, hypotheses in zip(indices, found):
+                hypotheses = hypotheses[: options.kept]
                 texts = self.tokenizer.batch_decode([h.tokens for h in hypotheses], skip_special_tokens=True)
-                results[i] = [Translation(t.strip(), h.score, len(h.tokens) > search.max_length)
+                results[i] = [Translation(t.strip(), h.score, len(h.tokens) > search.max_length, tuple(h.tokens))
                               for t, h in zip(texts, hypotheses)]  # fmt: skip
         return results
 
-    def term_ids(self, constraints, count: int, limit: int | None) -> list[list[list[int]]]:
+    def aligned(self, sentences, results: list[list[Translation]]) -> list[list[Translation]]:
+        """Each translation with its word alignment, from the tokens the search wrote."""
+        flat = [(sentence, t) for sentence, translations in zip(sentences, results) for t in translations]
+        alignments = iter(
+            align_tokens(self.model, self.tokenizer, [s for s, _ in flat], [list(t.tokens) for _, t in flat])
+        )
+        return [[replace(t, alignment=next(alignments)) for t in translations] for translations in results]
+
+    def term_ids(self, constraints, limit: int | None) -> list[list[list[int]]]:
         """Each sentence's terms as target token ids, without the end of sentence; a ValueError naming the sentence
         and the term where a term is empty or has a token the target vocabulary lacks."""
-        if len(constraints) != count:
-            raise ValueError(f"{len(constraints)} lists of terms for {count} sentences: give one per sentence")
         encoded = iter(self.target_ids([term for terms in constraints for term in terms], limit))
         unknown, found = self.tokenizer.unk_token_id, []
         for number, terms in enumerate(constraints, start=1):
@@ -171,12 +233,10 @@ class PyTorchTranslator:
         eos, rows = self.model.config.eos_token_id, encode_within(self.tokenizer, texts, limit, target=True)
         return [row[:-1] if row and row[-1] == eos else row for row in rows]
 
-    def prefix_ids(self, prefix, count: int, limit: int | None) -> list[list[int]]:
-        """Each sentence's target prefix as token ids, without the end of sentence; none: empty. A ValueError names
+    def prefix_ids(self, prefix, limit: int | None) -> list[list[int]]:
+        """Each sentence's target prefix as token ids, without the end of sentence ("": none). A ValueError names
         a prefix that leaves no room in the model's positions (`limit`)."""
-        if prefix is None:
-            return [[] for _ in range(count)]
-        rows = self.target_ids(prefix_texts(prefix, count), None)
+        rows = self.target_ids(list(prefix), None)
         for number, row in enumerate(rows, start=1):
             if limit is not None and len(row) >= limit:
                 raise ValueError(
@@ -205,21 +265,16 @@ class PyTorchTranslator:
         return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
 
 
-class CTranslate2Translator:
-    """A `ctranslate2.Translator` on a folder written by `export_ctranslate2`, with the tokenizer saved in it."""
+class CTranslate2Translator(Translator):
+    """A `ctranslate2.Translator` on a folder written by `export_ctranslate2`, with the tokenizer saved in it, on the
+    device and in the compute type of its `Placement`. `threads` computation threads work on each batch
+    (ctranslate2's intra_threads; None: its own choice), and `inter_threads` batches are translated at once, the
+    input being split so that each has its share."""
 
-    backend = "ctranslate2"
+    name = "ctranslate2"
+    capabilities = Capabilities(terms=False, alignments=False, scoring=True, parallel_batches=True)
 
-    def __init__(
-        self,
-        folder: str,
-        threads: int | None = None,
-        device: str = "cpu",
-        compute_type: str = "default",
-        inter_threads: int = 1,
-    ):
-        """`threads` computation threads work on each batch (ctranslate2's intra_threads; None: its own choice), and
-        `inter_threads` batches are translated at once, the input being split so that each has its share."""
+    def __init__(self, folder: str, placement: Placement = DEFAULT_PLACEMENT):
         import json
 
         from transformers import AutoTokenizer, GenerationConfig
@@ -227,10 +282,14 @@ class CTranslate2Translator:
         ctranslate2 = import_ctranslate2()
         if not is_ctranslate2_folder(folder):
             raise ValueError(f"{folder} is not a CTranslate2 model folder (no model.bin): export one first.")
+        placement.check_ctranslate2()
+        device, index = placement.ctranslate2_device(ctranslate2)
+        placement.check_compute_type(ctranslate2, device)
         self.translator = ctranslate2.Translator(
-            folder, device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=threads or 0
-        )
-        self.inter_threads = inter_threads
+            folder, device=device, device_index=index, compute_type=placement.compute_type,
+            inter_threads=placement.inter_threads, intra_threads=placement.threads or 0,
+        )  # fmt: skip
+        self.inter_threads = placement.inter_threads
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.generation_config = GenerationConfig.from_pretrained(folder)
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
@@ -259,53 +318,36 @@ class CTranslate2Translator:
         return [[self.target_vocabulary[i] for i in ids] for ids in sequences] if sequences else None
 
     @blank_stays_blank
-    def translate(
-        self,
-        sentences,
-        num_beams=None,
-        length_penalty=None,
-        max_length=256,
-        n_best=1,
-        batch_size=32,
-        scores=None,
-        patience=None,
-        distinct=False,
-        prefix=None,
-        constraints=None,
-        ordered=False,
-        guards=NO_GUARDS,
-    ):
-        """The `n_best` best translations of each sentence, best first, each of at most `max_length` tokens, with
-        their scores (ctranslate2 computes them at no cost, whatever `scores` says). CTranslate2 has no lexically
-        constrained search: `constraints` need the PyTorch model. `guards` as the PyTorch translator's.
+    def translate(self, sentences, options: SearchOptions) -> list[list[Translation]]:
+        """The `options.n_best` best translations of each sentence, best first (see `SearchOptions`), with their
+        scores (ctranslate2 computes them at no cost, whatever `scores` says).
 
         Beam search stops once `num_beams * patience` hypotheses have finished. generate()'s `early_stopping=True`
         is patience 1 exactly; its default, `early_stopping=False`, keeps searching while a running hypothesis could
         still win, which ctranslate2 has no rule for: patience 2 (the default then) searches on long enough to find
         the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
         at other points than any patience does, and the two may choose different translations."""
-        if constraints is not None:
-            raise ValueError("constraints: CTranslate2 has no lexically constrained search; use the model folder")
-        num_beams, length_penalty = search_settings(self.generation_config, num_beams, length_penalty, n_best)
-        wanted, n_best = n_best, num_beams if distinct else n_best
-        if patience is None:
-            patience = 1.0 if self.generation_config.early_stopping is True else 2.0
+        self.check(options)
+        options = options.resolved(self.generation_config)
+        patience = options.patience or (1.0 if self.generation_config.early_stopping is True else 2.0)
+        max_length = options.max_length
         if self.max_positions is not None:
             max_length = min(max_length, self.max_positions)
         if self.generation_config.forced_eos_token_id is not None:  # generate() ends the last step with </s>
             max_length = max(1, max_length - 1)
         tokens = self.tokens(sentences, warn=True)
-        prefixes = self.target_prefix(prefix, len(tokens)) or [None] * len(tokens)
-        settings = dict(beam_size=num_beams, num_hypotheses=n_best, patience=patience, length_penalty=length_penalty)
-        settings.update(suppress_sequences=self.suppressed(), **guards.repetition(self.generation_config))
-        limits = guards.limits([len(row) for row in tokens], max_length)
+        prefixes = self.target_prefix(options.prefix) or [None] * len(tokens)
+        settings = dict(beam_size=options.num_beams, num_hypotheses=options.kept, patience=patience,
+                        length_penalty=options.length_penalty, suppress_sequences=self.suppressed(),
+                        **options.guards.repetition(self.generation_config))  # fmt: skip
+        limits = options.guards.limits([len(row) for row in tokens], max_length)
         results = [None] * len(tokens)
         for indices in grouped_batches(limits, len(tokens)):
             longest = max((len(prefixes[i] or []) for i in indices), default=0)
             found = self.translator.translate_batch(
                 [tokens[i] for i in indices],
-                target_prefix=[prefixes[i] for i in indices] if prefix is not None else None,
-                max_batch_size=self.batch_share(len(indices), batch_size),
+                target_prefix=[prefixes[i] for i in indices] if options.prefix is not None else None,
+                max_batch_size=self.batch_share(len(indices), options.batch_size),
                 max_decoding_length=limits[indices[0]] + longest,
                 min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
                 return_scores=True,
@@ -313,17 +355,16 @@ class CTranslate2Translator:
             )
             for i, r in zip(indices, found):
                 ends = [len(t) - len(prefixes[i] or []) >= limits[i] for t in r.hypotheses]
-                results[i] = [
-                    Translation(self.text(t), score, end) for t, score, end in zip(r.hypotheses, r.scores, ends)
-                ]
-        return distinct_texts(results, wanted) if distinct else results
+                results[i] = [Translation(self.text(t), score, end, tuple(self.target_ids[token] for token in t))
+                              for t, score, end in zip(r.hypotheses, r.scores, ends)]  # fmt: skip
+        return distinct_texts(results, options.n_best) if options.distinct else results
 
-    def target_prefix(self, prefix, count: int) -> list[list[str] | None] | None:
+    def target_prefix(self, prefix) -> list[list[str] | None] | None:
         """Each sentence's target prefix as target tokens without the end of sentence (None for none), as
         ctranslate2's `target_prefix` takes them."""
         if prefix is None:
             return None
-        rows = self.tokens(prefix_texts(prefix, count), target=True)
+        rows = self.tokens(list(prefix), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
         return [row or None for row in rows]
 
@@ -332,12 +373,11 @@ class CTranslate2Translator:
         return max(1, min(batch_size, -(-count // self.inter_threads)))
 
     def align(self, sources, targets, layer=None, heads=None, batch_size=32):
-        raise ValueError("word alignments come from the PyTorch model: use the model folder, not its export")
+        self.require("alignments")
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
-        if len(sources) != len(targets):
-            raise ValueError(f"{len(sources)} sources for {len(targets)} targets: score pairs")
+        check_pairs(sources, targets)
         tokens = self.tokens(targets, target=True)
         share = self.batch_share(len(tokens), batch_size)
         without_eos = [row[:-1] for row in tokens]  # ctranslate2 adds </s> itself
@@ -370,31 +410,38 @@ def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:
     return source, target
 
 
-def uses_ctranslate2(path: str, backend: str = "auto") -> bool:
-    """Whether `backend` runs `path` through CTranslate2: "auto" tells the folders apart by their contents."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}.")
-    return backend == "ctranslate2" or (backend == "auto" and is_ctranslate2_folder(path))
+def engine_of(path: str, engine: str = "auto") -> str:
+    """The engine that runs `path`: `engine`, or for "auto" the one its contents call for (ctranslate2 for an
+    exported folder, torch for a model folder); a ValueError names an engine that cannot run it."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    exported = is_ctranslate2_folder(path)
+    if engine == "torch" and exported:
+        raise ValueError(f"{path} is a CTranslate2 export: the torch engine needs the model folder (or engine auto)")
+    return "ctranslate2" if exported or engine == "ctranslate2" else "torch"
 
 
-def load_translator(path: str, backend: str = "auto", threads: int | None = None, inter_threads: int = 1):
-    """A translator for a model folder (PyTorch) or an exported CTranslate2 folder (see `uses_ctranslate2`).
-    `inter_threads` (CTranslate2 only) batches are translated at once, each on `threads` threads."""
-    if uses_ctranslate2(path, backend):
-        return CTranslate2Translator(path, threads=threads, inter_threads=inter_threads)
-    if inter_threads != 1:
-        raise ValueError(f"inter_threads={inter_threads}: batches in parallel need the CTranslate2 backend.")
-    return PyTorchTranslator.from_folder(path, threads=threads)
+def load_translator(path: str, engine: str = "auto", placement: Placement = DEFAULT_PLACEMENT) -> Translator:
+    """A translator for a model folder (the torch engine) or an exported CTranslate2 folder (see `engine_of`), on
+    `placement`'s device and precision."""
+    if engine_of(path, engine) == "ctranslate2":
+        return CTranslate2Translator(path, placement)
+    return PyTorchTranslator.from_folder(path, placement)
 
 
 __all__ = [
     "Translation",
     "Guards",
+    "SearchOptions",
+    "Placement",
     "PairScore",
     "Alignment",
+    "Translator",
+    "Capabilities",
+    "UnsupportedError",
     "PyTorchTranslator",
     "CTranslate2Translator",
     "load_translator",
-    "uses_ctranslate2",
-    "BACKENDS",
+    "engine_of",
+    "ENGINES",
 ]

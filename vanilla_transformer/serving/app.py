@@ -36,12 +36,14 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from ..inference.translators import UnsupportedError
 from .access import KeyRing
 from .batcher import Batcher, QueueFull
 from .documents import Document, split_document
 from .engine import Engine
 from .fields import RequestError, read_fields, texts, whole_number
 from .metrics import ServerMetrics
+from .settings import ServerSettings
 
 LOG = logging.getLogger("uvicorn.error")  # the server's log, which uvicorn configures
 
@@ -54,27 +56,6 @@ ENDPOINTS = ("/translate", "/score", "/detect", "/languages", "/health", "/ready
 PROBES = ("/health", "/ready", "/metrics")  # answered whatever the load, for the operator's monitoring
 DISCONNECTED = 499  # the status a request is counted under when its client left before the answer (nginx's code)
 CONFIDENCE = 100.0  # LibreTranslate's detection confidence, in percent: the model reads one source language
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    max_batch_tokens: int = 4096  # source tokens per batch
-    max_wait_ms: float = 10.0  # the longest the first sentence of a batch waits for others
-    max_queue_tokens: int = 65536  # source tokens waiting, beyond which requests get 429
-    max_queue_requests: int = 1024  # requests accepted and unanswered, beyond which requests get 429
-    max_chars: int = 20000  # characters of one request's q, all items together
-    max_alternatives: int = 4
-    timeout: float = 60.0  # seconds a request may wait for its translation
-    drain_timeout: float = 30.0  # seconds to finish the queued requests on SIGTERM
-    read_timeout: float = 15.0  # seconds a client may take to send a request's headers, and again its body
-    keep_alive_timeout: float = 5.0  # seconds an idle connection stays open between requests
-    limit_concurrency: int = 2048  # requests in progress at once, beyond which 503 (the probes excepted)
-
-    @property
-    def max_body_bytes(self) -> int:
-        """The largest body read: room for `max_chars` characters each escaped in JSON (12 bytes for a character
-        outside the BMP), and the other fields; `max_chars` stays the limit a client meets."""
-        return 12 * self.max_chars + 65536
 
 
 @dataclass(frozen=True)
@@ -127,9 +108,10 @@ class ServerState:
             raise RequestError(429, f"the server is busy: {refusal}", retry_after=refusal.retry_after)
 
 
-def create_app(load, settings: ServerSettings = ServerSettings(), keys: KeyRing | None = None, on_failure=None):
+def create_app(load, settings: ServerSettings | None = None, keys: KeyRing | None = None, on_failure=None):
     """The app. `load()` returns the `Engine`; it runs in a thread at startup while /health answers and /ready says
     503. If it fails, `on_failure(error)` is called (the command stops the server)."""
+    settings = settings or ServerSettings()
     state = ServerState(settings, keys)
     app = FastAPI(
         title="vanilla-transformer", lifespan=lifespan(state, load, on_failure), docs_url=None, redoc_url=None
@@ -399,8 +381,10 @@ async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
     if asked.terms is not None:
         try:
             engine.check_terms(asked.terms)
+        except UnsupportedError as error:
+            raise RequestError(400, f"terms: {error}") from None
         except ValueError as error:
-            raise RequestError(400 if engine.name != "torch" else 422, f"terms: {error}") from None
+            raise RequestError(422, f"terms: {error}") from None
         documents = [Document([text], [0]) for text in asked.texts]  # a text with terms is translated whole
     else:
         documents = [split_document(text, engine.source_lang) for text in asked.texts]

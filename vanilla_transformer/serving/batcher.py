@@ -47,9 +47,35 @@ class Job:
         self.waiting = len(self.sentences)
 
 
-def search(job: Job) -> tuple[int, bool, bool]:
-    """What a batch must share: the hypotheses asked for, whether the search has terms, and whether it scores."""
-    return job.n_best, job.terms is not None, job.targets is not None
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One sentence of a request in the queue: the `index`-th of its `job`."""
+
+    job: Job
+    index: int
+
+    @property
+    def sentence(self) -> str:
+        return self.job.sentences[self.index]
+
+    @property
+    def length(self) -> int:
+        """Its source tokens."""
+        return self.job.lengths[self.index]
+
+    @property
+    def terms(self) -> list[str] | None:
+        return None if self.job.terms is None else self.job.terms[self.index]
+
+    @property
+    def target(self) -> str | None:
+        return None if self.job.targets is None else self.job.targets[self.index]
+
+    @property
+    def search(self) -> tuple[int, bool, bool]:
+        """What a batch must share: the hypotheses asked for, whether the search has terms, and whether it
+        scores."""
+        return self.job.n_best, self.job.terms is not None, self.job.targets is not None
 
 
 class Batcher:
@@ -62,7 +88,7 @@ class Batcher:
         self.max_queue_tokens, self.max_queue_requests = max_queue_tokens, max_queue_requests
         self.metrics = metrics
         self.condition = threading.Condition()
-        self.pending: collections.deque[tuple[Job, int]] = collections.deque()  # (job, sentence index), oldest first
+        self.pending: collections.deque[Entry] = collections.deque()  # oldest first
         self.queued_tokens = 0
         self.open_jobs = 0  # accepted and not yet answered
         self.tokens_per_second = None  # of the last batch: the queue's expected rate, for Retry-After
@@ -86,7 +112,7 @@ class Batcher:
             if not sentences:
                 job.future.set_result([])
                 return job
-            self.pending.extend((job, i) for i in range(len(sentences)))
+            self.pending.extend(Entry(job, i) for i in range(len(sentences)))
             self.queued_tokens += tokens
             self.open_jobs += 1
             self.update_gauges()
@@ -109,9 +135,8 @@ class Batcher:
             if job.cancelled or job.answered:
                 return
             job.cancelled = True
-            kept = collections.deque(item for item in self.pending if item[0] is not job)
-            self.queued_tokens -= sum(job.lengths[i] for other, i in self.pending if other is job)
-            self.pending = kept
+            self.queued_tokens -= sum(entry.length for entry in self.pending if entry.job is job)
+            self.pending = collections.deque(entry for entry in self.pending if entry.job is not job)
             self.open_jobs -= 1
             self.update_gauges()
         job.future.cancel()
@@ -136,7 +161,7 @@ class Batcher:
                 return
             self.translate_batch(batch)
 
-    def next_batch(self) -> list[tuple[Job, int]] | None:
+    def next_batch(self) -> list[Entry] | None:
         """The next batch: the oldest sentence and those of the same search after it, up to the token budget, once
         the budget is full or the oldest has waited `max_wait`; None once stopping with nothing queued."""
         with self.condition:
@@ -146,61 +171,60 @@ class Batcher:
                         return None
                     self.condition.wait()
                     continue
-                first = self.pending[0][0]
-                waited = time.monotonic() - first.arrived
-                ready = [item for item in self.pending if search(item[0]) == search(first)]
-                tokens = sum(job.lengths[i] for job, i in ready)
+                first = self.pending[0]
+                waited = time.monotonic() - first.job.arrived
+                ready = [entry for entry in self.pending if entry.search == first.search]
+                tokens = sum(entry.length for entry in ready)
                 if tokens >= self.max_batch_tokens or waited >= self.max_wait or self.stopping:
                     break
                 self.condition.wait(self.max_wait - waited)
             batch, tokens = [], 0
-            for item in ready:
-                length = item[0].lengths[item[1]]
-                if batch and tokens + length > self.max_batch_tokens:
+            for entry in ready:
+                if batch and tokens + entry.length > self.max_batch_tokens:
                     break
-                batch.append(item)
-                tokens += length
+                batch.append(entry)
+                tokens += entry.length
             taken = set(map(id, batch))
-            self.pending = collections.deque(item for item in self.pending if id(item) not in taken)
+            self.pending = collections.deque(entry for entry in self.pending if id(entry) not in taken)
             self.queued_tokens -= tokens
             self.update_gauges()
         if self.metrics:
             self.metrics.batch_sentences.observe(len(batch))
             self.metrics.batch_tokens.observe(tokens)
             now = time.monotonic()
-            for job, _ in batch:
-                self.metrics.queue_wait.observe(now - job.arrived)
+            for entry in batch:
+                self.metrics.queue_wait.observe(now - entry.job.arrived)
         return batch
 
-    def translate_batch(self, batch: list[tuple[Job, int]]) -> None:
-        batch = sorted(batch, key=lambda item: item[0].lengths[item[1]])  # similar lengths pad least
-        sentences, first = [job.sentences[i] for job, i in batch], batch[0][0]
-        terms = [job.terms[i] for job, i in batch] if first.terms is not None else None
+    def translate_batch(self, batch: list[Entry]) -> None:
+        batch = sorted(batch, key=lambda entry: entry.length)  # similar lengths pad least
+        sentences, first = [entry.sentence for entry in batch], batch[0].job
+        terms = [entry.terms for entry in batch] if first.terms is not None else None
         start = time.perf_counter()
         try:
             if first.targets is not None:
-                translations = self.engine.score(sentences, [job.targets[i] for job, i in batch])
+                translations = self.engine.score(sentences, [entry.target for entry in batch])
             else:
                 translations = self.engine.translate(sentences, first.n_best, terms)
         except Exception as error:  # the requests of the batch get the error; the worker goes on
-            for job in {id(job): job for job, _ in batch}.values():
+            for job in {id(entry.job): entry.job for entry in batch}.values():
                 self.finish(job, error=error)
             return
         seconds = time.perf_counter() - start
         self.record_speed(batch, translations, seconds)
-        for (job, i), result in zip(batch, translations):
-            job.results[i] = result
-            job.waiting -= 1
-            if job.waiting == 0:
-                self.finish(job)
+        for entry, result in zip(batch, translations):
+            entry.job.results[entry.index] = result
+            entry.job.waiting -= 1
+            if entry.job.waiting == 0:
+                self.finish(entry.job)
 
     def record_speed(self, batch, translations, seconds: float) -> None:
-        tokens = sum(job.lengths[i] for job, i in batch)
+        tokens = sum(entry.length for entry in batch)
         self.tokens_per_second = tokens / seconds if seconds > 0 else None
         if self.metrics:
             self.metrics.engine_seconds.inc(seconds)
             self.metrics.source_tokens.inc(tokens)
-            written = sum(self.written_tokens(batch[0][0], translations))
+            written = sum(self.written_tokens(batch[0].job, translations))
             self.metrics.output_tokens.inc(written)
             if seconds > 0:
                 self.metrics.tokens_per_second.set(written / seconds)

@@ -6,65 +6,40 @@ import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..configuration import position_limit
 from ..exports.ctranslate2 import export_ctranslate2, is_ctranslate2_folder
-from ..inference.translators import CTranslate2Translator, PyTorchTranslator
+from ..inference.translators import CTranslate2Translator, PyTorchTranslator, Translator, engine_of
 from ..model_folder import card_languages
-
-ENGINES = ("auto", "torch", "ctranslate2")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    model: str  # a model folder or a CTranslate2 export
-    engine: str = "auto"  # auto: CTranslate2 for an export, torch for a model folder
-    threads: int | None = None  # the engine's computation threads (default: every core)
-    num_beams: int | None = None  # default: the model's generation config
-    length_penalty: float | None = None
-    max_length: int = 256  # most new tokens per sentence
-    max_sentence_tokens: int = 256  # longer sentences are refused (413)
-    source_lang: str | None = None  # default: the model card's languages
-    target_lang: str | None = None
+from .settings import EngineSettings
 
 
 class Engine:
-    """`translate(sentences, n_best)` (from the worker thread), `score(sources, targets)` and `count_tokens(texts)`
-    on one translator."""
+    """`translate(sentences, n_best, terms)` (from the worker thread), `score(sources, targets)` and
+    `count_tokens(texts)` on one translator."""
 
-    def __init__(self, translator, settings: EngineSettings, source_lang: str, target_lang: str, limit: int):
+    def __init__(self, translator: Translator, settings: EngineSettings, languages: tuple[str, str], limit: int):
         self.translator, self.settings = translator, settings
-        self.source_lang, self.target_lang = source_lang, target_lang
+        self.source_lang, self.target_lang = languages
         self.max_sentence_tokens = limit
-        self.name = "torch" if translator.backend == "pytorch" else "ctranslate2"
+        self.name, self.capabilities = translator.name, translator.capabilities
 
     def count_tokens(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.translator.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        return self.translator.count_tokens(texts)
 
     def translate(self, sentences: list[str], n_best: int = 1, terms: list[list[str]] | None = None):
-        beams = max(self.settings.num_beams or self.translator.generation_config.num_beams or 1, n_best)
+        """Each sentence's n_best translations (alternatives are texts: two segmentations of one string are one)."""
         with torch.inference_mode():
-            return self.translator.translate(
-                sentences,
-                num_beams=beams,
-                length_penalty=self.settings.length_penalty,
-                max_length=self.settings.max_length,
-                n_best=n_best,
-                batch_size=len(sentences),
-                scores=n_best > 1,
-                distinct=n_best > 1,  # alternatives are texts: two segmentations of one string are one
-                **({"constraints": terms} if terms is not None else {}),
-            )
+            return self.translator.translate(sentences, self.settings.search(self.translator, n_best, terms))
 
     def check_terms(self, terms: list[list[str]]) -> None:
-        """A ValueError naming a term the model cannot write, or the engine that has no constrained search."""
-        if self.name != "torch":
-            raise ValueError("the CTranslate2 engine has no lexically constrained search: serve the model folder")
-        self.translator.term_ids(terms, len(terms), None)
+        """An `UnsupportedError` where the engine has no constrained search, a ValueError naming a term the model
+        cannot write."""
+        self.translator.require("terms")
+        self.translator.term_ids(terms, None)
 
     def score(self, sources: list[str], targets: list[str]):
         """Each pair's `PairScore` (see `vanilla_transformer.inference.scoring`), in one batch."""
@@ -76,28 +51,19 @@ class Engine:
         self.translate(["warm up"])
 
 
-def engine_threads(threads: int | None) -> int:
-    """The engine's threads: every core unless told; the event loop's thread mostly waits."""
-    return threads or os.cpu_count() or 1
-
-
 def load_engine(settings: EngineSettings) -> Engine:
     """The translator of `settings.model`, exporting a model folder to CTranslate2 (`export_on_the_fly`) when
     `engine` is ctranslate2; a ValueError names what is missing."""
-    threads = engine_threads(settings.threads)
-    exported = is_ctranslate2_folder(settings.model)
-    if settings.engine == "torch" and exported:
-        raise ValueError(f"{settings.model} is a CTranslate2 export: serve it with --engine ctranslate2 (or auto)")
-    if settings.engine == "ctranslate2" or exported:
+    if engine_of(settings.model, settings.engine) == "ctranslate2":
+        exported = is_ctranslate2_folder(settings.model)
         folder = settings.model if exported else export_on_the_fly(settings.model)
-        translator = CTranslate2Translator(folder, threads=threads)
+        translator = CTranslate2Translator(folder, settings.placement)
         limit = translator.max_positions
     else:
-        translator = PyTorchTranslator.from_folder(settings.model, threads=threads)
+        translator = PyTorchTranslator.from_folder(settings.model, settings.placement)
         limit = position_limit(translator.model.config)
-    source, target = languages(settings)
     limit = min(settings.max_sentence_tokens, limit or settings.max_sentence_tokens)
-    return Engine(translator, settings, source, target, limit)
+    return Engine(translator, settings, languages(settings), limit)
 
 
 def export_on_the_fly(model: str) -> str:
