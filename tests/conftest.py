@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """With TEST_TIMEOUT=SECONDS (bench/gpu/checks.sh sets it), a test that runs longer fails, named, and the tier goes
+    on: a lent device's minutes are few. The alarm interrupts the test in its main thread."""
+    seconds = int(os.environ.get("TEST_TIMEOUT", "0"))
+    if not seconds or not hasattr(signal, "SIGALRM"):
+        return (yield)
+
+    def stop(signum, frame):
+        pytest.fail(f"{item.nodeid}: still running after TEST_TIMEOUT={seconds} s", pytrace=False)
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        return (yield)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # the tiny model every training test trains: d_model 32, 4 heads, d_ff 64, 1+1 layers, a 120-token vocabulary

@@ -10,8 +10,9 @@
 # OUT receives the machine's description (machine.txt), each step's log, the GPU suite's raw results (gpu.json) and a
 # copy of BENCHMARKS.md with the GPU section written in. The benchmark runs first, alone on the GPU, so that nothing
 # else started beside the tests can disturb its timings; then the tests. Both steps run even if the first fails; the
-# exit status is non-zero if either failed. BENCH_TIMEOUT and TESTS_TIMEOUT (seconds) bound each step where the
-# machine is lent for a few minutes only: a step stopped there logs what it measured so far and counts as failed.
+# exit status is non-zero if either failed. BENCH_TIMEOUT and TESTS_TIMEOUT (seconds; the tests' default 300) bound
+# each step where the machine is lent for a few minutes only: a step stopped there logs what it measured so far and
+# counts as failed. TEST_TIMEOUT (default 120) stops one test that runs longer, named, and the tier goes on.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu/checks.sh OUT [python -m bench gpu flags...]}
 shift
@@ -48,8 +49,9 @@ bounded "${BENCH_TIMEOUT:-}" "$python" -m bench gpu --out "$out/BENCHMARKS.md" -
     tee "$out/gpu-bench.log"
 bench=$?
 
-bounded "${TESTS_TIMEOUT:-}" "$python" -m pytest -q -m gpu -p no:cacheprovider tests/modeling tests/training 2>&1 |
-    tee "$out/gpu-tests.log"
+# every `gpu`-marked test, each named with its result as it ends (-v), each stopped after TEST_TIMEOUT seconds
+TEST_TIMEOUT=${TEST_TIMEOUT:-120} bounded "${TESTS_TIMEOUT:-300}" "$python" -m pytest -v -m gpu -p no:cacheprovider \
+    --durations=0 tests 2>&1 | tee "$out/gpu-tests.log"
 tests=$?
 
 echo "gpu-marked tests: exit status $tests; python -m bench gpu: exit status $bench"

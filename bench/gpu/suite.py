@@ -17,6 +17,12 @@ peak; the peak memory torch allocated for the step. Generation: greedy and beam-
 import argparse
 import functools
 import gc
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import torch
 import transformers
@@ -163,6 +169,45 @@ def generate_rows(args, size_name: str) -> list[dict]:
     return rows
 
 
+EXAMPLE_MODEL = Path(__file__).resolve().parents[2] / "examples" / "numbers-en-de"
+# the translate command's runs: (engine, the flags of the device run, of the CPU run)
+TRANSLATE_RUNS = (
+    ("torch", ["--device", "cuda", "--dtype", "bfloat16"], ["--device", "cpu", "--dtype", "float32"]),
+    (
+        "ctranslate2",
+        ["--device", "cuda", "--compute-type", "float16"],
+        ["--device", "cpu", "--compute-type", "default"],
+    ),
+)
+
+
+def translate_rows(args, folder: str) -> list[dict]:
+    """`vanilla-transformer translate` on the same sentences (number words, beam 5) with each engine, on the card and
+    on the CPU: the whole command's wall clock, loading included."""
+    from vanilla_transformer.training.tasks.numbers import english
+
+    from vanilla_transformer.exports.ctranslate2 import export_ctranslate2
+
+    sentences = Path(folder) / "sentences.txt"
+    sentences.write_text("".join(english(1 + n % 999) + "\n" for n in range(args.translate_sentences)))
+    models = {"torch": str(EXAMPLE_MODEL), "ctranslate2": export_ctranslate2(str(EXAMPLE_MODEL), f"{folder}/ct2")}
+    rows = []
+    for engine, device_flags, cpu_flags in TRANSLATE_RUNS:
+        seconds = {}
+        for where, flags in (("device", device_flags), ("cpu", cpu_flags)):
+            command = [sys.executable, "-m", "vanilla_transformer", "translate", "--model", models[engine], "--input",
+                       str(sentences), "--num-beams", "5", "--batch-size", "256", *flags]  # fmt: skip
+            start = time.perf_counter()
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            seconds[where] = time.perf_counter() - start
+        row = {"engine": engine, "device": " ".join(device_flags[1::2]), "cpu": "cpu float32"}
+        row.update(
+            {"device_s": seconds["device"], "cpu_s": seconds["cpu"], "ratio": seconds["cpu"] / seconds["device"]}
+        )
+        log_row(rows, row)
+    return rows
+
+
 def run(args, measured=lambda results: None) -> dict:
     """Every size's rows; `measured(results)` after each size, so that a run stopped at a time limit keeps them."""
     peak, peak_source = card_peak(args.device, args.peak_tflops)
@@ -172,10 +217,15 @@ def run(args, measured=lambda results: None) -> dict:
         "peak_source": peak_source,
         "train": [],
         "generate": [],
+        "translate": [],
     }
     for size_name in args.sizes:
         results["train"] += train_rows(args, size_name, peak)
         results["generate"] += generate_rows(args, size_name)
+        measured(results)
+    if args.device.startswith("cuda") and args.translate_sentences:
+        with tempfile.TemporaryDirectory() as folder:
+            results["translate"] = translate_rows(args, folder)
         measured(results)
     return results
 
@@ -235,6 +285,15 @@ def section(results: dict, args, command: str) -> str:
         lines.append(
             f"| {r['size']} | {search} | {r['ours_sent_s']:.1f} | {r['theirs_sent_s']:.1f} | {r['ratio']:.2f}x |"
         )
+    if results.get("translate"):
+        lines += ["", f"`vanilla-transformer translate` of {args.translate_sentences} sentences (number words, beam 5, "
+                  "--batch-size 256, `examples/numbers-en-de`), the whole command's wall clock on the card and on "
+                  "the machine's CPU:", "",
+                  "| engine | on the card | seconds | on the CPU | seconds | speed-up |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in results["translate"]:
+            lines.append(f"| {r['engine']} | {r['device']} | {r['device_s']:.1f} | {r['cpu']} | {r['cpu_s']:.1f} | "
+                         f"{r['ratio']:.2f}x |")  # fmt: skip
     return "\n".join(lines + target_lines(results["train"])) + "\n"
 
 
@@ -251,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, help="timed training steps per repeat (default 5)")
     parser.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager", "compiled"])
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend for the compiled rows")
+    parser.add_argument(
+        "--translate-sentences", type=int, help="sentences of the translate command's rows (default 10000; 0: none)"
+    )
     parser.add_argument("--peak-tflops", type=float, help="the card's dense bf16 peak, for a card not in the table")
     parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
@@ -264,6 +326,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.sizes = args.sizes or (["smoke"] if smoke else ["base", "big"])
     args.length, args.max_tokens = args.length or (8 if smoke else 32), args.max_tokens or (32 if smoke else 25000)
     args.sentences = args.sentences or (2 if smoke else 256)
+    if args.translate_sentences is None:
+        args.translate_sentences = 20 if smoke else 10000
     args.new_tokens = 2 if smoke else args.new_tokens
     args.repeats, args.steps = args.repeats or (1 if smoke else 5), args.steps or (1 if smoke else 5)
     return args

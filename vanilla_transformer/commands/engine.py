@@ -5,6 +5,7 @@ model folder, CTranslate2 for an exported one), with every error naming its flag
 import argparse
 
 from ..errors import CommandError, ModelFolderError
+from ..exports.ctranslate2 import import_ctranslate2
 from ..inference.devices import DEVICES, DTYPES, Placement, PlacementError
 from ..inference.options import ENGINES
 from ..inference.translators import engine_of, load_translator
@@ -59,17 +60,24 @@ def flag_error(error: PlacementError) -> CommandError:
 def engine_for(args: argparse.Namespace) -> str:
     """The engine that runs --model ("torch" or "ctranslate2"), its flags checked against it; a `CommandError`
     naming the flag otherwise."""
+    return checked_engine(args.model, args.engine, placement_of(args))
+
+
+def checked_engine(model: str, engine: str, placement: Placement) -> str:
+    """The engine that runs `model`, with `placement` checked against it before anything loads: a `CommandError`
+    naming the flag (--engine, --device, --dtype, --compute-type, --inter-threads) otherwise."""
     try:
-        engine = engine_of(args.model, args.engine)
+        engine = engine_of(model, engine)
     except ValueError as error:
-        raise CommandError(f"--engine {args.engine}: {error}", exit_code=2) from error
-    placement = placement_of(args)
+        raise CommandError(f"--engine {engine}: {error}", exit_code=2) from error
     try:
         if engine == "torch":
             placement.check_torch()
             placement.torch_dtype(placement.torch_device())
         else:
             placement.check_ctranslate2()
+            ctranslate2 = import_ctranslate2()
+            placement.check_compute_type(ctranslate2, placement.ctranslate2_device(ctranslate2)[0])
     except PlacementError as error:
         raise flag_error(error) from error
     return engine

@@ -15,6 +15,7 @@ import time
 
 from ..configuration import changed_switches
 from ..errors import MissingDependencyError, ModelFolderError
+from ..inference.devices import DEFAULT_PLACEMENT, Placement
 from ..inference.translators import PyTorchTranslator
 from ..model_folder import load_model_folder
 from . import figures
@@ -214,11 +215,17 @@ def launch(
     host: str = "127.0.0.1",
     block: bool = True,
     where: str | None = None,
+    placement: Placement = DEFAULT_PLACEMENT,
 ):
-    """Load a model folder and serve the app on http://host:port (Gradio's default port when None). A folder that
-    does not load is a `ModelFolderError` whose message starts with `where` (default: the folder)."""
+    """Load a model folder on `placement`'s device and precision and serve the app on http://host:port (Gradio's
+    default port when None). A folder that does not load is a `ModelFolderError` whose message starts with `where`
+    (default: the folder)."""
     import_gradio()  # before loading the model: a missing extra is reported at once
+    placement.check_torch()
+    device = placement.torch_device()
+    dtype = placement.torch_dtype(device)
     model, tokenizer = load_model_folder(folder, where)
+    model = model.to(device=device, dtype=dtype)
     app = build_app(model, tokenizer, title=f"vanilla-transformer: {os.path.basename(os.path.normpath(folder))}")
     app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block)
     return app

@@ -32,13 +32,13 @@ def attention_maps(
     """Token labels, attention probabilities (layers x (heads, queries, keys)) and the output logits for one sentence
     pair. `during_forward`, a context manager, is entered around the one forward pass that gives them (and not
     around the generation before it): forward hooks placed there see exactly that pass."""
-    encoded = tokenizer([source], return_tensors="pt")
+    encoded = tokenizer([source], return_tensors="pt").to(model.device)  # the figures get CPU float32 copies
     if target is None:
         generated = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)[0]
         start, produced = generated[:1], generated[1:]  # produced: the translation, ending with </s> unless cut
     else:
-        produced = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][0]
-        start = torch.tensor([model.config.decoder_start_token_id])
+        produced = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][0].to(model.device)
+        start = torch.tensor([model.config.decoder_start_token_id], device=model.device)
     produced = produced[produced != model.config.pad_token_id]
     decoder_input_ids = torch.cat([start, produced[:-1]])  # the outputs shifted right
     with during_forward or contextlib.nullcontext():
@@ -48,10 +48,10 @@ def attention_maps(
         "decoder_input_tokens": tokenizer.convert_ids_to_tokens(decoder_input_ids.tolist()),
         "target_tokens": tokenizer.convert_ids_to_tokens(produced.tolist()),
         "translation": tokenizer.decode(produced, skip_special_tokens=True),
-        "encoder_self": [a[0].float() for a in out.encoder_attentions],  # each (heads, src_len, src_len)
-        "decoder_self": [a[0].float() for a in out.decoder_attentions],  # each (heads, tgt_len, tgt_len)
-        "cross": [a[0].float() for a in out.cross_attentions],  # each (heads, tgt_len, src_len)
-        "logits": out.logits[0].float(),  # (tgt_len, vocab): the final linear layer, before the softmax
+        "encoder_self": [a[0].float().cpu() for a in out.encoder_attentions],  # each (heads, src_len, src_len)
+        "decoder_self": [a[0].float().cpu() for a in out.decoder_attentions],  # each (heads, tgt_len, tgt_len)
+        "cross": [a[0].float().cpu() for a in out.cross_attentions],  # each (heads, tgt_len, src_len)
+        "logits": out.logits[0].float().cpu(),  # (tgt_len, vocab): the final linear layer, before the softmax
     }
 
 

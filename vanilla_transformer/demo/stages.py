@@ -125,12 +125,12 @@ class Recorder:
         self.handles.append(module.register_forward_hook(hook))
 
     def input(self, name: str) -> torch.Tensor:
-        return self.calls[name][0][0][0].detach().float()  # the first argument, first (only) sentence
+        return self.calls[name][0][0][0].detach().float().cpu()  # the first argument, first (only) sentence
 
     def output(self, name: str) -> torch.Tensor:
         output = self.calls[name][1]
         output = output[0] if isinstance(output, tuple) else output  # attention returns (output, weights)
-        return (output[0] if output.dim() == 3 else output).detach().float()
+        return (output[0] if output.dim() == 3 else output).detach().float().cpu()
 
 
 def embedding(recorder: Recorder, stack: str) -> Embedding:
