@@ -1,10 +1,12 @@
-"""The two kernels of the model written by hand rather than taken from PyTorch: the dropout of §5.4 and the
-chunked cross-entropy behind the softmax of §3.4 (their docstrings say what they do better than the library's own).
+"""The kernels of the model written by hand rather than taken from PyTorch: the dropout of §5.4, the chunked
+cross-entropy behind the softmax of §3.4, and the final linear layer of §3.4 in vocabulary blocks when decoding on the
+CPU (their docstrings say what they do better than the library's own).
 The modeling file imports them; training code imports `token_cross_entropy` from here."""
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.utils import is_torchdynamo_compiling
 
 # ---------------------------------------------------------------------------------------------------------------------
 # §5.4 Residual dropout
@@ -99,3 +101,50 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index
     vocab = logits.shape[-1]
     flat_labels = labels.reshape(-1).to(logits.device)
     return TokenCrossEntropy.apply(logits.reshape(-1, vocab), flat_labels, ignore_index, in_place)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.4 The final linear layer, decoding on the CPU
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# vocabulary rows of the output projection per pass in `project_to_vocabulary`: 1024 rows of a d_model=512 weight are
+# 2 MiB, which stay in the cache while the kernel packs and multiplies them
+VOCABULARY_BLOCK_ROWS = 1024
+
+
+def project_to_vocabulary(lm_head: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
+    """The final linear layer (§3.4): hidden states (..., d_model) -> logits (..., vocab_size).
+
+    Decoding on the CPU (float32, no gradient), the projection is computed a block of VOCABULARY_BLOCK_ROWS vocabulary
+    entries at a time, each block's product written straight into its columns of the one logits tensor: the same
+    matrix product, each logit the same dot product over d_model, so the same numbers (bit for bit as measured), but
+    each block of the weight is used while it is still in the cache. For a few rows (a decoding step) over a vocabulary
+    of tens of thousands of types, the largest product of a step, that was about a fifth faster (37000 x 512, one
+    core).
+    Compiled, the blocks are concatenated, which the compiler turns into the same writes. Anywhere else (a gradient
+    to keep, another device or dtype, a replaced or hooked head) it is the plain `lm_head`."""
+    weight, bias = lm_head.weight, lm_head.bias
+    if (
+        hidden_states.device.type != "cpu"
+        or weight.shape[0] <= 2 * VOCABULARY_BLOCK_ROWS
+        or type(lm_head) is not nn.Linear
+        or lm_head._forward_hooks
+        or lm_head._forward_pre_hooks
+        or hidden_states.dtype != torch.float32
+        or weight.dtype != torch.float32
+        or weight.device != hidden_states.device
+        or (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
+    ):
+        return lm_head(hidden_states)
+    blocks = [slice(start, start + VOCABULARY_BLOCK_ROWS) for start in range(0, weight.shape[0], VOCABULARY_BLOCK_ROWS)]
+    if is_torchdynamo_compiling():  # the compiler writes each block's product into its place in the concatenation
+        return torch.cat([F.linear(hidden_states, weight[b], None if bias is None else bias[b]) for b in blocks], -1)
+    rows = hidden_states.reshape(-1, hidden_states.shape[-1])  # (tokens, d_model)
+    logits = rows.new_empty(rows.shape[0], weight.shape[0])
+    for block in blocks:
+        if bias is None:
+            torch.mm(rows, weight[block].t(), out=logits[:, block])
+        else:
+            torch.addmm(bias[block], rows, weight[block].t(), out=logits[:, block])
+    return logits.view(*hidden_states.shape[:-1], weight.shape[0])

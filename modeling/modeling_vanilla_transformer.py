@@ -51,7 +51,7 @@ from ..configuration.configuration_vanilla_transformer import (
     target_vocabulary_size,
 )
 from .hub_vanilla_transformer import HubMixin
-from .kernels_vanilla_transformer import Dropout, token_cross_entropy
+from .kernels_vanilla_transformer import Dropout, project_to_vocabulary, token_cross_entropy
 
 logger = logging.get_logger(__name__)
 
@@ -1026,7 +1026,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
+        logits = project_to_vocabulary(self.lm_head, outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
 
         loss = None
         if labels is not None:

@@ -352,8 +352,9 @@ def evaluation_section(results: dict | None) -> str:
     signature = next(
         (m["bleu_signature"] for m in results.values() if isinstance(m, dict) and "bleu_signature" in m), ""
     )
+    where = results.get("evaluated_on")
     return (
-        "sacreBLEU on the held-out splits, beam search:\n\n"
+        f"sacreBLEU on the held-out splits, beam search{f' (computed on {where})' if where else ''}:\n\n"
         "| split | BLEU | BLEU (lowercased) | chrF | chrF (lowercased) | exact match % | perplexity |\n"
         "|---|---|---|---|---|---|---|\n"
         + "\n".join(rows)

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 
+from ...inference.devices import describe
 from ...modeling.hub_vanilla_transformer import upload_folder
 from ..options.arguments import HubArguments
 from ..report.evaluation import evaluate_split, reference_cross_entropy, summary, tune_length_penalty
@@ -30,6 +31,7 @@ def finish(run: Run) -> tuple:
         "train_seconds": round(run.train_seconds(), 3),  # to the millisecond: a tiny run's updates take under 0.1 s
         "processes": accelerator.num_processes,
         "engine": describe_engine(engine_record(accelerator)),
+        "evaluated_on": describe(unwrapped.device, unwrapped.dtype),  # the training device, the float32 weights
     }
     dropped = {**run.dropped, **run.sampler.dropped_pairs()} if run.data.streaming else run.dropped
     if dropped:
