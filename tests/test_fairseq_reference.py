@@ -312,6 +312,28 @@ def test_token_alignments_are_fairseq_interactives_print_alignment(fairseq, impo
 
 
 @pytest.mark.parametrize("name", VARIANTS)
+def test_translate_with_alignments_aligns_the_tokens_it_wrote_as_fairseq_interactive(fairseq, imported, name, request):
+    """`translate(..., alignment=True)` from the raw text, searching as fairseq does (early stopping): where its
+    tokens are fairseq-interactive's, its token pairs are fairseq's A- lines. The alignment is of the tokens the
+    search wrote, also where the text would encode back to other tokens."""
+    case, reference = imported(name), fairseq[name]
+    english = [source for source, _ in reference.pairs]
+    early = case.model.generation_config.early_stopping
+    case.model.generation_config.early_stopping = True
+    try:
+        found = PyTorchTranslator(case.model, case.tokenizer).translate(english, num_beams=5, alignment=True)
+    finally:
+        case.model.generation_config.early_stopping = early
+    eos = case.model.config.eos_token_id
+    same = [(best, alignment) for [best], tokens, alignment in zip(found, reference.translations, reference.alignments)
+            if list(best.tokens) == ids_of(case, tokens) + [eos]]  # fmt: skip
+    differ = [pair for pair in same if pair[0].alignment.token_pairs != pair[1]]
+    report = f"{len(same) - len(differ)} of {len(same)} translations with fairseq's tokens align as fairseq's"
+    request.node.user_properties.append(("agreement", report))
+    assert len(same) >= AGREEMENT * len(english) and len(differ) <= (1 - AGREEMENT) * len(same), report
+
+
+@pytest.mark.parametrize("name", VARIANTS)
 def test_translations_from_prefixes_are_fairseqs_prefix_size_translations(fairseq, imported, name, request):
     """The package's beam search from the first two tokens of each held-out reference against fairseq's generator
     given them as `prefix_tokens` (what `fairseq-generate --prefix-size 2` does), beam 5, token for token, the

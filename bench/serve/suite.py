@@ -1,5 +1,6 @@
-"""Serving under load: `vanilla-transformer serve` in its own process, driven over loopback by an asyncio + httpx
-load generator in this one, for each engine, against two baselines measured in the same run: one request at a time
+"""Serving under load: `vanilla-transformer serve` in its own process, driven over loopback by Debian's `hey` on cores
+of its own (`taskset`; else, or with `--generator python`, by an asyncio + httpx load generator in this process), for
+each engine, against two baselines measured in the same run: one request at a time
 (what LibreTranslate and OpenNMT-py's servers do; concurrency 1) and the engine translating the same sentences
 offline in batches of 32 (`generate()`, or CTranslate2's `translate_batch`). Writes the serve section of
 BENCHMARKS.md.
@@ -19,14 +20,19 @@ it, requests sent at fixed intervals whatever the answers.
 """
 
 import asyncio
+import csv
+import io
 import json
+import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 from ..common import memory, report
 
@@ -96,8 +102,11 @@ def offline(engine: str, path: str, sentences: list[str]) -> dict:
     return {"sentences_per_second": rate, "one_sentence_ms": 1000 * statistics.median(alone)}
 
 
-def start_server(engine: str, path: str, port: int) -> subprocess.Popen:
+def start_server(engine: str, path: str, port: int, cores: str | None = None) -> subprocess.Popen:
+    """The server on `cores` (taskset's list; None: any)."""
+    pinned = ["taskset", "-c", cores] if cores else []
     command = [
+        *pinned,
         sys.executable, "-m", "vanilla_transformer.cli", "serve", path, "--engine", engine, "--port", str(port),
         "--threads", "1", "--max-length", str(NEW_TOKENS), "--source-lang", "en", "--target-lang", "de",
         "--max-queue-requests", str(QUEUE_REQUESTS), "--max-wait-ms", str(MAX_WAIT_MS), "--log-level", "warning",
@@ -164,6 +173,54 @@ async def open_loop(url: str, sentences: list[str], rate: float, duration: float
     return records
 
 
+@dataclass(frozen=True)
+class Generator:
+    """Who sends the requests: "hey" (Debian's hey, a native load generator, on its own `cores`) or "python" (the
+    asyncio + httpx loops above, in this process)."""
+
+    name: str
+    cores: str | None = None  # taskset's list for hey; None: any core
+
+    def closed(self, url: str, sentences: list[str], clients: int, duration: float) -> list:
+        if self.name == "python":
+            return asyncio.run(closed_loop(url, sentences, clients, duration))
+        return self.hey(url, sentences, duration, ["-c", str(clients)])
+
+    def open(self, url: str, sentences: list[str], rate: float, duration: float, capacity: float) -> list:
+        """A request every 1/`rate` seconds. hey paces each of its workers (`-q` per worker) and a worker waits for
+        its answer, so there are enough workers that each one's interval is twice the longest an accepted request
+        can wait (the queue's requests at the capacity)."""
+        if self.name == "python":
+            return asyncio.run(open_loop(url, sentences, rate, duration))
+        workers = max(1, math.ceil(2 * QUEUE_REQUESTS * rate / capacity))
+        return self.hey(url, sentences, duration, ["-c", str(workers), "-q", f"{rate / workers:.6f}"])
+
+    def hey(self, url: str, sentences: list[str], duration: float, flags: list[str]) -> list:
+        """(start, latency, status) of each answered request, from hey's CSV (it leaves failed connections out). hey
+        sends one body: the sentence of median length."""
+        sentence = sorted(sentences, key=len)[len(sentences) // 2]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:
+            json.dump({"q": sentence, "source": "en", "target": "de"}, body)
+        pinned = ["taskset", "-c", self.cores] if self.cores else []
+        command = [*pinned, "hey", "-z", f"{duration:g}s", "-m", "POST", "-T", "application/json", "-D", body.name,
+                   "-t", "120", "-o", "csv", *flags, url]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+        finally:
+            os.unlink(body.name)
+        rows = list(csv.DictReader(io.StringIO(done.stdout)))
+        return [(float(r["offset"]), float(r["response-time"]), int(r["status-code"])) for r in rows]
+
+
+def default_generator(cores: int | None = None) -> Generator:
+    """hey on every core but the first when it is installed and there are two cores or more, the server on the
+    first; else the Python loops."""
+    count = cores or os.cpu_count() or 1
+    if shutil.which("hey") and shutil.which("taskset") and count >= 2:
+        return Generator("hey", f"1-{count - 1}")
+    return Generator("python")
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -202,21 +259,21 @@ def thirds_p99(records: list) -> list[float]:
     ]
 
 
-def measure_engine(engine: str, path: str, sentences: list[str], duration: float, soak: float) -> dict:
-    """One engine: offline first, then the server under each load, then SIGTERM."""
+def measure_engine(engine: str, path: str, sentences: list[str], load: Generator, duration: float, soak: float) -> dict:
+    """One engine: offline first, then the server under each load (the server on core 0 when hey has the others),
+    then SIGTERM."""
     results = {"offline": offline(engine, path, sentences)}
     port = free_local_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(engine, path, port)
+    server = start_server(engine, path, port, "0" if load.cores else None)
     try:
         results["closed"] = {}
         for clients in CONCURRENCY:
-            records = asyncio.run(closed_loop(url + "/translate", sentences, clients, duration))
-            results["closed"][str(clients)] = summary(records)
+            results["closed"][str(clients)] = summary(load.closed(url + "/translate", sentences, clients, duration))
         capacity = max(row["throughput"] for row in results["closed"].values())
         results["capacity"] = capacity
         rss_before = memory.status_mib("VmRSS", server.pid)
-        records = asyncio.run(open_loop(url + "/translate", sentences, 2 * capacity, duration))
+        records = load.open(url + "/translate", sentences, 2 * capacity, duration, capacity)
         results["overload"] = {
             **summary(records),
             "p99_by_third_ms": thirds_p99(records),
@@ -224,7 +281,7 @@ def measure_engine(engine: str, path: str, sentences: list[str], duration: float
             "rss_after_mib": memory.status_mib("VmRSS", server.pid),
         }
         if soak:
-            records = asyncio.run(open_loop(url + "/translate", sentences, 0.7 * capacity, soak))
+            records = load.open(url + "/translate", sentences, 0.7 * capacity, soak, capacity)
             results["soak"] = {**summary(records), "seconds": soak}
         results["overload"]["server_p99_429_ms"] = server_p99_ms(url, "429")
         results["metrics_200"] = metric_total(
@@ -335,20 +392,38 @@ def load_rows(r: dict) -> list[str]:
 
 
 def section(results: dict, command: str) -> str:
+    load = results.get("generator", {"name": "python", "cores": None})
+    if load["name"] == "hey":
+        generator = (
+            f"Debian's `hey`, a native load generator, pinned to cores {load['cores']} with `taskset` while the "
+            "server runs on core 0; every request sends the sentence of median length"
+        )
+        clock = (
+            "The load generator and the server have cores of their own. hey's open loops pace each worker (`-q`) "
+            "and a worker waits for its answer, so there are enough workers that each one's interval is twice the "
+            "longest an accepted request can wait. hey leaves a connection that failed out of its records. The "
+            "server's own time to answer a 429 is given beside the clients' (the bucket of its latency histogram "
+            "that holds the 99th percentile)."
+        )
+    else:
+        generator = "the asyncio + httpx load generator in `bench/serve/suite.py`"
+        clock = (
+            "On this machine's 2 cores the load generator, the server's event loop and the engine share the cores, "
+            "CTranslate2 most (it releases the GIL while it translates). In the open loops the generator falls behind "
+            "its schedule, requests wait in the kernel's accept queue before the server reads them, and the clients' "
+            "latencies count that time; the server's own time to answer a 429, from reading the request to "
+            "answering, is given beside them (the bucket of its latency histogram that holds the 99th percentile). A "
+            "status 0 is a connection the client saw fail."
+        )
     prose = [
-        "`vanilla-transformer serve` under load on this machine, driven over loopback by the asyncio + httpx load "
-        "generator in `bench/serve/suite.py`, against the engine translating the same sentences offline in batches of "
+        f"`vanilla-transformer serve` under load on this machine, driven over loopback by {generator}, against the "
+        "engine translating the same sentences offline in batches of "
         f"32 and against one request at a time (1 client), measured in the same run. Random weights at d_model 256, "
         f"3+3 layers, {NEW_TOKENS} new tokens per sentence, greedy search; the server and the offline engine on 1 "
         f"thread; `--max-wait-ms {MAX_WAIT_MS:g} --max-queue-requests {QUEUE_REQUESTS}`. Each request is one "
         "sentence. Answers per second count from the first request sent to the last answer.",
         "",
-        "On this machine's 2 cores the load generator, the server's event loop and the engine share the cores, "
-        "CTranslate2 most (it releases the GIL while it translates). In the open loops the generator falls behind its "
-        "schedule, requests wait in the kernel's accept queue before the server reads them, and the clients' "
-        "latencies count that time; the server's own time to answer a 429, from reading the request to answering, is "
-        "given beside them (the bucket of its latency histogram that holds the 99th percentile). A status 0 is a "
-        "connection the client saw fail.",
+        clock,
     ]
     facts = [
         f"machine: {report.machine()}",
@@ -383,6 +458,11 @@ def build_parser():
     parser.add_argument("--data", help="a folder with Multi30k's validation.jsonl (default: number words)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each load")
     parser.add_argument("--soak", type=float, default=300.0, help="seconds of the soak at 70%% of capacity; 0: none")
+    parser.add_argument(
+        "--generator", choices=["hey", "python"],
+        help="the load generator: hey (default where installed, on every core but the first, the server pinned to "
+        "the first) or the asyncio + httpx loops in this process",
+    )  # fmt: skip
     parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument(
@@ -398,13 +478,16 @@ def main(argv: list[str]) -> int:
         report.replace_section(section(results, results["command"]), args.out, report.SERVE_MARKER)
         return 0
     sentences = sentences_of(args.data)
+    load = default_generator() if args.generator in (None, "hey") else Generator("python")
+    if args.generator == "hey" and load.name != "hey":
+        raise SystemExit("--generator hey: needs hey and taskset (Debian: apt-get install hey) and two cores")
     results = {"sentences": "Multi30k validation (English)" if args.data else "number words", "engines": {}}
-    results["duration"] = args.duration
+    results["duration"], results["generator"] = args.duration, {"name": load.name, "cores": load.cores}
     with tempfile.TemporaryDirectory() as folder:
         model = build_model(os.path.join(folder, "model"), sentences)
         for engine in args.engines:
             path = engine_folder(engine, model, folder)
-            results["engines"][engine] = measure_engine(engine, path, sentences, args.duration, args.soak)
+            results["engines"][engine] = measure_engine(engine, path, sentences, load, args.duration, args.soak)
     results["command"] = report.measuring_command(SUITE, argv, folders=("--data",))
     report.write_json(results, args.json)
     text = section(results, results["command"])

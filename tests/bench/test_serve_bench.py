@@ -2,16 +2,23 @@
 verdicts live in BENCHMARKS.md). It writes its section after the others and keeps them."""
 
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def test_the_shortest_serve_run_writes_its_section_with_a_verdict_per_target(tmp_path):
+@pytest.mark.parametrize("generator", ["hey", "python"])
+def test_the_shortest_serve_run_writes_its_section_with_a_verdict_per_target(generator, tmp_path):
+    if generator == "hey" and not (shutil.which("hey") and (os.cpu_count() or 1) >= 2):
+        pytest.skip("hey is not installed (Debian: apt-get install hey), or the machine has one core")
     out = tmp_path / "BENCHMARKS.md"
     out.write_text("# Benchmarks\n\nthe speed suite's report\n")
     command = [sys.executable, "-m", "bench", "serve", "--engines", "torch", "--duration", "2", "--soak", "2"]
+    command += ["--generator", generator]
     done = subprocess.run(
         [*command, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
@@ -20,7 +27,8 @@ def test_the_shortest_serve_run_writes_its_section_with_a_verdict_per_target(tmp
     report = out.read_text()
     assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
     assert report.count("<!-- serve: written by python -m bench serve -->") == 1
-    assert "- command: `python -m bench serve --engines torch --duration 2 --soak 2`" in report
+    assert f"- command: `python -m bench serve --engines torch --duration 2 --soak 2 --generator {generator}`" in report
+    assert ("Debian's `hey`" in report) == (generator == "hey")
     names = ("| 1 client", "| 8 clients", "| 32 clients")
     loads = [line.split(" | ")[0] for line in report.splitlines() if line.startswith(names)]
     assert loads == ["| 1 client", "| 8 clients", "| 32 clients"]
