@@ -217,7 +217,7 @@ def default_generator(cores: int | None = None) -> Generator:
     first; else the Python loops."""
     count = cores or os.cpu_count() or 1
     if shutil.which("hey") and shutil.which("taskset") and count >= 2:
-        return Generator("hey", f"1-{count - 1}")
+        return Generator("hey", "1" if count == 2 else f"1-{count - 1}")
     return Generator("python")
 
 
@@ -395,8 +395,9 @@ def section(results: dict, command: str) -> str:
     load = results.get("generator", {"name": "python", "cores": None})
     if load["name"] == "hey":
         generator = (
-            f"Debian's `hey`, a native load generator, pinned to cores {load['cores']} with `taskset` while the "
-            "server runs on core 0; every request sends the sentence of median length"
+            f"Debian's `hey`, a native load generator, pinned to core{'' if load['cores'].isdigit() else 's'} "
+            f"{load['cores']} with `taskset` while the server (its event loop and its engine's thread) runs on core 0; "
+            "every request sends the sentence of median length"
         )
         clock = (
             "The load generator and the server have cores of their own. hey's open loops pace each worker (`-q`) "
