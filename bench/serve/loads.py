@@ -1,0 +1,102 @@
+"""Who sends the serve suite's requests: Debian's `hey` (a native load generator, on cores of its own) or the
+asyncio + httpx loops here, in the suite's process. Each load gives (start, latency, status) per answered request."""
+
+import asyncio
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+
+async def post(client, url: str, sentence: str, records: list) -> None:
+    start = time.perf_counter()
+    try:
+        response = await client.post(url, json={"q": sentence, "source": "en", "target": "de"})
+        status = response.status_code
+    except Exception:  # a refused or dropped connection counts as an error
+        status = 0
+    records.append((start, time.perf_counter() - start, status))
+
+
+async def closed_loop(url: str, sentences: list[str], clients: int, duration: float) -> list:
+    """`clients` clients, each sending its next sentence once it has its answer, for `duration` seconds."""
+    import httpx
+
+    records, end = [], time.perf_counter() + duration
+
+    async def client_loop(client, first: int):
+        i = first
+        while time.perf_counter() < end:
+            await post(client, url, sentences[i % len(sentences)], records)
+            i += clients
+
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=clients)) as client:
+        await asyncio.gather(*(client_loop(client, k) for k in range(clients)))
+    return records
+
+
+async def open_loop(url: str, sentences: list[str], rate: float, duration: float) -> list:
+    """A request every 1/`rate` seconds for `duration` seconds, whatever the answers."""
+    import httpx
+
+    records, tasks, start = [], [], time.perf_counter()
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=1000)) as client:
+        for i in range(int(rate * duration)):
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            tasks.append(asyncio.create_task(post(client, url, sentences[i % len(sentences)], records)))
+        await asyncio.gather(*tasks)
+    return records
+
+
+@dataclass(frozen=True)
+class Generator:
+    """Who sends the requests: "hey" (Debian's hey, a native load generator, on its own `cores`) or "python" (the
+    asyncio + httpx loops above, in this process)."""
+
+    name: str
+    cores: str | None = None  # taskset's list for hey; None: any core
+
+    def closed(self, url: str, sentences: list[str], clients: int, duration: float) -> list:
+        if self.name == "python":
+            return asyncio.run(closed_loop(url, sentences, clients, duration))
+        return self.hey(url, sentences, duration, ["-c", str(clients)])
+
+    def open(self, url: str, sentences: list[str], rate: float, duration: float, longest_wait: float) -> list:
+        """A request every 1/`rate` seconds. hey paces each of its workers (`-q` per worker) and a worker waits for
+        its answer, so there are enough workers that each one's interval is twice the longest an accepted request
+        can wait (`longest_wait` seconds: a full queue at the server's capacity)."""
+        if self.name == "python":
+            return asyncio.run(open_loop(url, sentences, rate, duration))
+        workers = max(1, math.ceil(2 * rate * longest_wait))
+        return self.hey(url, sentences, duration, ["-c", str(workers), "-q", f"{rate / workers:.6f}"])
+
+    def hey(self, url: str, sentences: list[str], duration: float, flags: list[str]) -> list:
+        """(start, latency, status) of each answered request, from hey's CSV (it leaves failed connections out). hey
+        sends one body: the sentence of median length."""
+        sentence = sorted(sentences, key=len)[len(sentences) // 2]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:
+            json.dump({"q": sentence, "source": "en", "target": "de"}, body)
+        pinned = ["taskset", "-c", self.cores] if self.cores else []
+        command = [*pinned, "hey", "-z", f"{duration:g}s", "-m", "POST", "-T", "application/json", "-D", body.name,
+                   "-t", "120", "-o", "csv", *flags, url]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+        finally:
+            os.unlink(body.name)
+        rows = list(csv.DictReader(io.StringIO(done.stdout)))
+        return [(float(r["offset"]), float(r["response-time"]), int(r["status-code"])) for r in rows]
+
+
+def default_generator(cores: int | None = None) -> Generator:
+    """hey on every core but the first when it is installed and there are two cores or more, the server on the
+    first; else the Python loops."""
+    count = cores or os.cpu_count() or 1
+    if shutil.which("hey") and shutil.which("taskset") and count >= 2:
+        return Generator("hey", "1" if count == 2 else f"1-{count - 1}")
+    return Generator("python")
