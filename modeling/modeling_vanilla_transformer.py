@@ -277,10 +277,24 @@ class MultiHeadAttention(nn.Module):
         self.sizes = [self.num_heads * self.d_k, self.num_heads * self.d_k, config.d_model]  # of Q, K and V
         self.in_proj = nn.Linear(config.d_model, sum(self.sizes), bias=config.attention_bias)  # [W^Q; W^K; W^V]
         self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)  # W^O
+        # Q, K and V of one size (d_k = d_v, as in the paper) come out of the fused projection as one view; a smaller
+        # d_k splits them part by part. The same views either way: the first only takes fewer calls, which is most of
+        # a decoding step's cost at small sizes.
+        self.split_qkv = self.split_equal_heads if len(set(self.sizes)) == 1 else self.split_heads
 
-    def split_heads(self, x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
-        """(batch, len, sum(sizes)) -> a (batch, h, len, size / h) tensor for each size: of Q, K and V, or some."""
-        return tuple(part.unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for part in x.split(sizes, -1))
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, len, h * size) -> (batch, h, len, size): one head per slice of `size` features."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def split_heads(self, x: torch.Tensor, sizes: list[int] | None = None) -> tuple[torch.Tensor, ...]:
+        """(batch, len, sum(sizes)) -> a (batch, h, len, size / h) tensor for each size: of Q, K and V (the default),
+        or some."""
+        return tuple(self.heads(part) for part in x.split(self.sizes if sizes is None else sizes, -1))
+
+    def split_equal_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`split_heads` of Q, K and V of one size, as one view: (batch, len, 3, h, size / h) -> 3 x (batch, h, len,
+        size / h)."""
+        return x.unflatten(-1, (len(self.sizes), self.num_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(
         self,
@@ -292,7 +306,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, tgt_len, d_model = hidden_states.shape
         if not self.is_cross_attention:
-            query, key, value = self.split_heads(self.in_proj(hidden_states), self.sizes)  # (batch, h, tgt_len, d_k)
+            query, key, value = self.split_qkv(self.in_proj(hidden_states))  # (batch, h, tgt_len, d_k)
             if cache is not None:  # append this step's keys/values to the previous steps'
                 key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
         else:
@@ -320,14 +334,14 @@ class MultiHeadAttention(nn.Module):
         """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k or d_v). The
         encoder output does not change while decoding: its keys/values are computed once per source and kept in the
         cache."""
-        q_and_kv = [self.sizes[0], sum(self.sizes[1:])]
-        w_q, w_kv = self.in_proj.weight.split(q_and_kv)
-        b_q, b_kv = self.in_proj.bias.split(q_and_kv) if self.in_proj.bias is not None else (None, None)
-        (query,) = self.split_heads(F.linear(hidden_states, w_q, b_q), self.sizes[:1])  # (batch, h, tgt_len, d_k)
+        weight, bias, q = self.in_proj.weight, self.in_proj.bias, self.sizes[0]  # rows [:q] are W^Q, [q:] W^K, W^V
+        query = F.linear(hidden_states, weight[:q], None if bias is None else bias[:q])
+        query = self.heads(query)  # (batch, h, tgt_len, d_k)
         layers = cache.cross_attention_cache if cache is not None else None
         if layers is not None and cache.is_updated.get(self.layer_idx):
             return query, layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
-        key, value = self.split_heads(F.linear(key_value_states, w_kv, b_kv), self.sizes[1:])  # (batch, h, src_len, .)
+        key_value = F.linear(key_value_states, weight[q:], None if bias is None else bias[q:])
+        key, value = self.split_heads(key_value, self.sizes[1:])  # (batch, h, src_len, d_k or d_v)
         if layers is not None:
             key, value = layers.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
