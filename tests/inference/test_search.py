@@ -71,17 +71,10 @@ def test_terms_are_met_token_for_token_and_batches_give_what_one_sentence_gives(
     model, tokenizer = translator.model, translator.tokenizer
     terms = translator.term_ids(TERMS, None)
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    together = beam_search(
-        model,
-        batch["input_ids"],
-        batch["attention_mask"],
-        SEARCH,
-        terms,
-    )
+    together = beam_search(model, batch["input_ids"], batch["attention_mask"], SEARCH, terms)
     for index, source in enumerate(SOURCES):
         alone = tokenizer([source], return_tensors="pt")
-        [hypotheses] = beam_search(model, alone["input_ids"], alone["attention_mask"], SEARCH,
-                                   [terms[index]])  # fmt: skip
+        [hypotheses] = beam_search(model, alone["input_ids"], alone["attention_mask"], SEARCH, [terms[index]])
         assert [h.tokens for h in hypotheses] == [h.tokens for h in together[index]]
         assert [h.score for h in hypotheses] == pytest.approx([h.score for h in together[index]], abs=1e-5)
         for hypothesis in hypotheses:  # every finished hypothesis, not only the best, holds every term
@@ -92,12 +85,7 @@ def test_with_no_terms_the_search_is_beam_search_with_fairseqs_stopping_rule(tra
     translator = load_translator(str(trained_folder))
     model, tokenizer = translator.model, translator.tokenizer
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
-    found = beam_search(
-        model,
-        batch["input_ids"],
-        batch["attention_mask"],
-        SEARCH,
-    )
+    found = beam_search(model, batch["input_ids"], batch["attention_mask"], SEARCH)
     with torch.no_grad():
         out = model.generate(**batch, num_beams=4, early_stopping=True, max_new_tokens=31, length_penalty=1.0,
                              num_return_sequences=1, output_scores=True, return_dict_in_generate=True)  # fmt: skip
