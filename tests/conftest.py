@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_call(item):
     """With TEST_TIMEOUT=SECONDS (bench/gpu/checks.sh sets it), a test that runs longer fails, named, and the tier goes
     on: a lent device's minutes are few. The alarm interrupts the test in its main thread."""
-    seconds = int(os.environ.get("TEST_TIMEOUT", "0"))
+    seconds = int(float(os.environ.get("TEST_TIMEOUT") or 0))
     if not seconds or not hasattr(signal, "SIGALRM"):
         return (yield)
 

@@ -105,3 +105,18 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: vanilla-transformer train ") and "--streaming" in err.splitlines()[-1]
+
+
+def test_every_command_but_serve_works_without_the_serve_extra():
+    """The parser of `serve` reads its settings without FastAPI: a machine without the serve extra runs the others."""
+    probe = (
+        "import sys\n"
+        "for name in ('fastapi', 'starlette', 'uvicorn', 'prometheus_client'):\n"
+        "    sys.modules[name] = None\n"
+        "from vanilla_transformer.cli import build_parser\n"
+        "parser = build_parser()\n"
+        "print(parser.parse_args(['serve', 'm', '--max-batch-tokens', '8']).max_batch_tokens)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "8"

@@ -61,6 +61,7 @@ class Generator:
 
     name: str
     cores: str | None = None  # taskset's list for hey; None: any core
+    server_core: int | None = None  # the core left to the server
 
     def closed(self, url: str, sentences: list[str], clients: int, duration: float) -> list:
         if self.name == "python":
@@ -96,7 +97,7 @@ class Generator:
 def default_generator(cores: int | None = None) -> Generator:
     """hey on every core but the first when it is installed and there are two cores or more, the server on the
     first; else the Python loops."""
-    count = cores or os.cpu_count() or 1
-    if shutil.which("hey") and shutil.which("taskset") and count >= 2:
-        return Generator("hey", "1" if count == 2 else f"1-{count - 1}")
+    allowed = sorted(os.sched_getaffinity(0))[: cores or None]  # the cores this process may use
+    if shutil.which("hey") and shutil.which("taskset") and len(allowed) >= 2:
+        return Generator("hey", ",".join(map(str, allowed[1:])), allowed[0])
     return Generator("python")

@@ -172,7 +172,7 @@ def measure_engine(engine: str, path: str, sentences: list[str], load: Generator
     results = {"offline": offline(engine, path, sentences)}
     port = free_local_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(engine, path, port, "0" if load.cores else None)
+    server = start_server(engine, path, port, None if load.server_core is None else str(load.server_core))
     try:
         results["closed"] = {}
         for clients in CONCURRENCY:
@@ -299,12 +299,14 @@ def load_rows(r: dict) -> list[str]:
     return lines
 
 
-def section(results: dict, command: str) -> str:
+def prose(results: dict) -> list[str]:
+    """The section's paragraphs: what drove the server, and how to read the clients' clock."""
     load = results.get("generator", {"name": "python", "cores": None})
     if load["name"] == "hey":
         generator = (
             f"Debian's `hey`, a native load generator, pinned to core{'' if load['cores'].isdigit() else 's'} "
-            f"{load['cores']} with `taskset` while the server (its event loop and its engine's thread) runs on core 0; "
+            f"{load['cores']} with `taskset` while the server (its event loop and its engine's thread) runs on core "
+            f"{load.get('server_core', 0)}; "
             "every request sends the sentence of median length"
         )
         clock = (
@@ -324,7 +326,7 @@ def section(results: dict, command: str) -> str:
             "answering, is given beside them (the bucket of its latency histogram that holds the 99th percentile). A "
             "status 0 is a connection the client saw fail."
         )
-    prose = [
+    return [
         f"`vanilla-transformer serve` under load on this machine, driven over loopback by {generator}, against the "
         "engine translating the same sentences offline in batches of "
         f"32 and against one request at a time (1 client), measured in the same run. Random weights at d_model 256, "
@@ -334,13 +336,16 @@ def section(results: dict, command: str) -> str:
         "",
         clock,
     ]
+
+
+def section(results: dict, command: str) -> str:
     facts = [
         f"machine: {report.machine()}",
         report.versions("torch", "transformers", "ctranslate2", "fastapi", "uvicorn", "httpx"),
         f"sentences: {results['sentences']}; {results['duration']:g} s per load",
     ]
     heading = "## Serving under load: `vanilla-transformer serve`"
-    lines = report.header_lines(heading, SUITE, prose, command, facts, report.SERVE_MARKER)
+    lines = report.header_lines(heading, SUITE, prose(results), command, facts, report.SERVE_MARKER)
     for engine, r in results["engines"].items():
         off = r["offline"]
         lines += [
@@ -391,7 +396,10 @@ def main(argv: list[str]) -> int:
     if args.generator == "hey" and load.name != "hey":
         raise SystemExit("--generator hey: needs hey and taskset (Debian: apt-get install hey) and two cores")
     results = {"sentences": "Multi30k validation (English)" if args.data else "number words", "engines": {}}
-    results["duration"], results["generator"] = args.duration, {"name": load.name, "cores": load.cores}
+    results["duration"], results["generator"] = (
+        args.duration,
+        {"name": load.name, "cores": load.cores, "server_core": load.server_core},
+    )
     with tempfile.TemporaryDirectory() as folder:
         model = build_model(os.path.join(folder, "model"), sentences)
         for engine in args.engines:

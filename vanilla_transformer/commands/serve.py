@@ -17,8 +17,7 @@ SERVE_EXTRA = "the server needs FastAPI, uvicorn and friends: pip install 'vanil
 
 
 def serve_command_parser(subparsers) -> argparse.ArgumentParser:
-    from ..serving.app import ServerSettings
-    from ..serving.engine import EngineSettings
+    from ..serving.settings import EngineSettings, ServerSettings  # neither needs the serve extra
 
     serve = subparsers.add_parser("serve", help="a translation server with LibreTranslate's API")
     serve.add_argument("model", metavar="MODEL", help="a model folder or an exported CTranslate2 folder")
@@ -69,9 +68,10 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
         import uvicorn
 
         from ..serving.access import KeyFileError, KeyRing, read_key_file
-        from ..serving.app import ServerSettings, create_app
+        from ..serving.app import create_app
         from ..serving.connections import header_timeout_protocol
-        from ..serving.engine import EngineSettings, load_engine
+        from ..serving.engine import load_engine
+        from ..serving.settings import EngineSettings, ServerSettings
     except ImportError as error:
         raise MissingDependencyError(f"{SERVE_EXTRA} ({error})") from error
     if not os.path.isdir(args.model):

@@ -94,7 +94,7 @@ def add_constraint_arguments(translate: argparse.ArgumentParser) -> None:
         "--constraints-file",
         help="a text file of terms, one line per input line, the terms of a line tab-separated (an empty line: "
         "none): each translation contains its line's terms (lexically constrained beam search, as fairseq's "
-        "--constraints; the PyTorch backend only)",
+        "--constraints; the torch engine only)",
     )
     translate.add_argument(
         "--constraints-order",
@@ -211,7 +211,7 @@ def translate_command(args: argparse.Namespace) -> int:
     try:
         results = translator.translate(sentences, options)
     except UnsupportedError as error:
-        flag = "--alignments" if options.alignment else "--constraints-file"
+        flag = {"alignments": "--alignments", "terms": "--constraints-file"}[error.capability]
         raise CommandError(f"{flag}: {error}", exit_code=2) from error
     except ValueError as error:
         flags = "--constraints-file" if options.terms else "--n-best/--num-beams"

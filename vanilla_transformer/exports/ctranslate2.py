@@ -242,3 +242,24 @@ def is_ctranslate2_folder(path) -> bool:
 
 
 __all__ = ["export_ctranslate2", "ExportError", "QUANTIZATIONS", "is_ctranslate2_folder", "import_ctranslate2"]
+
+
+def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:
+    """The source and target tokens of a ctranslate2 model, in id order, as the export wrote them: one shared
+    vocabulary file, or one for each side."""
+    import json
+
+    def read(name: str) -> list[str] | None:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+
+    shared = read("shared_vocabulary.json")
+    source, target = shared or read("source_vocabulary.json"), shared or read("target_vocabulary.json")
+    if source is None or target is None:
+        raise ValueError(
+            f"{folder}: no vocabulary files (shared_vocabulary.json, or source_ and target_vocabulary.json)."
+        )
+    return source, target

@@ -1,6 +1,6 @@
 """Where a hypothesis stands in its sentence's constraints: the terms (each one or several target tokens) that must
 appear in the output. fairseq's two representations, ported from its `token_generation_constraints.py` (MIT
-licence) with the same rules, so that the search that reads them (`constrained_search`) makes fairseq's choices:
+licence) with the same rules, so that the search that reads them (`search`) makes fairseq's choices:
 
 - `OrderedState`: the terms in the order given, any tokens between them (`--constraints ordered`). The state is the
   position reached in the terms' tokens laid end to end; a token that breaks a term part-way starts it again.

@@ -61,13 +61,13 @@ class Placement:
         if self.dtype == "auto":
             if device.type == "cpu":
                 return torch.float32
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if has_bfloat16(device) else torch.float16
         if self.dtype not in DTYPES:
             raise PlacementError("dtype", self.dtype, f"expected auto, {', '.join(DTYPES)}")
         if self.dtype == "float16" and device.type == "cpu":
             raise PlacementError("dtype", self.dtype, "the torch engine does not run float16 on the CPU: use "
                                  "float32 or bfloat16 there, float16 on CUDA")  # fmt: skip
-        if self.dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if self.dtype == "bfloat16" and device.type == "cuda" and not has_bfloat16(device):
             raise PlacementError("dtype", self.dtype, f"the CUDA card of {device} has no bfloat16: use float16")
         return DTYPES[self.dtype]
 
@@ -105,6 +105,12 @@ class Placement:
         if self.dtype != "auto":
             raise PlacementError("dtype", self.dtype, "the torch engine's precision: the CTranslate2 engine takes "
                                  "compute_type (float16, int8_float16, ...)")  # fmt: skip
+
+
+def has_bfloat16(device: torch.device) -> bool:
+    """Whether the CUDA card of `device` computes in bfloat16 natively (compute capability 8.0 and later), not
+    emulated."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 DEFAULT_PLACEMENT = Placement()  # CUDA when present, else the CPU, each engine's precision there

@@ -201,6 +201,8 @@ def blank_stays_blank(translate):
     def translate_the_others(self, sentences, options: SearchOptions | None = None, **changes):
         sentences, options = list(sentences), search_options(options, changes)
         options.check_count(len(sentences))
+        self.check(options)  # what the engine cannot do, and the beams, refused also when every sentence is blank
+        options.resolved(self.generation_config)
         others = [index for index, sentence in enumerate(sentences) if sentence.strip()]
         if not sentences:
             return []

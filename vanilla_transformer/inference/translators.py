@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..configuration import position_limit
-from ..exports.ctranslate2 import EXPORT_INFO, import_ctranslate2, is_ctranslate2_folder
+from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
 from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align, align_tokens
 from .devices import DEFAULT_PLACEMENT, Placement
@@ -57,7 +57,11 @@ CAPABILITY_NAMES = {
 
 
 class UnsupportedError(ValueError):
-    """Asked of an engine what its `Capabilities` say it cannot do."""
+    """Asked of an engine what its `Capabilities` say it cannot do; `capability` names it."""
+
+    def __init__(self, message: str, capability: str):
+        super().__init__(message)
+        self.capability = capability
 
 
 class Translator:
@@ -71,7 +75,8 @@ class Translator:
         """An `UnsupportedError` naming the capability if this engine lacks it."""
         if not getattr(self.capabilities, capability):
             other = "the torch engine on the model folder" if self.name == "ctranslate2" else "another engine"
-            raise UnsupportedError(f"the {self.name} engine has no {CAPABILITY_NAMES[capability]}: use {other}")
+            message = f"the {self.name} engine has no {CAPABILITY_NAMES[capability]}: use {other}"
+            raise UnsupportedError(message, capability)
 
     def check(self, options: SearchOptions) -> None:
         """An `UnsupportedError` for an option this engine cannot search with."""
@@ -387,27 +392,6 @@ class CTranslate2Translator(Translator):
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
-
-
-def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:
-    """The source and target tokens of a ctranslate2 model, in id order, as the export wrote them: one shared
-    vocabulary file, or one for each side."""
-    import json
-
-    def read(name: str) -> list[str] | None:
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            return None
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-
-    shared = read("shared_vocabulary.json")
-    source, target = shared or read("source_vocabulary.json"), shared or read("target_vocabulary.json")
-    if source is None or target is None:
-        raise ValueError(
-            f"{folder}: no vocabulary files (shared_vocabulary.json, or source_ and target_vocabulary.json)."
-        )
-    return source, target
 
 
 def engine_of(path: str, engine: str = "auto") -> str:
