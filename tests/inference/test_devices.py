@@ -137,8 +137,9 @@ def test_each_engine_declares_what_it_can_do(exported_example):
     assert not exported.capabilities.terms and not exported.capabilities.alignments
     assert exported.capabilities.parallel_batches and not torch_engine.capabilities.parallel_batches
     for options in (SearchOptions(terms=[["sieben"]]), SearchOptions(alignment=True)):
-        with pytest.raises(UnsupportedError, match="the ctranslate2 engine has no"):
-            exported.translate(["seven"], options)
+        for sentences in (["seven"], [" "]):  # blank sentences alone are refused alike
+            with pytest.raises(UnsupportedError, match="the ctranslate2 engine has no"):
+                exported.translate(sentences, options)
         assert torch_engine.translate(["seven"], options)[0][0].text == "sieben"
 
 
