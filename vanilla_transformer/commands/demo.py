@@ -2,9 +2,9 @@
 
 import argparse
 
-from ..inference.devices import DEVICES, DTYPES, Placement, PlacementError
+from ..inference.devices import Placement, PlacementError
 from ..training.options.arguments import PositiveInt
-from .engine import flag_error
+from .engine import add_device_arguments, flag_error
 
 
 def demo_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -13,13 +13,7 @@ def demo_command_parser(subparsers) -> argparse.ArgumentParser:
     demo.add_argument("--port", type=PositiveInt, help="the local port (default: Gradio's, 7860 or the next free)")
     demo.add_argument("--host", default="127.0.0.1", help="the address to serve on (0.0.0.0: every interface)")
     demo.add_argument("--share", action="store_true", help="also serve on a temporary public gradio.live link")
-    demo.add_argument(
-        "--device", default="auto", help=f"where the model runs: {DEVICES} (auto: CUDA when present, else the CPU)"
-    )
-    demo.add_argument(
-        "--dtype", choices=("auto", *DTYPES), default="auto",
-        help="the model's precision (auto: bfloat16 on a CUDA card that has it, float32 on the CPU)",
-    )  # fmt: skip
+    add_device_arguments(demo)
     demo.set_defaults(func=demo_command)
     return demo
 

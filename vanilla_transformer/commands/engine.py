@@ -6,7 +6,7 @@ import argparse
 
 from ..errors import CommandError, ModelFolderError
 from ..exports.ctranslate2 import import_ctranslate2
-from ..inference.devices import DEVICES, DTYPES, Placement, PlacementError
+from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, Placement, PlacementError
 from ..inference.options import ENGINES
 from ..inference.translators import engine_of, load_translator
 from ..training.options.arguments import PositiveInt
@@ -20,15 +20,7 @@ def add_engine_arguments(command: argparse.ArgumentParser) -> None:
         help="what runs the model: 'auto' uses CTranslate2 for a folder written by `export --to ctranslate2`, torch "
         "for a model folder",
     )
-    command.add_argument(
-        "--device", default="auto", help=f"where the model runs: {DEVICES} (auto: CUDA when present, else the CPU)"
-    )
-    command.add_argument(
-        "--dtype",
-        choices=("auto", *DTYPES),
-        default="auto",
-        help="the torch engine's precision (auto: bfloat16 on a CUDA card that has it, float32 on the CPU)",
-    )
+    add_device_arguments(command)
     command.add_argument(
         "--compute-type",
         default="default",
@@ -46,6 +38,12 @@ def add_engine_arguments(command: argparse.ArgumentParser) -> None:
         help="CTranslate2 only: translate K batches at once, each on --threads threads; for many sentences on N "
         "cores, K=N with --threads 1 is the faster layout in BENCHMARKS.md for int8 and for larger models",
     )
+
+
+def add_device_arguments(command: argparse.ArgumentParser) -> None:
+    """--device and --dtype: where a torch model runs and in what precision (also the demo's)."""
+    command.add_argument("--device", default="auto", help=DEVICE_HELP)
+    command.add_argument("--dtype", choices=("auto", *DTYPES), default="auto", help=DTYPE_HELP)
 
 
 def placement_of(args: argparse.Namespace) -> Placement:

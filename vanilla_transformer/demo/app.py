@@ -221,11 +221,9 @@ def launch(
     default port when None). A folder that does not load is a `ModelFolderError` whose message starts with `where`
     (default: the folder)."""
     import_gradio()  # before loading the model: a missing extra is reported at once
-    placement.check_torch()
-    device = placement.torch_device()
-    dtype = placement.torch_dtype(device)
+    placement.torch_dtype(placement.torch_device())  # before loading the model: a placement it cannot use is named
     model, tokenizer = load_model_folder(folder, where)
-    model = model.to(device=device, dtype=dtype)
+    model = placement.place(model)
     app = build_app(model, tokenizer, title=f"vanilla-transformer: {os.path.basename(os.path.normpath(folder))}")
     app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block)
     return app

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import torch
 
 DEVICES = "auto, cpu, cuda or cuda:N"
+DEVICE_HELP = f"where the model runs: {DEVICES} (auto: CUDA when present, else the CPU)"
+DTYPE_HELP = ("the torch engine's precision (auto: bfloat16 on a CUDA card that computes it, else float16 there; "
+              "float32 on the CPU)")  # fmt: skip
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -91,6 +94,16 @@ class Placement:
         if self.compute_type not in ("default", "auto") and self.compute_type not in supported:
             kinds = ", ".join(sorted(supported))
             raise PlacementError("compute_type", self.compute_type, f"CTranslate2 on {device} computes in {kinds}")
+
+    def place(self, model):
+        """`model` on the torch engine's device, in its precision, with its CPU threads: the one place a torch model
+        is put where a placement says."""
+        self.check_torch()
+        device = self.torch_device()
+        dtype = self.torch_dtype(device)
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        return model.to(device=device, dtype=dtype)
 
     def check_torch(self) -> None:
         """A `PlacementError` for what only the CTranslate2 engine takes."""

@@ -195,14 +195,16 @@ def blank_stays_blank(translate):
     """A translator's `translate(sentences, options=None, **changes)` that answers a blank sentence (empty, or
     spaces only) with one empty translation (score 0.0) without searching, whatever its prefix or terms, and no
     sentences with no translations: a search from an empty source writes whatever the model likes best, not nothing.
-    The other sentences go to `translate` with their prefixes and terms, and whole `SearchOptions`."""
+    The options are checked against the engine (`check`) and resolved against its generation config first, blank
+    sentences or not; the other sentences go to `translate` with their prefixes and terms, and those whole
+    `SearchOptions`."""
 
     @functools.wraps(translate)
     def translate_the_others(self, sentences, options: SearchOptions | None = None, **changes):
         sentences, options = list(sentences), search_options(options, changes)
         options.check_count(len(sentences))
         self.check(options)  # what the engine cannot do, and the beams, refused also when every sentence is blank
-        options.resolved(self.generation_config)
+        options = options.resolved(self.generation_config)
         others = [index for index, sentence in enumerate(sentences) if sentence.strip()]
         if not sentences:
             return []

@@ -92,9 +92,9 @@ def beam_search(
         done = finish(step, beam, candidates, config.eos_token_id, options, finished)
         if len(done) == len(beam.sentences):
             break
-        keep = advance(beam, candidates, done, config.eos_token_id)
-        memory, mask = memory[keep.to(mask.device)], mask[keep.to(mask.device)]
-        cache.reorder_cache(keep.to(mask.device))
+        keep = advance(beam, candidates, done, config.eos_token_id).to(mask.device)  # the beam's rows are on the CPU
+        memory, mask = memory[keep], mask[keep]
+        cache.reorder_cache(keep)
     return [ranked(hypotheses) for hypotheses in finished]
 
 

@@ -99,11 +99,7 @@ class PyTorchTranslator(Translator):
 
     def __init__(self, model, tokenizer, placement: Placement | None = None):
         if placement is not None:
-            placement.check_torch()
-            device = placement.torch_device()
-            model = model.to(device=device, dtype=placement.torch_dtype(device))
-            if placement.threads:
-                torch.set_num_threads(placement.threads)
+            model = placement.place(model)
         self.model, self.tokenizer = model.eval(), tokenizer
 
     @classmethod
@@ -122,14 +118,13 @@ class PyTorchTranslator(Translator):
     @torch.no_grad()
     @blank_stays_blank
     def translate(self, sentences, options: SearchOptions) -> list[list[Translation]]:
-        """The `options.n_best` best translations of each sentence, best first (see `SearchOptions`). Their scores
+        """The `options.n_best` best translations of each sentence, best first (see `SearchOptions`, resolved by
+        `blank_stays_blank`). Their scores
         are computed when `options.scores` is true (by default, when n_best > 1); generate() then keeps every step's
         scores, which costs memory for large vocabularies, and a translation's score is otherwise None. Prefixes and
         terms use the package's own beam search (`search`): a prefix's tokens count in its translation's length but
         not its score, as in CTranslate2's, and `max_length` new tokens follow it. A translation stopped at its
         length limit says so (`at_limit`)."""
-        self.check(options)
-        options = options.resolved(self.generation_config)
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         if limit is not None:
             options = replace(options, max_length=min(options.max_length, limit))
@@ -138,9 +133,9 @@ class PyTorchTranslator(Translator):
             results = self.searched(source_ids, options)
         else:
             results = self.generated(source_ids, options)
-        if options.alignment:
-            results = self.aligned(sentences, results)
-        return distinct_texts(results, options.n_best) if options.distinct else results
+        if options.distinct:
+            results = distinct_texts(results, options.n_best)
+        return self.aligned(sentences, results) if options.alignment else results
 
     def generated(self, source_ids: list[list[int]], options: SearchOptions) -> list[list[Translation]]:
         """Translations by generate()'s own search."""
@@ -332,8 +327,6 @@ class CTranslate2Translator(Translator):
         still win, which ctranslate2 has no rule for: patience 2 (the default then) searches on long enough to find
         the same translations with length penalties up to about 1. Far above 1, generate()'s rule ends the search
         at other points than any patience does, and the two may choose different translations."""
-        self.check(options)
-        options = options.resolved(self.generation_config)
         patience = options.patience or (1.0 if self.generation_config.early_stopping is True else 2.0)
         max_length = options.max_length
         if self.max_positions is not None:

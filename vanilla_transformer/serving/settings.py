@@ -4,7 +4,7 @@ fields and builds the settings from them by keyword."""
 import os
 from dataclasses import dataclass, field
 
-from ..inference.devices import DEVICES, DTYPES, Placement
+from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, Placement
 from ..inference.options import ENGINES, SearchOptions
 
 
@@ -20,9 +20,8 @@ class EngineSettings:
     engine: str = setting("auto", "what runs the model: auto is CTranslate2 for an export and torch for a model "
                           "folder; ctranslate2 on a model folder exports it first, into a temporary folder",
                           choices=ENGINES)  # fmt: skip
-    device: str = setting("auto", f"where the engine runs: {DEVICES} (auto: CUDA when present, else the CPU)")
-    dtype: str = setting("auto", "the torch engine's precision: auto (bfloat16 on a CUDA card that has it, float32 on "
-                         "the CPU), float32, bfloat16 or float16", choices=("auto", *DTYPES))  # fmt: skip
+    device: str = setting("auto", DEVICE_HELP)
+    dtype: str = setting("auto", DTYPE_HELP, choices=("auto", *DTYPES))
     compute_type: str = setting("default", "the CTranslate2 engine's precision, in its names (default: the export's; "
                                 "on CUDA float16 or int8_float16)")  # fmt: skip
     threads: int | None = setting(None, "the engine's CPU threads (default: every core)", positive=True)
