@@ -28,6 +28,7 @@ SLOW = {
     "tests/training/test_recipes.py": "the recipes' scripts",
     "tests/bench/": "the benchmarks' suites",
     "tests/reliability/test_interrupted_runs.py": "training processes killed and resumed",
+    "tests/corpus/test_processes.py": "translation processes killed, resumed and run two at once",
     "tests/test_tutorial.py": "the tutorial run in a notebook kernel",
     "tests/serving/test_server_limits.py": "a server process per limit: keys, overload, deadlines, draining",
     "tests/demo/test_demo_browser.py": "the demo in a browser",

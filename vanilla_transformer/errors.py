@@ -18,3 +18,14 @@ class ModelFolderError(CommandError, ValueError):
 
 class MissingDependencyError(CommandError, ImportError):
     """An optional dependency is not installed; the message says what to install."""
+
+
+class CorpusError(CommandError, ValueError):
+    """A corpus that cannot be translated or scored as it is: the message names the input, its line and why."""
+
+    def __init__(self, message: str):
+        super().__init__(message, exit_code=2)
+
+
+class OutputError(CorpusError):
+    """An output that cannot be written, or a run that cannot be resumed: the message names the file and why."""

@@ -73,7 +73,7 @@ def test_the_score_command_names_what_is_wrong_with_its_input(trained_folder, tm
     (tmp_path / "tgt.txt").write_text("eins\n", encoding="utf-8")
     files = ["--source-file", str(tmp_path / "src.txt"), "--target-file", str(tmp_path / "tgt.txt")]
     assert main(["score", "--model", str(trained_folder), *files]) == 2
-    assert "src.txt has 2 lines and --target-file" in capsys.readouterr().err
+    assert "src.txt has 2, --target-file" in capsys.readouterr().err
     (tmp_path / "pairs.jsonl").write_text('{"translation": {"en": "one", "de": "eins"}}\n{"en": "two"}\n')
     flags = ["--pairs", str(tmp_path / "pairs.jsonl"), "--source-lang", "en", "--target-lang", "de"]
     assert main(["score", "--model", str(trained_folder), *flags]) == 2

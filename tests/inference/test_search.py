@@ -121,7 +121,7 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     flags[-1] = str(tmp_path / "short.txt")
     assert main(["translate", "--model", str(trained_folder), *flags]) == 2
     error = capsys.readouterr().err
-    assert "--constraints-file" in error and "1 lines for 3 sentences" in error
+    assert "in.txt has 3, --constraints-file" in error and "short.txt has 1 lines: expected as many" in error
     (tmp_path / "empty.txt").write_text("sieben\t\tacht\n\n\n", encoding="utf-8")
     flags[-1] = str(tmp_path / "empty.txt")
     assert main(["translate", "--model", str(trained_folder), *flags]) == 2

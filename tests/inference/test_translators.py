@@ -193,7 +193,7 @@ def test_the_translate_command_warns_of_a_translation_stopped_at_its_limit(train
     from vanilla_transformer.cli import main
 
     assert main(["translate", "--model", str(trained_folder), "--max-length", "2", english(777777)]) == 0
-    assert "sentence 1: the translation stopped at its length limit" in capsys.readouterr().err
+    assert "warning: sentence 1: the translation stopped at its length limit" in capsys.readouterr().err
     assert main(["translate", "--model", str(trained_folder), english(7)]) == 0
     assert "length limit" not in capsys.readouterr().err
 

@@ -3,6 +3,7 @@
 model folder, CTranslate2 for an exported one), with every error naming its flag."""
 
 import argparse
+import os
 
 from ..errors import CommandError, ModelFolderError
 from ..exports.ctranslate2 import import_ctranslate2
@@ -47,7 +48,11 @@ def add_device_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def placement_of(args: argparse.Namespace) -> Placement:
-    return Placement(args.device, args.dtype, args.compute_type, args.threads, args.inter_threads)
+    """The flags' placement; on one of several processes (`accelerate launch`, `torchrun`), its own GPU."""
+    placement = Placement(args.device, args.dtype, args.compute_type, args.threads, args.inter_threads)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return placement.for_process(int(os.environ.get("LOCAL_RANK", "0")))
+    return placement
 
 
 def flag_error(error: PlacementError) -> CommandError:

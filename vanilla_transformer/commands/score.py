@@ -2,13 +2,13 @@
 pair: the sentence's log-probability with and without the end of sentence, per token, and each token's."""
 
 import argparse
-import json
-import sys
 
+from ..corpus.jobs import ScoreJob
+from ..corpus.reading import Corpus, TextInput, translation_pair
 from ..errors import CommandError
 from ..training.options.arguments import PositiveInt
+from .corpus import add_corpus_arguments, run_job
 from .engine import add_engine_arguments, translator_for
-from .translate import read_lines
 
 
 def score_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,50 +23,26 @@ def score_command_parser(subparsers) -> argparse.ArgumentParser:
     score.add_argument("--target-lang", help="with --pairs: the target side's key")
     score.add_argument("--batch-size", type=PositiveInt, default=32, help="pairs per batch")
     add_engine_arguments(score)
+    add_corpus_arguments(score, "scores")
     score.set_defaults(func=score_command)
     return score
 
 
-def read_pairs(path: str, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
-    sources, targets = [], []
-    for number, line in enumerate(read_lines(path, "--pairs"), 1):
-        if not line.strip():
-            continue
-        try:
-            pair = json.loads(line)["translation"]
-            sources.append(pair[source_lang])
-            targets.append(pair[target_lang])
-        except (ValueError, KeyError, TypeError) as error:
-            raise CommandError(
-                f'--pairs {path}, line {number}: expected {{"translation": {{"{source_lang}": ..., '
-                f'"{target_lang}": ...}}}} ({type(error).__name__}: {error})',
-                exit_code=2,
-            ) from error
-    return sources, targets
-
-
-def pairs_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def corpus_of(args: argparse.Namespace) -> Corpus:
     """The pairs to score, from --source-file and --target-file or from --pairs; a `CommandError` names the flag."""
     if args.pairs:
         if args.source_file or args.target_file or not (args.source_lang and args.target_lang):
             raise CommandError("--pairs needs --source-lang and --target-lang, and no --source/--target-file", 2)
-        return read_pairs(args.pairs, args.source_lang, args.target_lang)
+        return Corpus([TextInput.file(args.pairs, "--pairs")], translation_pair(args.source_lang, args.target_lang))
     if not (args.source_file and args.target_file):
         raise CommandError("give --source-file and --target-file, or --pairs", exit_code=2)
-    sources, targets = read_lines(args.source_file, "--source-file"), read_lines(args.target_file, "--target-file")
-    if len(sources) != len(targets):
-        raise CommandError(
-            f"--source-file {args.source_file} has {len(sources)} lines and --target-file {args.target_file} "
-            f"{len(targets)}: expected one translation per source line",
-            exit_code=2,
-        )
-    return sources, targets
+    return Corpus([TextInput.file(args.source_file, "--source-file"),
+                   TextInput.file(args.target_file, "--target-file")])  # fmt: skip
 
 
 def score_command(args: argparse.Namespace) -> int:
-    sources, targets = pairs_of(args)
-    translator = translator_for(args)
-    for score in translator.score(sources, targets, batch_size=args.batch_size):
-        print(json.dumps(score.as_dict(), ensure_ascii=False))
-    sys.stdout.flush()
-    return 0
+    """One JSON line per pair, in input order, to stdout or --output; the pairs go through in windows (see
+    `corpus`)."""
+    corpus = corpus_of(args)
+    job = lambda: ScoreJob(translator_for(args), args.batch_size, args.skip_invalid, corpus.inputs)  # noqa: E731
+    return run_job(args, corpus, job)

@@ -10,7 +10,7 @@ the server and `load_translator` take whole, and the one place where its values 
 `float16`, `int8_float16`, ...). A value that the device or the engine cannot run is a `PlacementError` naming the
 option."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,6 +37,13 @@ class Placement:
     compute_type: str = "default"  # the CTranslate2 engine's (ctranslate2's names)
     threads: int | None = None  # CPU threads on each batch (None: the engine's own choice)
     inter_threads: int = 1  # CTranslate2: batches translated at once, each on `threads` threads
+
+    def for_process(self, local_rank: int) -> "Placement":
+        """The placement of process `local_rank` of several on one machine: the GPU of that number where the
+        device is a GPU (auto on a machine with CUDA, or cuda), else this one."""
+        if self.device in ("auto", "cuda") and torch.cuda.is_available():
+            return replace(self, device=f"cuda:{local_rank}")
+        return self
 
     def torch_device(self) -> torch.device:
         """The device the torch engine runs on."""

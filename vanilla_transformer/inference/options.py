@@ -17,6 +17,25 @@ class Translation:
     alignment: object = field(default=None, compare=False)  # its `Alignment` (alignment.py), when asked for
 
 
+class OptionError(ValueError):
+    """A ValueError about the search's `options` (the names of `SearchOptions`' fields, or of its `Guards`')."""
+
+    def __init__(self, options: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.options = options
+
+
+GUARDS = ("no_repeat_ngram_size", "repetition_penalty")
+
+
+class SentenceError(ValueError):
+    """A ValueError about one of the sentences given: its `index` (0-based) and the `reason`."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"sentence {index + 1}: {reason}")
+        self.index, self.reason = index, reason
+
+
 @dataclass(frozen=True)
 class Guards:
     """Fairseq's and CTranslate2's guards on a search's output: each sentence's limit is
@@ -43,7 +62,8 @@ class Guards:
         size = generation_config.no_repeat_ngram_size or 0 if size is None else size
         penalty = generation_config.repetition_penalty or 1.0 if penalty is None else penalty
         if size < 0 or penalty <= 0:
-            raise ValueError(f"no_repeat_ngram_size ({size}) must be >= 0 and repetition_penalty ({penalty}) > 0")
+            message = f"no_repeat_ngram_size ({size}) must be >= 0 and repetition_penalty ({penalty}) > 0"
+            raise OptionError(GUARDS, message)
         return {"no_repeat_ngram_size": int(size), "repetition_penalty": float(penalty)}
 
 
@@ -80,7 +100,9 @@ class SearchOptions:
     - `prefix`: a target prefix per sentence ("" for none), where each translation starts;
     - `terms`: a list of terms per sentence, which each translation contains, in order when `ordered`;
     - `alignment`: each translation's word alignment with its source, from the tokens the search wrote;
-    - `batch_size` sentences at most a batch; `patience` (CTranslate2's: it stops once num_beams * patience
+    - `batch_size` sentences at most a batch, and `max_tokens` source tokens at most (padding included; None: no
+      budget, fairseq's --max-tokens): the sentences are sorted by length before they are cut into batches;
+      `patience` (CTranslate2's: it stops once num_beams * patience
       hypotheses have finished; None: 1 where generate() stops early, else 2);
     - `rules`: where the package's own search (terms, prefixes) follows fairseq or CTranslate2 (None: fairseq's for
       terms, CTranslate2's for prefixes).
@@ -99,6 +121,7 @@ class SearchOptions:
     alignment: bool = False
     guards: Guards = NO_GUARDS
     batch_size: int = 32
+    max_tokens: int | None = None
     patience: float | None = None
     rules: SearchRules | None = None
 
@@ -110,6 +133,8 @@ class SearchOptions:
         for name in ("max_length", "n_best", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be at least 1")
         if self.num_beams is not None:
             check_search(self.num_beams, self.n_best)
         if self.terms is not None and self.prefix is not None:
@@ -152,20 +177,37 @@ def search_options(options: SearchOptions | None, changes: dict) -> SearchOption
 
 def check_search(num_beams: int, n_best: int) -> None:
     if n_best < 1 or num_beams < 1:
-        raise ValueError(f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
+        raise OptionError(("n_best", "num_beams"), f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
     if n_best > num_beams:
-        raise ValueError(
-            f"n_best {n_best}: beam search keeps only num_beams={num_beams} hypotheses; use a larger beam."
+        raise OptionError(
+            ("n_best", "num_beams"),
+            f"n_best {n_best}: beam search keeps only num_beams={num_beams} hypotheses; use a larger beam.",
         )
 
 
-def grouped_batches(keys: list, batch_size: int) -> list[list[int]]:
-    """The sentences' indices in batches of at most `batch_size`, each of one key (their prefixes' length, their
-    length limit), in input order within a key."""
+def key_groups(keys: list, order=None) -> list[list[int]]:
+    """The indices of `keys` (in `order`, default input order) grouped by key."""
     groups = {}
-    for index, key in enumerate(keys):
-        groups.setdefault(key, []).append(index)
-    return [group[i : i + batch_size] for group in groups.values() for i in range(0, len(group), batch_size)]
+    for index in range(len(keys)) if order is None else order:
+        groups.setdefault(keys[index], []).append(index)
+    return list(groups.values())
+
+
+def grouped_batches(keys: list, lengths: list[int], options: "SearchOptions") -> list[list[int]]:
+    """The sentences' indices in batches, each of one key (their prefixes' length, their length limit): within a
+    key, longest first (so that a batch's sentences have near lengths and little padding), at most
+    `options.batch_size` sentences and `options.max_tokens` tokens of `lengths` a batch, padding included. A
+    sentence longer than the budget is a batch of its own."""
+    budget, batches = options.max_tokens or float("inf"), []
+    for group in key_groups(keys, order=sorted(range(len(keys)), key=lambda i: -lengths[i])):
+        batch = []
+        for index in group:
+            if batch and (len(batch) == options.batch_size or (len(batch) + 1) * lengths[batch[0]] > budget):
+                batches.append(batch)
+                batch = []
+            batch.append(index)
+        batches.append(batch)
+    return batches
 
 
 def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[Translation]]:
@@ -210,7 +252,12 @@ def blank_stays_blank(translate):
             return []
         if len(others) == len(sentences):
             return translate(self, sentences, options)
-        found = iter(translate(self, [sentences[i] for i in others], options.for_sentences(others)) if others else [])
+        try:
+            found = iter(
+                translate(self, [sentences[i] for i in others], options.for_sentences(others)) if others else []
+            )
+        except SentenceError as error:  # named among the sentences given, blank ones included
+            raise SentenceError(others[error.index], error.reason) from error
         return [next(found) if sentence.strip() else [blank_translation(options)] for sentence in sentences]
 
     return translate_the_others

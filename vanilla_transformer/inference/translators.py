@@ -27,12 +27,16 @@ from .options import (
     CTRANSLATE2,
     ENGINES,
     FAIRSEQ,
+    GUARDS,
     Guards,
+    OptionError,
     SearchOptions,
+    SentenceError,
     Translation,
     blank_stays_blank,
     distinct_texts,
     grouped_batches,
+    key_groups,
 )
 from .scoring import PairScore, check_pairs, score_pairs
 from .search import beam_search
@@ -66,7 +70,8 @@ class UnsupportedError(ValueError):
 
 class Translator:
     """What both engines offer: `translate(sentences, options=None, **changes)`, `score(sources, targets)`,
-    `align(sources, targets)`, their `tokenizer` and `generation_config`, their `name` and `capabilities`."""
+    `align(sources, targets)`, their `tokenizer` and `generation_config`, their `name` and `capabilities`, and
+    `max_source_tokens` (the most tokens a source may have; None: no limit)."""
 
     name: str
     capabilities: Capabilities
@@ -115,6 +120,11 @@ class PyTorchTranslator(Translator):
     def device(self) -> torch.device:
         return self.model.device
 
+    @property
+    def max_source_tokens(self) -> int | None:
+        """The most tokens a source may have (the learned positions; None: sinusoids, no limit)."""
+        return position_limit(self.model.config)
+
     @torch.no_grad()
     @blank_stays_blank
     def translate(self, sentences, options: SearchOptions) -> list[list[Translation]]:
@@ -145,7 +155,7 @@ class PyTorchTranslator(Translator):
                       **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
         results, k = [None] * len(source_ids), options.kept
-        for indices in grouped_batches(limits, options.batch_size):
+        for indices in grouped_batches(limits, [len(row) for row in source_ids], options):
             batch = self.batch([source_ids[i] for i in indices])
             start = torch.full((len(indices), 1), self.model.config.decoder_start_token_id, device=self.device)
             out = self.model.generate(**batch, decoder_input_ids=start, max_new_tokens=limits[indices[0]], **search)
@@ -178,8 +188,8 @@ class PyTorchTranslator(Translator):
         min_length 1), or from prefixes, by CTranslate2's (target_prefix: the prefix's tokens count in the length,
         not the score; min_length 0, as generate() and CTranslate2), unless `options.rules` says otherwise."""
         if options.guards.no_repeat_ngram_size or options.guards.repetition_penalty not in (None, 1.0):
-            raise ValueError("no_repeat_ngram_size and repetition_penalty apply to generate()'s search only: not "
-                             "with terms or prefixes")  # fmt: skip
+            raise OptionError(GUARDS, "no_repeat_ngram_size and repetition_penalty apply to generate()'s search "
+                              "only: not with terms or prefixes")  # fmt: skip
         limit = position_limit(self.model.config)
         terms = self.term_ids(options.terms, limit) if options.terms is not None else None
         prefixes = self.prefix_ids(options.prefix, limit) if options.prefix is not None else None
@@ -187,7 +197,7 @@ class PyTorchTranslator(Translator):
         limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
         keys = [(len(prefixes[i]) if prefixes else 0, limits[i]) for i in range(len(source_ids))]
         results = [None] * len(source_ids)
-        for indices in grouped_batches(keys, options.batch_size):
+        for indices in grouped_batches(keys, [len(row) for row in source_ids], options):
             batch = self.batch([source_ids[i] for i in indices])
             given = len(prefixes[indices[0]]) if prefixes else 0
             longest = limits[indices[0]] + given if limit is None else min(limits[indices[0]] + given, limit - 1)
@@ -215,14 +225,14 @@ class PyTorchTranslator(Translator):
         and the term where a term is empty or has a token the target vocabulary lacks."""
         encoded = iter(self.target_ids([term for terms in constraints for term in terms], limit))
         unknown, found = self.tokenizer.unk_token_id, []
-        for number, terms in enumerate(constraints, start=1):
+        for index, terms in enumerate(constraints):
             found.append([next(encoded) for _ in terms])
             for term, row in zip(terms, found[-1]):
                 if not row or (unknown is not None and unknown in row):
                     what = (
                         "no tokens" if not row else f"a token the target vocabulary lacks ({self.tokenizer.unk_token})"
                     )
-                    raise ValueError(f"sentence {number}: the term {term!r} has {what}")
+                    raise SentenceError(index, f"the term {term!r} has {what}")
         return found
 
     def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
@@ -237,11 +247,12 @@ class PyTorchTranslator(Translator):
         """Each sentence's target prefix as token ids, without the end of sentence ("": none). A ValueError names
         a prefix that leaves no room in the model's positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
-        for number, row in enumerate(rows, start=1):
+        for index, row in enumerate(rows):
             if limit is not None and len(row) >= limit:
-                raise ValueError(
-                    f"sentence {number}: the prefix has {len(row)} tokens; the model writes at most {limit} (its "
-                    "learned positions), the end of sentence included"
+                raise SentenceError(
+                    index,
+                    f"the prefix has {len(row)} tokens; the model writes at most {limit} (its "
+                    "learned positions), the end of sentence included",
                 )
         return rows
 
@@ -295,10 +306,14 @@ class CTranslate2Translator(Translator):
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
         self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
         info_path = os.path.join(folder, EXPORT_INFO)
-        self.max_positions = None
+        self.max_positions = None  # also the most tokens a source may have (`max_source_tokens`)
         if os.path.isfile(info_path):
             with open(info_path) as handle:
                 self.max_positions = json.load(handle).get("max_positions")
+
+    @property
+    def max_source_tokens(self) -> int | None:
+        return self.max_positions
 
     def tokens(self, sentences, warn: bool = False, target: bool = False) -> list[list[str]]:
         """Each sentence's tokens (as a source, or as a `target`) in the exported model's vocabulary, cut to the
@@ -340,12 +355,12 @@ class CTranslate2Translator(Translator):
                         **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in tokens], max_length)
         results = [None] * len(tokens)
-        for indices in grouped_batches(limits, len(tokens)):
+        for indices in key_groups(limits):  # ctranslate2 sorts each group by length and cuts it into batches
             longest = max((len(prefixes[i] or []) for i in indices), default=0)
             found = self.translator.translate_batch(
                 [tokens[i] for i in indices],
                 target_prefix=[prefixes[i] for i in indices] if options.prefix is not None else None,
-                max_batch_size=self.batch_share(len(indices), options.batch_size),
+                **self.batching(len(indices), options),
                 max_decoding_length=limits[indices[0]] + longest,
                 min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
                 return_scores=True,
@@ -365,6 +380,13 @@ class CTranslate2Translator(Translator):
         rows = self.tokens(list(prefix), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
         return [row or None for row in rows]
+
+    def batching(self, count: int, options: SearchOptions) -> dict:
+        """ctranslate2's batch settings for `count` sentences: `options.max_tokens` tokens a batch where given,
+        else `options.batch_size` sentences (shared out among the parallel batches)."""
+        if options.max_tokens:
+            return {"max_batch_size": options.max_tokens, "batch_type": "tokens"}
+        return {"max_batch_size": self.batch_share(count, options.batch_size)}
 
     def batch_share(self, count: int, batch_size: int) -> int:
         """At most `batch_size` sentences a batch, and few enough that each of the parallel batches gets some."""

@@ -1,0 +1,77 @@
+"""Reading a corpus in windows: line ends, UTF-8 named by line, line-aligned inputs, pairs, counts and
+fingerprints."""
+
+import json
+
+import pytest
+
+from vanilla_transformer.corpus import reading
+from vanilla_transformer.corpus.reading import Corpus, TextInput, translation_pair
+from vanilla_transformer.errors import CorpusError
+
+
+def file_input(tmp_path, data: bytes, name="input.txt", flag="--input") -> TextInput:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return TextInput.file(str(path), flag)
+
+
+@pytest.mark.parametrize(
+    "data, lines",
+    [(b"", []), (b"a\nb\n", ["a", "b"]), (b"a\r\nb", ["a", "b"]), (b"a\rb\r", ["a", "b"]), (b"\n\n", ["", ""])],
+    ids=["empty", "\\n", "\\r\\n, no last end", "\\r", "empty lines"],
+)
+def test_lines_end_as_text_files_end_and_count_agrees(tmp_path, data, lines):
+    source = file_input(tmp_path, data)
+    assert [text for text, _ in source.lines()] == lines
+    assert source.count() == len(lines)
+
+
+def test_a_crlf_across_two_reads_is_one_line_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(reading, "CHUNK", 4)
+    source = file_input(tmp_path, b"abc\r\ndef\r\n")  # the first read ends on \r, the next starts with \n
+    assert source.count() == 2 == len(list(source.lines()))
+
+
+def test_a_line_that_is_not_utf8_is_named_with_its_line_and_byte_and_the_others_are_read(tmp_path):
+    source = file_input(tmp_path, "eins\nzw\xc3\xb6lf\n".encode("latin-1") + b"drei \xff\nvier\n")
+    found = list(source.lines())
+    assert [problem for _, problem in found] == [None, None, f"--input {source.path}, line 3: not UTF-8 text (byte "
+                                                 "0xff); save the file as UTF-8", None]  # fmt: skip
+    assert found[3][0] == "vier"
+
+
+def test_windows_hold_every_record_once_in_order(tmp_path):
+    source = file_input(tmp_path, "".join(f"{i}\n" for i in range(10)).encode())
+    windows = list(Corpus([source]).windows(4))
+    assert [len(window) for window in windows] == [4, 4, 2]
+    assert [r.fields[0] for window in windows for r in window] == [str(i) for i in range(10)]
+    assert [r.number for window in windows for r in window] == list(range(1, 11))
+
+
+def test_line_aligned_inputs_of_different_lengths_are_named(tmp_path):
+    sentences = file_input(tmp_path, b"a\nb\nc\n")
+    prefixes = file_input(tmp_path, b"x\ny\n", "prefixes.txt", "--prefix-file")
+    records = Corpus([sentences, prefixes]).records()
+    assert next(records).fields == ("a", "x")
+    with pytest.raises(CorpusError, match=r"--prefix-file .*prefixes.txt ends at line 2 and --input .* goes on"):
+        list(records)
+
+
+def test_pairs_skip_blank_lines_and_name_a_line_that_is_not_a_pair(tmp_path):
+    pair = json.dumps({"translation": {"en": "one", "de": "eins"}})
+    source = file_input(tmp_path, f"{pair}\n\n{{}}\n{pair}\n".encode(), "pairs.jsonl", "--pairs")
+    records = list(Corpus([source], translation_pair("en", "de")).records())
+    assert [(r.number, r.fields) for r in records if not r.problem] == [(1, ("one", "eins")), (4, ("one", "eins"))]
+    assert records[1].number == 3 and "--pairs" in records[1].problem and "line 3: expected" in records[1].problem
+
+
+def test_a_fingerprint_changes_with_the_first_window_or_the_size(tmp_path):
+    source = file_input(tmp_path, b"a\nb\nc\n")
+    first = source.fingerprint(2)
+    (tmp_path / "input.txt").write_bytes(b"a\nb\nc\nd\n")
+    assert source.fingerprint(2) != first and source.fingerprint(2)["first_window_sha256"] == first[
+        "first_window_sha256"]  # fmt: skip
+    (tmp_path / "input.txt").write_bytes(b"a\nB\nc\n")
+    assert source.fingerprint(2) != first
+    assert TextInput.stdin().fingerprint(2) is None and TextInput.arguments(["a"]).count() == 1

@@ -1,0 +1,91 @@
+"""`translate` and `score` through a corpus in windows, in this process: the output of any window and batch size
+the same, progress on stderr, bad lines and outputs named."""
+
+import json
+
+import pytest
+from vanilla_transformer.training.tasks.numbers import english, german
+
+from vanilla_transformer.cli import main
+from vanilla_transformer.corpus.output import Share
+from vanilla_transformer.corpus.run import share_lines
+
+NUMBERS = [english(n) for n in (42, 7, 999, 0, 13, 580, 64, 311, 8, 120, 71)]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def numbers_file(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(NUMBERS[:5] + [""] + NUMBERS[5:]) + "\n")
+    return path
+
+
+def test_windows_and_token_batches_keep_the_order_and_translate_each_line_once(trained_folder, numbers_file, capsys):
+    translate = ["translate", "--model", str(trained_folder), "--input", str(numbers_file), "--num-beams", "2"]
+    whole = run(capsys, *translate)
+    windowed = run(capsys, *translate, "--read-window", "3", "--max-tokens", "12", "--batch-size", "2")
+    assert whole[0] == windowed[0] == 0 and whole[1] == windowed[1]
+    lines = whole[1].splitlines()
+    assert len(lines) == 12 and lines[5] == ""
+    alone = run(capsys, "translate", "--model", str(trained_folder), "--num-beams", "2", NUMBERS[0], NUMBERS[7])[1]
+    assert [lines[0], lines[8]] == alone.splitlines()
+
+
+def test_progress_goes_to_stderr_when_asked_and_not_into_a_log_otherwise(trained_folder, numbers_file, capsys):
+    translate = ["translate", "--model", str(trained_folder), "--input", str(numbers_file), "--read-window", "4"]
+    status, out, err = run(capsys, *translate, "--progress", "always")
+    progress = [line for line in err.splitlines() if line.startswith("translated:")]
+    assert status == 0 and len(out.splitlines()) == 12
+    assert progress[-1].startswith("translated: 100%") and "12/12" in progress[-1]
+    assert any("8/12" in line and "lines/s" in line and "target tokens/s" in line for line in progress)
+    assert "translated:" not in run(capsys, *translate)[2]  # stderr is no terminal here
+
+
+def test_an_output_that_cannot_be_written_is_named_before_the_model_loads(numbers_file, tmp_path, capsys):
+    status, out, err = run(capsys, "translate", "--model", str(tmp_path / "no-model"), "--input", str(numbers_file),
+                           "--output", str(tmp_path / "nowhere" / "out.txt"))  # fmt: skip
+    assert status == 2 and out == "" and "--output" in err and "does not exist" in err and "--model" not in err
+
+
+def test_several_processes_need_an_output_file(trained_folder, numbers_file, monkeypatch, capsys):
+    monkeypatch.setattr("vanilla_transformer.commands.corpus.this_process", lambda: Share(0, 2))
+    status, _, err = run(capsys, "translate", "--model", str(trained_folder), "--input", str(numbers_file))
+    assert status == 2 and "2 processes write one file: give --output FILE" in err
+
+
+def test_skip_invalid_leaves_bad_lines_blank_and_counts_them(trained_folder, tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"six\nsieben \xff\nseven\n")
+    translate = ["translate", "--model", str(trained_folder), "--input", str(path), "--output", str(tmp_path / "o")]
+    status, _, err = run(capsys, *translate)
+    assert status == 2 and f"--input {path}, line 2: not UTF-8 text (byte 0xff)" in err and "--skip-invalid" in err
+    status, _, err = run(capsys, *translate, "--skip-invalid")  # not how the run in o.partial started
+    assert status == 2 and "skip_invalid was False at the first start, now True" in err
+    (tmp_path / "o.partial" / "process-0.json").unlink()
+    status, _, err = run(capsys, *translate, "--skip-invalid")
+    lines = (tmp_path / "o").read_text().splitlines()
+    assert status == 0 and lines[1] == "" and len(lines) == 3
+    assert "warning: 1 lines could not be used and were left blank (--skip-invalid)" in err
+
+
+def test_score_streams_pairs_into_its_output_as_on_stdout(trained_folder, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"translation": {"en": english(n), "de": german(n)}} for n in (6, 42, 7)]
+    pairs.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    score = ["score", "--model", str(trained_folder), "--pairs", str(pairs), "--source-lang", "en",
+             "--target-lang", "de", "--read-window", "2"]  # fmt: skip
+    status, out, _ = run(capsys, *score)
+    assert status == 0 and run(capsys, *score, "--output", str(tmp_path / "scores.jsonl"))[0] == 0
+    assert (tmp_path / "scores.jsonl").read_text() == out and len(out.splitlines()) == 3
+    assert all(json.loads(line)["log_prob"] < 0 for line in out.splitlines())
+
+
+def test_a_process_share_counts_the_lines_of_its_windows():
+    assert [share_lines(10, 4, Share(rank, 2)) for rank in (0, 1)] == [6, 4]  # windows 0, 2 (4 + 2) and 1
+    assert share_lines(10, 4, Share(0, 2), windows=1) == 4 and share_lines(10, 4, Share()) == 10

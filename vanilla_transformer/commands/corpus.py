@@ -1,0 +1,67 @@
+"""What `translate` and `score` share to go through a corpus of any size: the flags of its windows, output,
+progress and bad lines, and the run itself, on one process or on each of those `accelerate launch` or `torchrun`
+started."""
+
+import argparse
+import sys
+
+from ..corpus.output import Parts, StandardOutput, this_process
+from ..corpus.progress import PROGRESS
+from ..corpus.reading import Corpus
+from ..corpus.run import run_corpus
+from ..errors import CommandError
+from ..training.options.arguments import PositiveInt
+
+NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads"}  # they do not change the output
+
+
+def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    corpus = command.add_argument_group("a corpus of any size (see docs/corpora.md)")
+    corpus.add_argument(
+        "--output",
+        metavar="FILE",
+        help=f"write the {what} to FILE (default: stdout), through FILE.partial/: a run that is stopped, or killed, "
+        "goes on from where it was when the same command is run again; FILE appears only once it is whole",
+    )
+    corpus.add_argument(
+        "--read-window",
+        type=PositiveInt,
+        default=2000,
+        metavar="N",
+        help="read the input N lines at a time, each window sorted by length and cut into batches; memory holds "
+        "one window, whatever the input's size",
+    )
+    corpus.add_argument(
+        "--progress",
+        choices=PROGRESS,
+        default="auto",
+        help="progress on stderr (lines, lines/s, target tokens/s, time left): auto shows it on a terminal only",
+    )
+    corpus.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="a line that is not UTF-8 or is over the model's positions gets an empty output line (`null` for a "
+        "score), counted at the end, instead of stopping the run",
+    )
+
+
+def output_for(args: argparse.Namespace, corpus: Corpus, share):
+    """Where the output goes: stdout, or --output FILE (resumable), checked before any model loads."""
+    if args.output is None:
+        if share.world > 1:
+            raise CommandError(f"{share.world} processes write one file: give --output FILE", exit_code=2)
+        return StandardOutput()
+    settings = {key: value for key, value in sorted(vars(args).items()) if key not in NOT_SETTINGS}
+    return Parts(args.output, share, corpus.fingerprints(args.read_window), settings)
+
+
+def run_job(args: argparse.Namespace, corpus: Corpus, make_job) -> int:
+    """The corpus through the job that `make_job()` makes (once the output is checked), into --output or stdout; a
+    warning counts the lines left blank under --skip-invalid."""
+    corpus.check()
+    share = this_process()
+    output = output_for(args, corpus, share)
+    skipped = run_corpus(corpus, make_job(), output, args.read_window, share, args.progress)
+    if skipped:
+        print(f"warning: {skipped} lines could not be used and were left blank (--skip-invalid)", file=sys.stderr)
+    return 0

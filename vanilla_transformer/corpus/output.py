@@ -1,0 +1,213 @@
+"""Where a corpus job's windows go: stdout in input order, or `--output FILE` through a folder of parts that makes
+the run resumable.
+
+Each process appends its windows' text to its own part (`FILE.partial/process-R.txt`) and, once the bytes are on
+disk (fsync), records their length in its journal (`process-R.json`, replaced whole, never half-written). A run
+killed at any point and started again with the same command truncates each part to what its journal records and
+goes on from the next window: no window is lost or written twice, and no partial line survives. The journal also
+records the inputs' fingerprints, the settings and the number of processes; a resumed run whose inputs or settings
+differ is refused, naming what changed. Once every process is done, the first joins the parts in input order into
+FILE (written beside it, then renamed over it) and removes the folder."""
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+
+from ..errors import OutputError
+
+
+@dataclass(frozen=True)
+class Share:
+    """Which windows a process translates: window i is process (i mod `world`)'s, so that each process takes
+    contiguous blocks of lines spread over the file. `wait` holds the processes together (accelerate's)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    def owns(self, window: int) -> bool:
+        return window % self.world == self.rank
+
+    def wait(self) -> None:
+        if self.world > 1:
+            processes().wait_for_everyone()
+
+
+def processes():
+    """accelerate's state of the processes (gloo between CPU processes where there is no CUDA)."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def this_process() -> Share:
+    """This process's share, from the environment that `accelerate launch` or `torchrun` sets."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return Share()
+    state = processes()
+    return Share(state.process_index, state.num_processes, state.local_process_index)
+
+
+class StandardOutput:
+    """Each window's text on stdout as soon as it is done (one process, in input order); nothing to resume."""
+
+    resumed_windows = 0
+
+    def __init__(self):
+        self.skipped = 0
+
+    def done(self, window: int) -> bool:
+        return False
+
+    def write(self, window: int, done) -> None:
+        sys.stdout.write(done.text)
+        sys.stdout.flush()
+        self.skipped += done.skipped
+
+    def finish(self) -> int:
+        """The records left blank."""
+        return self.skipped
+
+
+def write_atomically(path: str, text: str) -> None:
+    """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+class Parts:
+    """`--output FILE` written through `FILE.partial/`, resumable (see the module's docstring). A resumed
+    run must match the first start's `inputs` (their fingerprints), `settings` (those that change the output) and
+    number of processes."""
+
+    def __init__(self, output: str, share: Share, inputs: list, settings: dict):
+        self.output, self.share = output, share
+        self.run = {"inputs": inputs, "settings": settings, "processes": share.world}
+        self.folder = f"{output}.partial"
+        self.text = os.path.join(self.folder, f"process-{share.rank}.txt")
+        self.journal = os.path.join(self.folder, f"process-{share.rank}.json")
+        self.lengths: list[int] = []
+        self.skipped, self.finished = 0, False
+        try:
+            self.open()
+        except OSError as error:
+            raise OutputError(f"--output {self.output}: {error.filename}: {error.strerror}") from error
+
+    def open(self) -> None:
+        """Check that FILE can be written, then start the part or resume it; an OutputError names the problem."""
+        directory = os.path.dirname(os.path.abspath(self.output))
+        if not os.path.isdir(directory):
+            raise OutputError(f"--output {self.output}: its folder {directory} does not exist")
+        if os.path.isdir(self.output):
+            raise OutputError(f"--output {self.output}: is a folder; expected a file name")
+        if not os.access(directory, os.W_OK | os.X_OK) or (
+            os.path.exists(self.output) and not os.access(self.output, os.W_OK)
+        ):
+            raise OutputError(f"--output {self.output}: not writable")
+        os.makedirs(self.folder, exist_ok=True)
+        if os.path.exists(self.journal):
+            self.resume()
+        else:
+            self.check_processes()
+            with open(self.text, "wb"):
+                pass
+            self.record()
+
+    def resume(self) -> None:
+        """Go on from what the journal records: the part cut to its recorded length, the settings checked."""
+        with open(self.journal, encoding="utf-8") as handle:
+            journal = json.load(handle)
+        self.check_same(journal["run"])
+        self.lengths, self.skipped, self.finished = journal["lengths"], journal["skipped"], journal["finished"]
+        length = sum(self.lengths)
+        if not os.path.exists(self.text) or os.path.getsize(self.text) < length:
+            raise OutputError(f"--output {self.output}: {self.text} is shorter than its journal records; remove "
+                              f"{self.folder} to start over")  # fmt: skip
+        with open(self.text, "r+b") as handle:
+            handle.truncate(length)
+
+    def check_same(self, started: dict) -> None:
+        """An OutputError naming each input that changed and each setting that differs since the run's first
+        start."""
+        changes = [f"{now['input']} changed since the run started (its size or its first window)"
+                   for then, now in zip(started["inputs"], self.run["inputs"]) if now and then != now]  # fmt: skip
+        settings, before = self.run["settings"], started["settings"]
+        changes += [f"{key} was {before.get(key)!r} at the first start, now {settings.get(key)!r}"
+                    for key in sorted(set(before) | set(settings)) if before.get(key) != settings.get(key)]  # fmt: skip
+        if started["processes"] != self.run["processes"]:
+            changes.append(f"it started on {started['processes']} processes, now {self.run['processes']}")
+        if changes:
+            raise OutputError(f"--output {self.output}: {self.folder} holds a run that cannot go on: "
+                              f"{'; '.join(changes)}. Run the first command again to resume it, or remove "
+                              f"{self.folder} to start over")  # fmt: skip
+
+    def check_processes(self) -> None:
+        for name in os.listdir(self.folder):
+            if name.startswith("process-") and name.endswith(".json") and int(name[8:-5]) >= self.share.world:
+                raise OutputError(f"--output {self.output}: {self.folder} holds a run of more processes than "
+                                  f"{self.share.world}; resume it with as many as it started with")  # fmt: skip
+
+    @property
+    def resumed_windows(self) -> int:
+        return len(self.lengths)
+
+    def done(self, window: int) -> bool:
+        """Whether this process already wrote `window` (one of its own) in an earlier start."""
+        return window // self.share.world < len(self.lengths)
+
+    def write(self, window: int, done) -> None:
+        """A window's `Done` output appended, on disk, then recorded."""
+        data = done.text.encode("utf-8", errors="surrogateescape")
+        with open(self.text, "ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.lengths.append(len(data))
+        self.skipped += done.skipped
+        self.record()
+
+    def record(self) -> None:
+        journal = {"run": self.run, "lengths": self.lengths, "skipped": self.skipped, "finished": self.finished}
+        write_atomically(self.journal, json.dumps(journal))
+
+    def finish(self) -> int:
+        """Mark this process done; once every process is, the first joins the parts into FILE. The records left
+        blank by every process (counted by the first; 0 on the others)."""
+        self.finished = True
+        self.record()
+        self.share.wait()
+        skipped = self.join() if self.share.rank == 0 else 0
+        self.share.wait()
+        return skipped
+
+    def join(self) -> int:
+        """The parts' windows in input order (window i from process i mod world), into FILE at once."""
+        journals = []
+        for rank in range(self.share.world):
+            with open(os.path.join(self.folder, f"process-{rank}.json"), encoding="utf-8") as handle:
+                journals.append(json.load(handle))
+        if not all(journal["finished"] for journal in journals):
+            raise OutputError(f"--output {self.output}: a process of the run has not finished; run it again")
+        temporary = f"{self.output}.tmp"
+        parts = [open(os.path.join(self.folder, f"process-{rank}.txt"), "rb") for rank in range(self.share.world)]
+        try:
+            with open(temporary, "wb") as joined:
+                windows = sum(len(journal["lengths"]) for journal in journals)
+                for window in range(windows):
+                    rank = window % self.share.world
+                    joined.write(parts[rank].read(journals[rank]["lengths"][window // self.share.world]))
+                joined.flush()
+                os.fsync(joined.fileno())
+        finally:
+            for part in parts:
+                part.close()
+        os.replace(temporary, self.output)
+        shutil.rmtree(self.folder)
+        return sum(journal["skipped"] for journal in journals)

@@ -1,0 +1,189 @@
+"""A corpus read in windows: one or several line-aligned text inputs (a file, stdin or the command's arguments), or
+a JSON-lines file of pairs, decoded line by line as UTF-8, so that memory holds one window whatever the file's size.
+A line that cannot be read is not an exception at once: its record carries the problem, which the job names, or
+counts and leaves blank under `skip_invalid`."""
+
+import hashlib
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice, zip_longest
+
+from ..errors import CorpusError
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Record:
+    """One unit of a corpus: its line `number` (1-based) and the text of each input on that line (`fields`);
+    `problem` says why it cannot be used (a message naming the input and the line), else None."""
+
+    number: int
+    fields: tuple[str, ...]
+    problem: str | None = None
+
+
+class TextInput:
+    """One input of a corpus, `name`d as the command line names it ("--input FILE", "stdin", "the arguments"): read
+    line by line as UTF-8, ends of line \\n, \\r\\n or \\r removed."""
+
+    def __init__(self, name: str, path: str | None = None, texts: list[str] | None = None):
+        self.name, self.path, self.texts = name, path, texts
+
+    @classmethod
+    def file(cls, path: str, flag: str) -> "TextInput":
+        """The file `flag` names; an OSError from `check` or `lines` where it cannot be read."""
+        return cls(f"{flag} {path}", path=path)
+
+    @classmethod
+    def stdin(cls) -> "TextInput":
+        return cls("stdin")
+
+    @classmethod
+    def arguments(cls, texts: list[str]) -> "TextInput":
+        return cls("the arguments", texts=list(texts))
+
+    def where(self, number: int) -> str:
+        """How a message names line `number`: "--input FILE, line 7", or "sentence 7" of the arguments."""
+        return f"sentence {number}" if self.texts is not None else f"{self.name}, line {number}"
+
+    def check(self) -> None:
+        """An OSError (its message naming the input) where the file cannot be opened."""
+        if self.path is not None:
+            with open(self.path, "rb"):
+                pass
+
+    def lines(self) -> Iterator[tuple[str, str | None]]:
+        """Each line's text and its problem (None, or why it is not UTF-8 text)."""
+        if self.texts is not None:
+            yield from ((text, None) for text in self.texts)
+            return
+        handle = open(self.path, "rb") if self.path is not None else sys.stdin.buffer
+        text = io.TextIOWrapper(handle, encoding="utf-8", errors="surrogateescape", newline=None)
+        try:
+            for number, line in enumerate(text, start=1):
+                line = line[:-1] if line.endswith("\n") else line
+                yield line, None if line.isascii() else self.undecodable(line, number)
+        finally:
+            text.detach()
+            if self.path is not None:
+                handle.close()
+
+    def undecodable(self, line: str, number: int) -> str | None:
+        """None for UTF-8 text; else a message naming the line and its first byte that is not UTF-8."""
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as error:
+            byte = ord(line[error.start]) - 0xDC00
+            return f"{self.where(number)}: not UTF-8 text (byte 0x{byte:02x}); save the file as UTF-8"
+        return None
+
+    def count(self) -> int | None:
+        """Its number of lines (a last line without an end counts), or None where it cannot be known beforehand."""
+        if self.texts is not None:
+            return len(self.texts)
+        if self.path is None or not os.path.isfile(self.path):
+            return None
+        count, last = 0, b"\n"
+        with open(self.path, "rb") as handle:
+            while chunk := handle.read(CHUNK):
+                split_crlf = last == b"\r" and chunk[:1] == b"\n"  # a \r\n across two chunks: one end
+                count += chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n") - split_crlf
+                last = chunk[-1:]
+        return count + (last not in (b"\n", b"\r"))
+
+    def fingerprint(self, lines: int) -> dict | None:
+        """What tells this file from an edited one: its size and the SHA-256 of its first `lines` lines (None for
+        stdin and arguments, which cannot be read again)."""
+        if self.path is None or not os.path.isfile(self.path):
+            return None
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as handle:
+            for line in islice(handle, lines):
+                digest.update(line)
+        return {"input": self.name, "bytes": os.path.getsize(self.path), "first_window_sha256": digest.hexdigest()}
+
+
+class Corpus:
+    """Records from line-aligned inputs (a source file and its prefixes, sources and targets), or from one input
+    whose lines `parse` turns into fields (a JSON-lines file of pairs; a blank line there is no record)."""
+
+    def __init__(self, inputs: list[TextInput], parse: Callable[[str, int], tuple[str, ...]] | None = None):
+        self.inputs, self.parse = inputs, parse
+
+    @property
+    def name(self) -> str:
+        return self.inputs[0].name
+
+    def records(self) -> Iterator[Record]:
+        missing = object()
+        rows = zip_longest(*(source.lines() for source in self.inputs), fillvalue=missing)
+        for number, row in enumerate(rows, start=1):
+            if missing in row:
+                raise CorpusError(self.uneven(row, missing, number))
+            problem = next((problem for _, problem in row if problem), None)
+            fields = tuple(text for text, _ in row)
+            if self.parse is None or problem:
+                yield Record(number, fields, problem)
+            elif fields[0].strip():
+                yield self.parsed(fields[0], number)
+
+    def parsed(self, line: str, number: int) -> Record:
+        try:
+            return Record(number, self.parse(line, number))
+        except ValueError as error:
+            return Record(number, ("", ""), f"{self.inputs[0].where(number)}: {error}")
+
+    def uneven(self, row: tuple, missing, number: int) -> str:
+        ended = [source.name for source, line in zip(self.inputs, row) if line is missing]
+        going = [source.name for source, line in zip(self.inputs, row) if line is not missing]
+        return f"{', '.join(ended)} ends at line {number - 1} and {', '.join(going)} goes on: expected one line each"
+
+    def windows(self, size: int) -> Iterator[list[Record]]:
+        """The records in windows of `size`."""
+        records = self.records()
+        while window := list(islice(records, size)):
+            yield window
+
+    def count(self) -> int | None:
+        """Its number of records where it can be known beforehand (lines, for line-aligned inputs)."""
+        return self.inputs[0].count() if self.parse is None else None
+
+    def fingerprints(self, lines: int) -> list[dict | None]:
+        return [source.fingerprint(lines) for source in self.inputs]
+
+    def check(self) -> None:
+        """A `CorpusError` naming an input that cannot be opened, or line-aligned files of different numbers of
+        lines (found before anything is translated; with stdin, once it ends)."""
+        for source in self.inputs:
+            try:
+                source.check()
+            except OSError as error:
+                raise CorpusError(f"{source.name}: {error.strerror}") from error
+        counts = [source.count() for source in self.inputs]
+        if len(counts) > 1 and None not in counts and len(set(counts)) > 1:
+            lines = ", ".join(f"{source.name} has {count}" for source, count in zip(self.inputs, counts))
+            raise CorpusError(f"{lines} lines: expected as many lines in each")
+
+
+def translation_pair(source_lang: str, target_lang: str) -> Callable[[str, int], tuple[str, str]]:
+    """How a line of a JSON-lines file in the datasets translation schema gives its (source, target) pair."""
+
+    def parse(line: str, number: int) -> tuple[str, str]:
+        try:
+            pair = json.loads(line)["translation"]
+            source, target = pair[source_lang], pair[target_lang]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f'expected {{"translation": {{"{source_lang}": ..., "{target_lang}": ...}}}} '
+                f"({type(error).__name__}: {error})"
+            ) from error
+        if not (isinstance(source, str) and isinstance(target, str)):
+            raise ValueError(f'"{source_lang}" and "{target_lang}" must be strings')
+        return source, target
+
+    return parse
