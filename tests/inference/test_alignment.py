@@ -69,3 +69,12 @@ def test_translate_prints_each_translation_with_its_alignment(trained_folder, ex
         assert pairs and all(s < len(source.split()) and t < len(translation.split()) for s, t in pairs)
     assert main(["translate", "--model", str(exported_folder), "--alignments", SOURCES[0]]) == 2
     assert "the ctranslate2 engine has no word alignments" in capsys.readouterr().err
+
+
+def test_a_sentence_over_the_learned_positions_is_aligned_from_the_tokens_it_was_translated_from(learned_folder):
+    from tests.conftest import long_sentence
+    from vanilla_transformer.inference.translators import load_translator
+
+    translator = load_translator(str(learned_folder))
+    [[translation]] = translator.translate([long_sentence()], alignment=True, num_beams=1, max_length=4)
+    assert translation.alignment.token_pairs and max(i for i, _ in translation.alignment.token_pairs) < 17

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..configuration import position_limit
 from ..model_folder import source_tokens
 from .scoring import check_pairs, shift_right
 
@@ -161,9 +162,11 @@ def token_words(tokenizer, encoded, row: int, text: str, target: bool) -> list[i
 
 
 def align_batch(model, tokenizer, sources, target_ids, target_words, layer, heads) -> list[Alignment]:
-    """The alignments of a batch: the sources encoded here, the targets as token ids with each token's word."""
+    """The alignments of a batch: the sources encoded here (cut to the model's learned positions, as translating cuts
+    them), the targets as token ids with each token's word."""
     offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
-    source = tokenizer(list(sources), **offsets)
+    limit = position_limit(model.config)
+    source = tokenizer(list(sources), **offsets, truncation=limit is not None, max_length=limit)
     batch = tokenizer.pad({"input_ids": source["input_ids"]}, return_tensors="pt").to(model.device)
     labels = tokenizer.pad({"input_ids": list(target_ids)}, return_tensors="pt")["input_ids"].to(model.device)
     special = {model.config.eos_token_id, model.config.pad_token_id}
