@@ -53,6 +53,13 @@ def test_an_output_that_cannot_be_written_is_named_before_the_model_loads(number
     assert status == 2 and out == "" and "--output" in err and "does not exist" in err and "--model" not in err
 
 
+def test_an_output_over_its_own_input_is_refused(numbers_file, tmp_path, capsys):
+    status, _, err = run(capsys, "translate", "--model", str(tmp_path / "no-model"), "--input", str(numbers_file),
+                         "--output", str(numbers_file))  # fmt: skip
+    assert status == 2 and f"--output {numbers_file} is --input {numbers_file}" in err
+    assert numbers_file.read_text().startswith(NUMBERS[0])
+
+
 def test_several_processes_need_an_output_file(trained_folder, numbers_file, monkeypatch, capsys):
     monkeypatch.setattr("vanilla_transformer.commands.corpus.this_process", lambda: Share(0, 2))
     status, _, err = run(capsys, "translate", "--model", str(trained_folder), "--input", str(numbers_file))

@@ -3,6 +3,7 @@ progress and bad lines, and the run itself, on one process or on each of those `
 started."""
 
 import argparse
+import os
 import sys
 
 from ..corpus.output import Parts, StandardOutput, this_process
@@ -51,6 +52,9 @@ def output_for(args: argparse.Namespace, corpus: Corpus, share):
         if share.world > 1:
             raise CommandError(f"{share.world} processes write one file: give --output FILE", exit_code=2)
         return StandardOutput()
+    for source in corpus.inputs:
+        if source.path is not None and os.path.abspath(source.path) == os.path.abspath(args.output):
+            raise CommandError(f"--output {args.output} is {source.name}: write the output to another file", 2)
     settings = {key: value for key, value in sorted(vars(args).items()) if key not in NOT_SETTINGS}
     return Parts(args.output, share, corpus.fingerprints(args.read_window), settings)
 
