@@ -37,6 +37,17 @@ def test_windows_and_token_batches_keep_the_order_and_translate_each_line_once(t
     assert [lines[0], lines[8]] == alone.splitlines()
 
 
+def test_the_ctranslate2_engine_goes_through_the_same_windows_to_the_same_lines(
+    trained_folder, exported_folder, numbers_file, tmp_path, capsys
+):
+    # greedy: beam search may end at other points in the two engines (docs/tools.md)
+    flags = ["--input", str(numbers_file), "--num-beams", "1", "--read-window", "3", "--max-tokens", "12"]
+    torch_engine = run(capsys, "translate", "--model", str(trained_folder), *flags)
+    output = tmp_path / "ct2.txt"
+    assert run(capsys, "translate", "--model", str(exported_folder), *flags, "--output", str(output))[0] == 0
+    assert torch_engine[0] == 0 and output.read_text() == torch_engine[1]
+
+
 def test_progress_goes_to_stderr_when_asked_and_not_into_a_log_otherwise(trained_folder, numbers_file, capsys):
     translate = ["translate", "--model", str(trained_folder), "--input", str(numbers_file), "--read-window", "4"]
     status, out, err = run(capsys, *translate, "--progress", "always")
