@@ -15,6 +15,11 @@ SUITES = {
     "engines": ("engines.suite", "peak memory per process under DDP, FSDP2 and DeepSpeed ZeRO: the engines section"),
     "generation-split": ("generation_split.suite", "where generate()'s time goes: encoder, decoder, search (printed)"),
     "search-agreement": ("search_agreement.suite", "generate() against CTranslate2 beam search, scored by the model"),
+    "translate": (
+        "translate.suite",
+        "a corpus through `translate` against a plain MarianMTModel loop and CTranslate2's translate_file: the "
+        "translate section",
+    ),
 }
 
 
