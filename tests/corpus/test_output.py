@@ -73,3 +73,21 @@ def test_an_output_in_a_missing_folder_or_on_a_folder_is_named(tmp_path):
     (tmp_path / "out.txt.partial").write_text("a file where the parts' folder goes")
     with pytest.raises(OutputError, match=r"--output .*out.txt: .*out.txt.partial: File exists"):
         Parts(str(tmp_path / "out.txt"), Share(), INPUTS, SETTINGS)
+
+
+def test_a_journal_this_package_did_not_write_is_named(tmp_path):
+    output = tmp_path / "out.txt"
+    (tmp_path / "out.txt.partial").mkdir()
+    (tmp_path / "out.txt.partial" / "process-0.json").write_text("{not json")
+    with pytest.raises(OutputError, match=r"process-0.json is not a journal this package wrote; remove .* to start"):
+        Parts(str(output), Share(), INPUTS, SETTINGS)
+
+
+def test_a_start_that_wrote_nothing_is_started_afresh_and_the_join_keeps_other_files(tmp_path):
+    output = tmp_path / "out.txt"
+    Parts(str(output), Share(), INPUTS, SETTINGS)  # stopped before its first window
+    (tmp_path / "out.txt.partial" / "notes.txt").write_text("mine")
+    parts = Parts(str(output), Share(), INPUTS, {"num_beams": 4})  # another command: nothing to resume, no refusal
+    parts.write(0, done("eins\n"))
+    parts.finish()
+    assert output.read_text() == "eins\n" and (tmp_path / "out.txt.partial" / "notes.txt").read_text() == "mine"

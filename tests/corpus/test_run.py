@@ -71,10 +71,13 @@ def test_an_output_over_its_own_input_is_refused(numbers_file, tmp_path, capsys)
     assert numbers_file.read_text().startswith(NUMBERS[0])
 
 
-def test_several_processes_need_an_output_file(trained_folder, numbers_file, monkeypatch, capsys):
+def test_several_processes_need_an_input_file_and_an_output_file(trained_folder, numbers_file, monkeypatch, capsys):
     monkeypatch.setattr("vanilla_transformer.commands.corpus.this_process", lambda: Share(0, 2))
     status, _, err = run(capsys, "translate", "--model", str(trained_folder), "--input", str(numbers_file))
-    assert status == 2 and "2 processes write one file: give --output FILE" in err
+    assert status == 2 and "2 processes read files and write one: give --input FILE and --output FILE" in err
+    monkeypatch.setattr("sys.stdin", open(numbers_file))
+    status, _, err = run(capsys, "translate", "--model", str(trained_folder), "--output", str(numbers_file) + ".de")
+    assert status == 2 and "give --input FILE and --output FILE" in err
 
 
 def test_skip_invalid_leaves_bad_lines_blank_and_counts_them(trained_folder, tmp_path, capsys):
@@ -83,10 +86,8 @@ def test_skip_invalid_leaves_bad_lines_blank_and_counts_them(trained_folder, tmp
     translate = ["translate", "--model", str(trained_folder), "--input", str(path), "--output", str(tmp_path / "o")]
     status, _, err = run(capsys, *translate)
     assert status == 2 and f"--input {path}, line 2: not UTF-8 text (byte 0xff)" in err and "--skip-invalid" in err
-    status, _, err = run(capsys, *translate, "--skip-invalid")  # not how the run in o.partial started
-    assert status == 2 and "skip_invalid was False at the first start, now True" in err
-    (tmp_path / "o.partial" / "process-0.json").unlink()
-    status, _, err = run(capsys, *translate, "--skip-invalid")
+    assert (tmp_path / "o.partial" / "process-0.txt").read_bytes() == b""  # it stopped before its first window
+    status, _, err = run(capsys, *translate, "--skip-invalid")  # a start that wrote nothing: no resume to refuse
     lines = (tmp_path / "o").read_text().splitlines()
     assert status == 0 and lines[1] == "" and len(lines) == 3
     assert "warning: 1 lines could not be used and were left blank (--skip-invalid)" in err

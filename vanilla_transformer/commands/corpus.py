@@ -48,9 +48,10 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
 
 def output_for(args: argparse.Namespace, corpus: Corpus, share):
     """Where the output goes: stdout, or --output FILE (resumable), checked before any model loads."""
+    if share.world > 1 and (args.output is None or not all(s.rereadable for s in corpus.inputs)):
+        raise CommandError(f"{share.world} processes read files and write one: give --input FILE and --output FILE",
+                           exit_code=2)  # fmt: skip
     if args.output is None:
-        if share.world > 1:
-            raise CommandError(f"{share.world} processes write one file: give --output FILE", exit_code=2)
         return StandardOutput()
     for source in corpus.inputs:
         if source.path is not None and os.path.abspath(source.path) == os.path.abspath(args.output):

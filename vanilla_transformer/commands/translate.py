@@ -143,7 +143,7 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
             guards=Guards(args.max_len_a, args.max_len_b, args.no_repeat_ngram_size, args.repetition_penalty),
         )  # fmt: skip
     except OptionError as error:
-        raise CommandError(f"{'/'.join(flag(option) for option in error.options)}: {error}", exit_code=2) from error
+        raise flags_error(error) from error
 
 
 def layout_of(args: argparse.Namespace) -> Layout:
@@ -165,9 +165,10 @@ def translate_command(args: argparse.Namespace) -> int:
         flag = {"alignments": "--alignments", "terms": "--constraints-file"}[error.capability]
         raise CommandError(f"{flag}: {error}", exit_code=2) from error
     except OptionError as error:
-        raise CommandError(f"{'/'.join(flag(option) for option in error.options)}: {error}", exit_code=2) from error
+        raise flags_error(error) from error
 
 
-def flag(option: str) -> str:
-    """The flag of a `SearchOptions` field (or a guard's)."""
-    return "--" + option.replace("_", "-")
+def flags_error(error: OptionError) -> CommandError:
+    """An `OptionError` as the command line says it: the flags of its options (`SearchOptions`' fields), and why."""
+    flags = "/".join("--" + option.replace("_", "-") for option in error.options)
+    return CommandError(f"{flags}: {error}", exit_code=2)

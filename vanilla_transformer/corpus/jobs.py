@@ -1,8 +1,9 @@
 """What a corpus job makes of one window of records: `TranslateJob` translates its lines, `ScoreJob` scores its
-pairs. Each gives the window's output in input order (`Done`), one output line per record (K lines with an n-best
-list), and names a record it cannot read (not UTF-8, not a pair) by its input and line; with `skip_invalid` it
-leaves that record's output blank (an empty line; `null` for a score) and counts it instead, as it does for a line
-over the model's positions (which the translator otherwise reads from its first tokens, with a warning)."""
+pairs. Each gives the window's output in input order (`Done`): one output line per record (with an n-best list of
+K, K lines; one, empty, for a blank line). It names a record it cannot read (not UTF-8, not a pair) by its input and
+line; with `skip_invalid` it leaves that record's output blank (an empty line; `null` for a score) and counts it
+instead, as it does for a line over the model's positions (which the translator otherwise reads from its first
+tokens, with a warning)."""
 
 import json
 import sys
@@ -167,7 +168,7 @@ class ScoreJob:
             return
         kept = [i for i in range(len(records)) if i not in usable.skipped]
         sources = self.translator.count_tokens([records[i].fields[0] for i in kept])
-        targets = self.translator.count_tokens([records[i].fields[1] for i in kept])
+        targets = self.translator.count_tokens([records[i].fields[1] for i in kept], target=True)
         for index, source, target in zip(kept, sources, targets):
             longest = too_long([source, target], limit)
             if longest is not None:

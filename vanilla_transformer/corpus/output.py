@@ -6,12 +6,13 @@ disk (fsync), records their length in its journal (`process-R.json`, replaced wh
 killed at any point and started again with the same command truncates each part to what its journal records and
 goes on from the next window: no window is lost or written twice, and no partial line survives. The journal also
 records the inputs' fingerprints, the settings and the number of processes; a resumed run whose inputs or settings
-differ is refused, naming what changed. Once every process is done, the first joins the parts in input order into
-FILE (written beside it, then renamed over it) and removes the folder."""
+differ is refused, naming what changed (a start that wrote nothing is started afresh). Once every process is done,
+the first joins the parts in input order into FILE (written in the folder, then renamed over it) and removes the
+folder. An OSError on the way (a full disk) is an `OutputError` naming the file."""
 
+import contextlib
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 
@@ -63,8 +64,10 @@ class StandardOutput:
         return False
 
     def write(self, window: int, done) -> None:
-        sys.stdout.write(done.text)
-        sys.stdout.flush()
+        """The window's text as UTF-8 bytes, as --output writes them, whatever the locale."""
+        sys.stdout.flush()  # what was printed before comes first
+        sys.stdout.buffer.write(done.text.encode("utf-8", errors="surrogateescape"))
+        sys.stdout.buffer.flush()
         self.skipped += done.skipped
 
     def finish(self) -> int:
@@ -95,10 +98,8 @@ class Parts:
         self.journal = os.path.join(self.folder, f"process-{share.rank}.json")
         self.lengths: list[int] = []
         self.skipped, self.finished = 0, False
-        try:
+        with named_errors(self.output):
             self.open()
-        except OSError as error:
-            raise OutputError(f"--output {self.output}: {error.filename}: {error.strerror}") from error
 
     def open(self) -> None:
         """Check that FILE can be written, then start the part or resume it; an OutputError names the problem."""
@@ -112,18 +113,32 @@ class Parts:
         ):
             raise OutputError(f"--output {self.output}: not writable")
         os.makedirs(self.folder, exist_ok=True)
-        if os.path.exists(self.journal):
-            self.resume()
-        else:
+        journal = self.read_journal(self.share.rank)
+        if journal is not None and (journal["lengths"] or journal["finished"]):
+            self.resume(journal)
+        else:  # a first start, or one that wrote nothing (it stopped before its first window): start afresh
             self.check_processes()
             with open(self.text, "wb"):
                 pass
             self.record()
 
-    def resume(self) -> None:
+    def read_journal(self, rank: int) -> dict | None:
+        """Process `rank`'s journal (None where it has none); an OutputError names one that cannot be read."""
+        path = os.path.join(self.folder, f"process-{rank}.json")
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as handle:
+                journal = json.load(handle)
+            if {"run", "lengths", "skipped", "finished"} <= set(journal):
+                return journal
+        except ValueError:
+            pass
+        raise OutputError(f"--output {self.output}: {path} is not a journal this package wrote; remove "
+                          f"{self.folder} to start over")  # fmt: skip
+
+    def resume(self, journal: dict) -> None:
         """Go on from what the journal records: the part cut to its recorded length, the settings checked."""
-        with open(self.journal, encoding="utf-8") as handle:
-            journal = json.load(handle)
         self.check_same(journal["run"])
         self.lengths, self.skipped, self.finished = journal["lengths"], journal["skipped"], journal["finished"]
         length = sum(self.lengths)
@@ -150,7 +165,8 @@ class Parts:
 
     def check_processes(self) -> None:
         for name in os.listdir(self.folder):
-            if name.startswith("process-") and name.endswith(".json") and int(name[8:-5]) >= self.share.world:
+            rank = name[8:-5] if name.startswith("process-") and name.endswith(".json") else ""
+            if rank.isdigit() and int(rank) >= self.share.world:
                 raise OutputError(f"--output {self.output}: {self.folder} holds a run of more processes than "
                                   f"{self.share.world}; resume it with as many as it started with")  # fmt: skip
 
@@ -165,13 +181,14 @@ class Parts:
     def write(self, window: int, done) -> None:
         """A window's `Done` output appended, on disk, then recorded."""
         data = done.text.encode("utf-8", errors="surrogateescape")
-        with open(self.text, "ab") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        self.lengths.append(len(data))
-        self.skipped += done.skipped
-        self.record()
+        with named_errors(self.output):
+            with open(self.text, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.lengths.append(len(data))
+            self.skipped += done.skipped
+            self.record()
 
     def record(self) -> None:
         journal = {"run": self.run, "lengths": self.lengths, "skipped": self.skipped, "finished": self.finished}
@@ -181,33 +198,47 @@ class Parts:
         """Mark this process done; once every process is, the first joins the parts into FILE. The records left
         blank by every process (counted by the first; 0 on the others)."""
         self.finished = True
-        self.record()
+        with named_errors(self.output):
+            self.record()
         self.share.wait()
-        skipped = self.join() if self.share.rank == 0 else 0
+        with named_errors(self.output):
+            skipped = self.join() if self.share.rank == 0 else 0
         self.share.wait()
         return skipped
 
     def join(self) -> int:
-        """The parts' windows in input order (window i from process i mod world), into FILE at once."""
-        journals = []
-        for rank in range(self.share.world):
-            with open(os.path.join(self.folder, f"process-{rank}.json"), encoding="utf-8") as handle:
-                journals.append(json.load(handle))
-        if not all(journal["finished"] for journal in journals):
+        """The parts' windows in input order (window i from process i mod world), into FILE at once (written in the
+        folder, then renamed); the folder's files then removed, and the folder if nothing else is in it."""
+        journals = [self.read_journal(rank) for rank in range(self.share.world)]
+        if not all(journal and journal["finished"] for journal in journals):
             raise OutputError(f"--output {self.output}: a process of the run has not finished; run it again")
-        temporary = f"{self.output}.tmp"
-        parts = [open(os.path.join(self.folder, f"process-{rank}.txt"), "rb") for rank in range(self.share.world)]
+        temporary, world = os.path.join(self.folder, "joined.txt"), self.share.world
+        parts = [open(os.path.join(self.folder, f"process-{rank}.txt"), "rb") for rank in range(world)]
         try:
             with open(temporary, "wb") as joined:
-                windows = sum(len(journal["lengths"]) for journal in journals)
-                for window in range(windows):
-                    rank = window % self.share.world
-                    joined.write(parts[rank].read(journals[rank]["lengths"][window // self.share.world]))
+                for window in range(sum(len(journal["lengths"]) for journal in journals)):
+                    joined.write(parts[window % world].read(journals[window % world]["lengths"][window // world]))
                 joined.flush()
                 os.fsync(joined.fileno())
         finally:
             for part in parts:
                 part.close()
         os.replace(temporary, self.output)
-        shutil.rmtree(self.folder)
+        self.remove_parts()
         return sum(journal["skipped"] for journal in journals)
+
+    def remove_parts(self) -> None:
+        for name in os.listdir(self.folder):
+            if name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp")):
+                os.remove(os.path.join(self.folder, name))
+        if not os.listdir(self.folder):
+            os.rmdir(self.folder)
+
+
+@contextlib.contextmanager
+def named_errors(output: str):
+    """An OSError (a full disk, a folder that went away) as an OutputError naming --output and the file."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(f"--output {output}: {error.filename or output}: {error.strerror}") from error

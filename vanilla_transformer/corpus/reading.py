@@ -47,6 +47,11 @@ class TextInput:
     def arguments(cls, texts: list[str]) -> "TextInput":
         return cls("the arguments", texts=list(texts))
 
+    @property
+    def rereadable(self) -> bool:
+        """Whether it can be read again (every process of several reads it whole): a file or arguments, not stdin."""
+        return self.path is not None or self.texts is not None
+
     def where(self, number: int) -> str:
         """How a message names line `number`: "--input FILE, line 7", or "sentence 7" of the arguments."""
         return f"sentence {number}" if self.texts is not None else f"{self.name}, line {number}"
@@ -114,6 +119,7 @@ class Corpus:
 
     def __init__(self, inputs: list[TextInput], parse: Callable[[str, int], tuple[str, ...]] | None = None):
         self.inputs, self.parse = inputs, parse
+        self.counts: list[int | None] | None = None  # each input's lines, once `check` or `count` has read them
 
     @property
     def name(self) -> str:
@@ -151,7 +157,13 @@ class Corpus:
 
     def count(self) -> int | None:
         """Its number of records where it can be known beforehand (lines, for line-aligned inputs)."""
-        return self.inputs[0].count() if self.parse is None else None
+        return self.line_counts()[0] if self.parse is None else None
+
+    def line_counts(self) -> list[int | None]:
+        """Each input's lines (None for stdin), each file read once."""
+        if self.counts is None:
+            self.counts = [source.count() for source in self.inputs]
+        return self.counts
 
     def fingerprints(self, lines: int) -> list[dict | None]:
         return [source.fingerprint(lines) for source in self.inputs]
@@ -164,7 +176,7 @@ class Corpus:
                 source.check()
             except OSError as error:
                 raise CorpusError(f"{source.name}: {error.strerror}") from error
-        counts = [source.count() for source in self.inputs]
+        counts = self.line_counts()
         if len(counts) > 1 and None not in counts and len(set(counts)) > 1:
             lines = ", ".join(f"{source.name} has {count}" for source, count in zip(self.inputs, counts))
             raise CorpusError(f"{lines} lines: expected as many lines in each")

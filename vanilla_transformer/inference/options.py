@@ -130,11 +130,10 @@ class SearchOptions:
             object.__setattr__(self, "prefix", tuple(text or "" for text in self.prefix))
         if self.terms is not None:
             object.__setattr__(self, "terms", tuple(tuple(terms) for terms in self.terms))
-        for name in ("max_length", "n_best", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens ({self.max_tokens}) must be at least 1")
+        for name in ("max_length", "n_best", "batch_size", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise OptionError((name,), f"{name} ({value}) must be at least 1")
         if self.num_beams is not None:
             check_search(self.num_beams, self.n_best)
         if self.terms is not None and self.prefix is not None:

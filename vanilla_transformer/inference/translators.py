@@ -90,9 +90,10 @@ class Translator:
         if options.alignment:
             self.require("alignments")
 
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        """Each text's source tokens, its end of sentence included."""
-        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+    def count_tokens(self, texts: list[str], target: bool = False) -> list[int]:
+        """Each text's source tokens (target tokens with `target`), its end of sentence included."""
+        key = "text_target" if target else "text"
+        return [len(ids) for ids in self.tokenizer(**{key: list(texts)}, add_special_tokens=True)["input_ids"]]
 
 
 class PyTorchTranslator(Translator):
