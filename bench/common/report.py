@@ -64,6 +64,15 @@ def measuring_command(suite: str, given: list[str], files=("--out", "--json"), f
     return shlex.join([*COMMAND.split(), suite, *kept])
 
 
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server or torchrun's rendezvous)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def probe_command(executable: str, suite: str, *flags: str) -> list[str]:
     """A suite run in a fresh process of `executable` (from ROOT, as `python -m bench` runs): its measuring probes."""
     return [executable, "-m", "bench", suite, *flags]

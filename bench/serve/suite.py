@@ -170,7 +170,7 @@ def measure_engine(engine: str, path: str, sentences: list[str], load: Generator
     """One engine: offline first, then the server under each load (the server on core 0 when hey has the others),
     then SIGTERM."""
     results = {"offline": offline(engine, path, sentences)}
-    port = free_local_port()
+    port = report.free_local_port()
     url = f"http://127.0.0.1:{port}"
     server = start_server(engine, path, port, None if load.server_core is None else str(load.server_core))
     try:
@@ -199,14 +199,6 @@ def measure_engine(engine: str, path: str, sentences: list[str], load: Generator
         server.send_signal(signal.SIGTERM)
         results["exit_status"] = server.wait(timeout=120)
     return results
-
-
-def free_local_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def server_p99_ms(url: str, status: str) -> float | None:

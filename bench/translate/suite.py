@@ -24,7 +24,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -98,17 +97,12 @@ def translate_file(folder: str, source: str, output: str, max_tokens: str, searc
     translator.translate_file(source, output, max_batch_size=int(max_tokens), batch_type="tokens", **json.loads(search))
 
 
-def free_port() -> int:
-    with socket.socket() as probe_socket:
-        probe_socket.bind(("127.0.0.1", 0))
-        return probe_socket.getsockname()[1]
-
-
 def command_of(kind: str, result: str, rest: list[str], processes: int = 1) -> list[str]:
     """This suite's probe in a fresh process (under torchrun with several processes)."""
     if processes == 1:
         return report.probe_command(sys.executable, SUITE, "--probe", kind, result, *rest)
-    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", str(free_port())]
+    port = str(report.free_local_port())
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", port]
     return [sys.executable, *torchrun, "-m", "bench", SUITE, "--probe", kind, result, *rest]
 
 

@@ -26,7 +26,6 @@ class Share:
 
     rank: int = 0
     world: int = 1
-    local_rank: int = 0
 
     def owns(self, window: int) -> bool:
         return window % self.world == self.rank
@@ -49,7 +48,7 @@ def this_process() -> Share:
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return Share()
     state = processes()
-    return Share(state.process_index, state.num_processes, state.local_process_index)
+    return Share(state.process_index, state.num_processes)
 
 
 class StandardOutput:

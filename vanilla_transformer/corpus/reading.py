@@ -121,10 +121,6 @@ class Corpus:
         self.inputs, self.parse = inputs, parse
         self.counts: list[int | None] | None = None  # each input's lines, once `check` or `count` has read them
 
-    @property
-    def name(self) -> str:
-        return self.inputs[0].name
-
     def records(self) -> Iterator[Record]:
         missing = object()
         rows = zip_longest(*(source.lines() for source in self.inputs), fillvalue=missing)
