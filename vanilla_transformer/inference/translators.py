@@ -13,6 +13,7 @@ A translation's score is what beam search ranks by: the sum of its tokens' log-p
 included) divided by its length in tokens to the power `length_penalty`.
 """
 
+import copy
 import os
 from dataclasses import dataclass, replace
 
@@ -22,6 +23,7 @@ from ..configuration import position_limit
 from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
 from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align, align_tokens
+from .decoding import decode
 from .devices import DEFAULT_PLACEMENT, Placement
 from .options import (
     CTRANSLATE2,
@@ -149,36 +151,29 @@ class PyTorchTranslator(Translator):
         return self.aligned(sentences, results) if options.alignment else results
 
     def generated(self, source_ids: list[list[int]], options: SearchOptions) -> list[list[Translation]]:
-        """Translations by generate()'s own search."""
+        """Translations by generate()'s own greedy or beam search, its rules and logits processors, a sentence
+        leaving the batch once its search is done (`decoding`)."""
         scores = options.n_best > 1 if options.scores is None else options.scores
-        search = dict(num_beams=options.num_beams, length_penalty=options.length_penalty,
-                      num_return_sequences=options.kept, output_scores=scores, return_dict_in_generate=True,
-                      **options.guards.repetition(self.generation_config))  # fmt: skip
+        config = copy.deepcopy(self.generation_config)
+        guards = options.guards.repetition(self.generation_config)
+        config.update(num_beams=options.num_beams, length_penalty=options.length_penalty,
+                      num_return_sequences=options.kept, **guards)  # fmt: skip
         limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
-        results, k = [None] * len(source_ids), options.kept
+        results = [None] * len(source_ids)
         for indices in grouped_batches(limits, [len(row) for row in source_ids], options):
             batch = self.batch([source_ids[i] for i in indices])
-            start = torch.full((len(indices), 1), self.model.config.decoder_start_token_id, device=self.device)
-            out = self.model.generate(**batch, decoder_input_ids=start, max_new_tokens=limits[indices[0]], **search)
-            rows = self.written(out.sequences[:, 1:])  # after the decoder's start token
-            texts = [t.strip() for t in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
-            ranks = self.scores(out, options.num_beams, options.length_penalty) if scores else [None] * len(texts)
-            for row, i in enumerate(indices):
-                found = range(row * k, (row + 1) * k)
-                results[i] = [Translation(texts[j], ranks[j], self.stopped(rows[j], limits[i]), tuple(rows[j]))
-                              for j in found]  # fmt: skip
+            config.max_new_tokens = limits[indices[0]]
+            found = decode(self.model, batch["input_ids"], batch["attention_mask"], config, scores)
+            texts = iter(self.tokenizer.batch_decode([d.tokens for ds in found for d in ds], skip_special_tokens=True))
+            for i, decoded in zip(indices, found):
+                stopped = [self.stopped(d.tokens, limits[i]) for d in decoded]
+                results[i] = [Translation(next(texts).strip(), d.score if scores else None, stop, tuple(d.tokens))
+                              for d, stop in zip(decoded, stopped)]  # fmt: skip
         return results
 
     def batch(self, rows: list[list[int]]) -> dict:
         """Token rows padded into a batch on the model's device."""
         return self.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(self.device)
-
-    def written(self, sequences) -> list[list[int]]:
-        """Each output's tokens up to its end of sentence (included), the padding after it left out."""
-        eos, rows = self.model.config.eos_token_id, []
-        for row in sequences.tolist():
-            rows.append(row[: row.index(eos) + 1] if eos in row else row)
-        return rows
 
     def stopped(self, tokens: list[int], limit: int) -> bool:
         """Whether an output of `tokens` was stopped at its length limit before its end of sentence."""
@@ -264,17 +259,6 @@ class PyTorchTranslator(Translator):
     def align(self, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
         """Each pair's word alignment from the cross-attention of decoder `layer` over `heads` (see `alignment`)."""
         return align(self.model, self.tokenizer, sources, targets, layer, heads, batch_size)
-
-    def scores(self, out, num_beams: int, length_penalty: float) -> list[float]:
-        """Beam search reports its ranking score; for greedy search it is computed the same way from the steps
-        after the decoder's start token."""
-        if num_beams > 1:
-            return out.sequences_scores.tolist()
-        steps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (n, len)
-        generated = out.sequences[:, 1:]  # after the decoder start token
-        lengths = (generated != self.tokenizer.pad_token_id).sum(dim=1)
-        totals = steps.masked_fill(generated == self.tokenizer.pad_token_id, 0).sum(dim=1)
-        return (totals / lengths.clamp(min=1).float() ** length_penalty).tolist()
 
 
 class CTranslate2Translator(Translator):
