@@ -68,6 +68,15 @@ def size_lines(name: str, size: dict, processes: int) -> list[str]:
     return [*lines, "", "| target | measured | verdict |", "|---|---|---|", *targets, ""]
 
 
+def rounds(settings: dict) -> str:
+    """How the rows were timed when there were several rounds (older runs have one)."""
+    count = settings.get("repeats", 1)
+    if count == 1:
+        return ""
+    return (f"The rows were measured in {count} rounds, every engine once a round in turn, and each row gives its "
+            "fastest round, so that a slow spell of the shared machine does not fall on one engine only. ")  # fmt: skip
+
+
 def prose(results: dict) -> list[str]:
     """The section's paragraphs: what each row runs and how it is timed, and what the models are."""
     s = results["settings"]
@@ -78,7 +87,7 @@ def prose(results: dict) -> list[str]:
         "CTranslate2's own `translate_file` on the same export, measured side by side in one run. Each row is a "
         "fresh process timed from its start to its exit; its start-up (imports and loading: the same command on an "
         "empty input) is given in brackets and left out of the rates, so that the rates and their ratios are the "
-        "engines' and not the libraries' import times. Peak RSS is the process's VmHWM (with "
+        "engines' and not the libraries' import times. " + rounds(s) + "Peak RSS is the process's VmHWM (with "
         f"several processes, the largest). Every engine writes at most {s['max_length']} new tokens a sentence. "
         f"`translate` runs with `--batch-size {s['batch_size']} --max-tokens {s['max_tokens']} --no-split` (each "
         "line whole, as the loop translates it) on both engines, and a `--read-window` (given per size) that cuts "

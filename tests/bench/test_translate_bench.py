@@ -28,23 +28,29 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 def test_the_smallest_translate_run_writes_its_section_with_a_row_per_engine_and_a_verdict_per_target(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "translate.json"
     out.write_text(f"# Benchmarks\n\nthe speed suite's report\n\n{MARKER}\n\nan earlier run's section\n")
-    done = bench("--quick", "--sizes", "tiny", "--sentences", "100", "--out", str(out), "--json", str(raw))
+    flags = "--quick --sizes tiny --sentences 100 --beams 1 --repeats 2"
+    done = bench(*flags.split(), "--out", str(out), "--json", str(raw))
     assert done.returncode == 0, done.stderr[-3000:]
     report = out.read_text()
     assert report.startswith("# Benchmarks\n\nthe speed suite's report\n")
     assert report.count(MARKER) == 1 and "an earlier run's section" not in report
-    assert "- command: `python -m bench translate --quick --sizes tiny --sentences 100`" in report
+    assert f"- command: `python -m bench translate {flags}`" in report
+    assert "measured in 2 rounds, every engine once a round in turn" in report
     assert "### tiny: 100 sentences" in report
     assert "gave the same text on 16 of 16 sentences" in report
-    for search in ("greedy", "beam 5"):
-        rows = [line.split(" | ")[0][2:] for line in report.splitlines() if f" | {search} | " in line]
-        assert rows[:5] == list(ROWS)
-        verdicts = [line[:-2].rsplit(" | ", 1)[1] for line in report.splitlines() if line.startswith(f"| {search}: ")]
-        assert len(verdicts) == 3 and all(v.startswith(("met", "missed")) for v in verdicts[:2])
-        assert verdicts[2] == "no target"
+    search = "greedy"
+    rows = [line.split(" | ")[0][2:] for line in report.splitlines() if f" | {search} | " in line]
+    assert rows[:5] == list(ROWS)
+    verdicts = [line[:-2].rsplit(" | ", 1)[1] for line in report.splitlines() if line.startswith(f"| {search}: ")]
+    assert len(verdicts) == 3 and all(v.startswith(("met", "missed")) for v in verdicts[:2])
+    assert verdicts[2] == "no target"
     assert "| peak RSS flat in the input's size: 100 against 10 sentences <= 1.1x |" in report
     results = json.loads(raw.read_text())
-    assert set(results["sizes"]["tiny"]["rows"]) == {"greedy", "beam 5"}
+    assert set(results["sizes"]["tiny"]["rows"]) == {"greedy"}
+    rows = results["sizes"]["tiny"]["rows"]["greedy"].values()
+    assert all(
+        len(row["rounds"]) == 2 and abs(row["seconds"] - row["startup"] - min(row["rounds"])) < 0.01 for row in rows
+    )
     again = tmp_path / "again.md"
     assert bench("--report-from", str(raw), "--out", str(again)).returncode == 0
     assert again.read_text() == report[report.index(MARKER) :]
