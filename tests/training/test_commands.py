@@ -267,6 +267,22 @@ def test_evaluate_an_exported_folder_gives_the_same_scores(trained_folder, expor
         assert fast[name] == pytest.approx(pytorch[name], abs=2e-3), name
 
 
+def test_evaluate_reads_an_exported_folder_window_by_window_to_the_same_scores(
+    trained_folder, exported_folder, tmp_path
+):
+    test_file = trained_folder.parent / "test.jsonl"  # 8 pairs: windows of 3, 3 and 2, or one window
+    scores = []
+    for window in ("3", "2000"):
+        out = tmp_path / f"window-{window}.json"
+        flags = ["--model", str(exported_folder), "--test-file", str(test_file), "--read-window", window]
+        assert main(["evaluate", *flags, "--output", str(out)]) == 0
+        scores.append(json.loads(out.read_text()))
+    windowed, whole = scores
+    for name in ("cross_entropy", "perplexity", "cross_entropy_per_word"):
+        assert windowed.pop(name) == pytest.approx(whole.pop(name), abs=1e-3), name
+    assert windowed == whole
+
+
 def test_translate_on_an_exported_model_with_learned_positions_truncates_and_names_the_sentence(
     learned_folder, tmp_path, capsys
 ):

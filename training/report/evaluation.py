@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from ...modeling.kernels_vanilla_transformer import token_cross_entropy
 from ..data.tokenizing import make_collator
-from .metrics import exact_match_by_group, translation_metrics
+from .metrics import MetricSums
 
 
 def split_loader(tokenized, columns: tuple[str, ...], tokenizer, accelerator, batch_size: int):
@@ -34,9 +34,9 @@ def eval_mode(model):
 
 
 @torch.no_grad()
-def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
-    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
-    hypotheses = []
+def translated_batches(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs):
+    """Beam-search translations of a tokenised split, generated on every process: each batch's, gathered from every
+    process, in input order."""
     with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
         for batch in split_loader(tokenized, ("input_ids",), tokenizer, accelerator, batch_size):
             generated = unwrapped.generate(
@@ -44,8 +44,13 @@ def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int,
             )
             generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
             generated = accelerator.gather_for_metrics(generated)
-            hypotheses += tokenizer.batch_decode(generated, skip_special_tokens=True)
-    return [h.strip() for h in hypotheses]
+            yield [h.strip() for h in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
+
+def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
+    """Beam-search translations of a tokenised split, generated on every process and gathered in order."""
+    batches = translated_batches(model, tokenizer, tokenized, accelerator, batch_size, **generate_kwargs)
+    return [hypothesis for batch in batches for hypothesis in batch]
 
 
 def evaluate_split(
@@ -58,14 +63,25 @@ def evaluate_split(
     return split_metrics(hypotheses, references, raw_split), hypotheses
 
 
+def split_scores(
+    model, tokenizer, raw_split, tokenized_split, accelerator, *, batch_size: int, target_lang: str, **generate_kwargs
+) -> dict:
+    """`evaluate_split`'s scores, the translations not kept: each batch's are scored against its references as
+    they come (`MetricSums`), so that memory does not grow with the split."""
+    sums, start = MetricSums(), 0
+    for hypotheses in translated_batches(model, tokenizer, tokenized_split, accelerator, batch_size, **generate_kwargs):
+        rows = raw_split[start : start + len(hypotheses)]
+        references = [pair[target_lang] for pair in rows["translation"]]
+        sums.add(hypotheses, references, rows.get("digits"))
+        start += len(hypotheses)
+    return sums.result()
+
+
 def split_metrics(hypotheses: list[str], references: list[str], raw_split) -> dict:
     """BLEU, chrF and exact match of a split's translations; for the embedded task, exact match first, and per
     digit count."""
-    metrics = translation_metrics(hypotheses, references)
-    if "digits" in raw_split.column_names:
-        by_digits = exact_match_by_group(hypotheses, references, raw_split["digits"])
-        metrics = {"exact_match": metrics.pop("exact_match"), "exact_match_by_digits": by_digits, **metrics}
-    return metrics
+    groups = raw_split["digits"] if "digits" in raw_split.column_names else None
+    return MetricSums().add(hypotheses, references, groups).result()
 
 
 def summary(split: str, metrics: dict) -> str:
@@ -102,14 +118,19 @@ def reference_cross_entropy(
             per_token, _ = token_cross_entropy(logits, labels)  # (batch * tgt_len,), 0 at padding
             nll.append(accelerator.gather_for_metrics(per_token.view(labels.shape).sum(dim=1).double()))
             tokens.append(accelerator.gather_for_metrics((labels != -100).sum(dim=1)))
-    references = [pair[target_lang] for pair in raw_split["translation"]]
-    return cross_entropy_figures(torch.cat(nll).sum().item(), torch.cat(tokens).sum().item(), references)
+    words = reference_words(raw_split, target_lang)
+    return cross_entropy_figures(torch.cat(nll).sum().item(), torch.cat(tokens).sum().item(), words)
 
 
-def cross_entropy_figures(total: float, tokens: int, references: list[str]) -> dict[str, float]:
+def reference_words(raw_split, target_lang: str, window: int = 10_000) -> int:
+    """The whitespace-separated words of a split's `target_lang` references, read a window of rows at a time."""
+    rows = raw_split.select_columns(["translation"]).iter(batch_size=window)
+    return sum(len(pair[target_lang].split()) for part in rows for pair in part["translation"])
+
+
+def cross_entropy_figures(total: float, tokens: int, words: int) -> dict[str, float]:
     """The reference cross-entropy per token, its perplexity and the cross-entropy per reference word, from the
-    summed negative log-likelihood in nats and the number of target tokens it sums over."""
-    words = sum(len(reference.split()) for reference in references)
+    summed negative log-likelihood in nats, the number of target tokens it sums over and of reference words."""
     per_token = total / tokens
     return {
         "cross_entropy": round(per_token, 4),
@@ -147,10 +168,13 @@ def tune_length_penalty(
 __all__ = [
     "split_loader",
     "eval_mode",
+    "translated_batches",
     "translate_dataset",
     "evaluate_split",
+    "split_scores",
     "split_metrics",
     "cross_entropy_figures",
+    "reference_words",
     "summary",
     "reference_cross_entropy",
     "tune_length_penalty",

@@ -13,6 +13,7 @@ from ..corpus.run import run_corpus
 from ..errors import CommandError
 from ..training.options.arguments import PositiveInt
 
+READ_WINDOW = 2000  # lines a window holds by default
 NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads"}  # they do not change the output
 
 
@@ -24,14 +25,7 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
         help=f"write the {what} to FILE (default: stdout), through FILE.partial/: a run that is stopped, or killed, "
         "goes on from where it was when the same command is run again; FILE appears only once it is whole",
     )
-    corpus.add_argument(
-        "--read-window",
-        type=PositiveInt,
-        default=2000,
-        metavar="N",
-        help="read the input N lines at a time, each window sorted by length and cut into batches; memory holds "
-        "one window, whatever the input's size",
-    )
+    add_read_window(corpus, "input", "lines")
     corpus.add_argument(
         "--progress",
         choices=PROGRESS,
@@ -43,6 +37,18 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
         action="store_true",
         help="a line that is not UTF-8 or is over the model's positions gets an empty output line (`null` for a "
         "score), counted at the end, instead of stopping the run",
+    )
+
+
+def add_read_window(group, what: str, unit: str) -> None:
+    """--read-window: how much of the input memory holds at once (`translate`, `score`, `evaluate`)."""
+    group.add_argument(
+        "--read-window",
+        type=PositiveInt,
+        default=READ_WINDOW,
+        metavar="N",
+        help=f"read the {what} N {unit} at a time, each window sorted by length and cut into batches; memory "
+        "holds one window, whatever the input's size",
     )
 
 

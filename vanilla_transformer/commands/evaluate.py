@@ -12,6 +12,7 @@ from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..training.options.arguments import DataArguments, GenerationArguments
+from .corpus import add_read_window
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
 from .failures import reported_as
 
@@ -29,6 +30,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="test", help="the split to score")
     evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
     evaluate.add_argument("--output", help="write the results as JSON here")
+    add_read_window(evaluate, "split", "pairs")
     add_engine_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)
     return evaluate
@@ -44,7 +46,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
             metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
         else:
             translator = translator_for(args)
-            metrics = evaluate_exported(translator, split_of(data, args.split, args.seed), data, generation)
+            split = split_of(data, args.split, args.seed)
+            metrics = evaluate_exported(translator, split, data, generation, args.read_window)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
@@ -79,7 +82,7 @@ def evaluate_pytorch(
     from ..configuration import position_limit
     from ..model_folder import load_model_folder
     from ..training.data.tokenizing import tokenize_pairs
-    from ..training.report.evaluation import evaluate_split, reference_cross_entropy
+    from ..training.report.evaluation import reference_cross_entropy, split_scores
 
     model, tokenizer = load_model_folder(model_name, f"--model {model_name}")
     if placement.threads:
@@ -96,27 +99,34 @@ def evaluate_pytorch(
     beam = {"length_penalty": generation.length_penalty} if applies else {}
     settings = {"batch_size": generation.eval_batch_size, "target_lang": data.target_lang}
     search = {"num_beams": generation.num_beams, "max_new_tokens": max_new_tokens, **beam}
-    metrics, _ = evaluate_split(model, tokenizer, split, tokenized, accelerator, **settings, **search)
+    metrics = split_scores(model, tokenizer, split, tokenized, accelerator, **settings, **search)
     metrics.update(reference_cross_entropy(model, tokenizer, split, tokenized, accelerator, **settings))
     return metrics if accelerator.is_main_process else None
 
-    """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
-
 
 def evaluate_exported(
-    translator: CTranslate2Translator, split: "datasets.Dataset", data: DataArguments, generation: GenerationArguments
+    translator: CTranslate2Translator,
+    split: "datasets.Dataset",
+    data: DataArguments,
+    generation: GenerationArguments,
+    window: int,
 ) -> dict:
-    """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments."""
-    from ..training.report.evaluation import cross_entropy_figures, split_metrics
+    """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments: the
+    split read `window` pairs at a time, each window translated and scored as it comes."""
+    from ..training.report.evaluation import cross_entropy_figures
+    from ..training.report.metrics import MetricSums
 
-    sources = [pair[data.source_lang] for pair in split["translation"]]
-    references = [pair[data.target_lang] for pair in split["translation"]]
     max_length = data.max_target_length or translator.generation_config.max_new_tokens or 256
     search = SearchOptions(num_beams=generation.num_beams, length_penalty=generation.length_penalty,
                            max_length=max_length, batch_size=generation.eval_batch_size)  # fmt: skip
-    translations = translator.translate(sources, search)
-    metrics = split_metrics([best.text for best, *_ in translations], references, split)
-    log_probs = translator.reference_log_probs(sources, references, batch_size=generation.eval_batch_size)
-    total = -sum(sum(row) for row in log_probs)
-    metrics.update(cross_entropy_figures(total, sum(len(row) for row in log_probs), references))
-    return metrics
+    sums, total, tokens, words = MetricSums(), 0.0, 0, 0
+    for rows in split.iter(batch_size=window):
+        sources = [pair[data.source_lang] for pair in rows["translation"]]
+        references = [pair[data.target_lang] for pair in rows["translation"]]
+        translations = translator.translate(sources, search)
+        sums.add([best.text for best, *_ in translations], references, rows.get("digits"))
+        log_probs = translator.reference_log_probs(sources, references, batch_size=generation.eval_batch_size)
+        total -= sum(sum(row) for row in log_probs)
+        tokens += sum(len(row) for row in log_probs)
+        words += sum(len(reference.split()) for reference in references)
+    return {**sums.result(), **cross_entropy_figures(total, tokens, words)}
