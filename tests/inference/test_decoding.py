@@ -110,3 +110,12 @@ def test_finished_sentences_leave_the_batch(trained_folder):
             assert max(lengths) > min(lengths)
     finally:
         hook.remove()
+
+
+def test_without_max_new_tokens_the_length_is_generate_configs_max_length():
+    model = tiny_model(seed=3)
+    ids, mask = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 1, 1, 1]])
+    config = copy.deepcopy(model.generation_config)
+    config.update(max_length=6, num_beams=2, return_dict_in_generate=True, output_scores=True)
+    flat = check_as_generate(model, {"input_ids": ids, "attention_mask": mask}, config)
+    assert all(len(d.tokens) <= 5 for d in flat)

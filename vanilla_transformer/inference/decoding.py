@@ -65,7 +65,8 @@ def prepared(model, config: GenerationConfig, input_ids) -> tuple[GenerationConf
     """The search's settings as generate() resolves them (unset ones from the model's generation config, then
     transformers' defaults), and generate()'s logits processors for them."""
     config, _ = model._prepare_generation_config(config)
-    config.max_length = config.max_new_tokens + 1  # the decoder's start, then the new tokens
+    if config.max_new_tokens is not None:  # else generate() keeps `max_length`, the decoder's start included
+        config.max_length = config.max_new_tokens + 1
     model._prepare_special_tokens(config, True, device=input_ids.device)
     processors = model._get_logits_processor(generation_config=config, input_ids_seq_length=1,
                                              encoder_input_ids=input_ids, prefix_allowed_tokens_fn=None,
