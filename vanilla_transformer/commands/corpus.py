@@ -40,7 +40,7 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_read_window(group, what: str, unit: str) -> None:
+def add_read_window(group, what: str, unit: str, note: str = "") -> None:
     """--read-window: how much of the input memory holds at once (`translate`, `score`, `evaluate`)."""
     group.add_argument(
         "--read-window",
@@ -48,7 +48,7 @@ def add_read_window(group, what: str, unit: str) -> None:
         default=READ_WINDOW,
         metavar="N",
         help=f"read the {what} N {unit} at a time, each window sorted by length and cut into batches; memory "
-        "holds one window, whatever the input's size",
+        f"holds one window, whatever the input's size{note}",
     )
 
 

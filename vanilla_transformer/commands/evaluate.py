@@ -30,7 +30,7 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="test", help="the split to score")
     evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
     evaluate.add_argument("--output", help="write the results as JSON here")
-    add_read_window(evaluate, "split", "pairs")
+    add_read_window(evaluate, "split", "pairs", " (the CTranslate2 engine; the torch engine reads it batch by batch)")
     add_engine_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)
     return evaluate
