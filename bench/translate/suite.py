@@ -184,15 +184,15 @@ def measure_search(beams: int, paths: dict, count: int, args) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(paths["ours"])
-    rows, texts, times = {}, {}, {engine: [] for engine in ENGINES}
+    rows, texts, outputs, times = {}, {}, {}, {engine: [] for engine in ENGINES}
     for _ in range(args.repeats):  # round after round of every engine: a slow spell of the machine hits them all
         for engine in ENGINES:
             startup = run_engine(engine, beams, paths, args, source=paths["empty"])[0]["seconds"]
-            row, output = run_engine(engine, beams, paths, args)
+            row, outputs[engine] = run_engine(engine, beams, paths, args)
             times[engine].append((row["seconds"] - startup, startup, row))
-            texts[engine] = output_texts(engine, output, paths["ct2"])
     for engine in ENGINES:
         _, startup, rows[engine] = min(times[engine], key=lambda t: t[0])  # the fastest round
+        texts[engine] = output_texts(engine, outputs[engine], paths["ct2"])  # each round writes the same file
         tokens = sum(len(ids) for ids in tokenizer(texts[engine])["input_ids"])
         seconds = max(rows[engine]["seconds"] - startup, 1e-3)  # the engine's time, its start-up left out
         rate = {"startup": startup, "sentences_per_second": count / seconds, "tokens_per_second": tokens / seconds}

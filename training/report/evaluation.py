@@ -125,7 +125,12 @@ def reference_cross_entropy(
 def reference_words(raw_split, target_lang: str, window: int = 10_000) -> int:
     """The whitespace-separated words of a split's `target_lang` references, read a window of rows at a time."""
     rows = raw_split.select_columns(["translation"]).iter(batch_size=window)
-    return sum(len(pair[target_lang].split()) for part in rows for pair in part["translation"])
+    return sum(word_count([pair[target_lang] for pair in part["translation"]]) for part in rows)
+
+
+def word_count(references: list[str]) -> int:
+    """The whitespace-separated words of `references`: what the cross-entropy per word divides by."""
+    return sum(len(reference.split()) for reference in references)
 
 
 def cross_entropy_figures(total: float, tokens: int, words: int) -> dict[str, float]:
@@ -175,6 +180,7 @@ __all__ = [
     "split_metrics",
     "cross_entropy_figures",
     "reference_words",
+    "word_count",
     "summary",
     "reference_cross_entropy",
     "tune_length_penalty",

@@ -113,7 +113,7 @@ def evaluate_exported(
 ) -> dict:
     """The same scores from a folder exported to CTranslate2 (its `translator_for`), with the same arguments: the
     split read `window` pairs at a time, each window translated and scored as it comes."""
-    from ..training.report.evaluation import cross_entropy_figures
+    from ..training.report.evaluation import cross_entropy_figures, word_count
     from ..training.report.metrics import MetricSums
 
     max_length = data.max_target_length or translator.generation_config.max_new_tokens or 256
@@ -128,5 +128,5 @@ def evaluate_exported(
         log_probs = translator.reference_log_probs(sources, references, batch_size=generation.eval_batch_size)
         total -= sum(sum(row) for row in log_probs)
         tokens += sum(len(row) for row in log_probs)
-        words += sum(len(reference.split()) for reference in references)
+        words += word_count(references)
     return {**sums.result(), **cross_entropy_figures(total, tokens, words)}

@@ -88,8 +88,9 @@ def decode(model, input_ids, attention_mask, config: GenerationConfig, scores: b
 
 def written(tokens: list[int], config: GenerationConfig) -> list[int]:
     """A finished hypothesis's tokens up to its end of sentence (included), the padding after it left out."""
-    ends = [i for i, token in enumerate(tokens) if token in config._eos_token_tensor.tolist()]
-    return tokens[: ends[0] + 1] if ends else tokens
+    eos = set(config._eos_token_tensor.tolist())
+    end = next((i for i, token in enumerate(tokens) if token in eos), None)
+    return tokens if end is None else tokens[: end + 1]
 
 
 def start_tokens(config: GenerationConfig, rows: int, device) -> torch.Tensor:
