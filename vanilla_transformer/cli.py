@@ -24,6 +24,7 @@ from .commands.serve import serve_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
 from .errors import CommandError
+from .processes import end_processes
 from .training.options.arguments import ArgumentParser
 
 COMMANDS = (
@@ -56,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: parse, run the command, and turn a `CommandError` into `error: ...` and its exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
     except CommandError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    end_processes()  # several processes (torchrun, accelerate launch): their group ends before they exit
+    return status
 
 
 if __name__ == "__main__":

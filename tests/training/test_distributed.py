@@ -59,6 +59,7 @@ from accelerate import Accelerator
 from vanilla_transformer.training.options.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import numbers_dataset
 from vanilla_transformer.training.data.bpe import train_bpe_tokenizer, training_texts
+from vanilla_transformer.processes import end_processes
 from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs
 
 accelerator = Accelerator(cpu=True)
@@ -72,6 +73,7 @@ for epoch in range(2):
     drawn.append([pairs.input_ids, pairs.labels])
 with open(f"{sys.argv[1]}/rank{accelerator.process_index}.json", "w") as handle:
     json.dump({"drawn": drawn, "plain": pairs.plain}, handle)
+end_processes()
 """
 
 

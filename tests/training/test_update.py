@@ -58,6 +58,7 @@ DISTRIBUTED = (
     COMMON
     + """
 import sys
+from vanilla_transformer.processes import end_processes
 accelerator = Accelerator(cpu=True)
 model = tiny_model()
 short, long = pairs()
@@ -68,6 +69,7 @@ gradients, totals = update_gradients(model, accelerator, [batch])
 if accelerator.is_main_process:
     torch.save({"gradients": {k.removeprefix("module."): v for k, v in gradients.items()}, "totals": totals},
                sys.argv[1])
+end_processes()
 """
 )
 

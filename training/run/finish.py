@@ -47,14 +47,8 @@ def finish(run: Run) -> tuple:
 
 
 def end_process_group(accelerator) -> None:
-    """End the trackers and the process group after the last collective (`accelerator.end_training`).
-
-    The gloo backend releases each finished collective on its own worker thread, which takes the GIL to free the
-    work's tensors. The group itself is freed later, when the last Python object holding it (the wrapped model's
-    Reducer) goes, and its destructor joins that thread while holding the GIL: if the thread is still freeing the
-    last barrier's work at that moment, neither ever returns (a finished run that never exits, its main thread in
-    ~ProcessGroupGloo and the worker in gil_scoped_acquire). A short sleep, which lets go of the GIL, lets the worker
-    finish first."""
+    """End the trackers and the process group after the last collective (`accelerator.end_training`), after the
+    short sleep that `vanilla_transformer.processes.end_processes` explains."""
     if accelerator.num_processes > 1:
         time.sleep(0.1)
     accelerator.end_training()

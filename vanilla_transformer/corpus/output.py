@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import OutputError
+from ..processes import processes
 
 
 @dataclass(frozen=True)
@@ -33,14 +34,6 @@ class Share:
     def wait(self) -> None:
         if self.world > 1:
             processes().wait_for_everyone()
-
-
-def processes():
-    """accelerate's state of the processes (gloo between CPU processes where there is no CUDA)."""
-    import torch
-    from accelerate import PartialState
-
-    return PartialState(cpu=not torch.cuda.is_available())
 
 
 def this_process() -> Share:

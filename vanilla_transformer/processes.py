@@ -1,0 +1,29 @@
+"""The processes that `torchrun` or `accelerate launch` start: accelerate's state of them, and the end of their
+process group."""
+
+import time
+
+
+def processes():
+    """accelerate's state of the processes (gloo between CPU processes where there is no CUDA)."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def end_processes() -> None:
+    """Destroy the process group, if this process joined one, after its last collective; nothing otherwise.
+
+    A process that exits with its group alive can abort at exit (SIGABRT, "terminate called without an active
+    exception"): gloo's worker threads still hold finished work while the interpreter shuts down. Destroyed first,
+    the group ends cleanly, with one care: gloo releases each finished collective on its own worker thread, which
+    takes the GIL to free the work's tensors, and the group's destructor joins that thread while holding the GIL. If
+    the worker is still freeing the last collective at that moment, neither ever returns (a finished run that never
+    exits, its main thread in ~ProcessGroupGloo and the worker in gil_scoped_acquire). A short sleep, which lets go
+    of the GIL, lets the worker finish first."""
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        time.sleep(0.1)
+        torch.distributed.destroy_process_group()
