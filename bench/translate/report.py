@@ -34,13 +34,20 @@ def verdicts(size: dict, processes: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def windows_text(windows: dict) -> str:
+    """The read windows of one process and of several: "`--read-window 2000` (`1667` on 2 processes)"."""
+    (_, one), *more = sorted(windows.items(), key=lambda item: int(item[0]))
+    several = "".join(f" (`{window}` on {processes} processes)" for processes, window in more if window != one)
+    return f"`--read-window {one}`{several}"
+
+
 def size_lines(name: str, size: dict, processes: int) -> list[str]:
     """A size's facts, its table of rows and its verdicts."""
     check, count = size["check"], size["sentences"]
     lines = [
         f"### {name}: {count:,} sentences",
         "",
-        f"`--read-window {size['read_window']}`; translate_file's patience {size['patience']:g}. "
+        f"{windows_text(size['read_windows'])}; translate_file's patience {size['patience']:g}. "
         f"Vocabulary {size['vocab']:,}; </s> output bias {size['bias']:.3f}: greedy outputs of "
         f"{size['mean_output_tokens']:.1f} tokens on average against sources of {size['mean_source_tokens']:.1f} "
         f"({size['output_lengths']} distinct lengths over the {size['calibration_sentences']} calibration sentences). "
@@ -91,8 +98,9 @@ def prose(results: dict) -> list[str]:
         f"several processes, the largest). Every engine writes at most {s['max_length']} new tokens a sentence. "
         f"`translate` runs with `--batch-size {s['batch_size']} --max-tokens {s['max_tokens']} --no-split` (each "
         "line whole, as the loop translates it) on both engines, and a `--read-window` (given per size) that cuts "
-        "the corpus into windows of at most 2,000 lines, each sorted by length, as many as a multiple of the "
-        f'processes; `translate_file` with `max_batch_size={s["max_tokens"]}, batch_type="tokens"` and the search '
+        "the corpus into windows of at most 2,000 lines, each sorted by length (on one process the whole corpus in "
+        "one window where it fits, as `translate_file` sorts it; on several, as many windows as a multiple of the "
+        f'processes); `translate_file` with `max_batch_size={s["max_tokens"]}, batch_type="tokens"` and the search '
         "settings that the engine gives ctranslate2 (its patience, `min_decoding_length=0`). `translate_file` "
         "reads the corpus pre-tokenized into the export's tokens and writes tokens: its time leaves out the "
         "tokenization and detokenization that the engine's includes. Target tokens: each output line encoded again "

@@ -125,19 +125,19 @@ def run_process(command: list[str], result: str, threads_one: bool) -> dict:
     return {"seconds": seconds, "peak_mib": max(peaks), "processes": len(peaks)}
 
 
-def read_window(count: int) -> int:
-    """Lines a window for a corpus of `count` lines: at most WINDOW, and as many windows as PROCESSES times a whole
-    number, of equal size, so that each of the processes gets the same share."""
-    windows = PROCESSES * -(-count // (PROCESSES * WINDOW))
+def read_window(count: int, processes: int = 1) -> int:
+    """Lines a window for a corpus of `count` lines on `processes` processes: at most WINDOW, and as many windows as
+    the processes times a whole number, of equal size, so that each process gets the same share (one process: the
+    whole corpus in one window where it fits, as translate_file sorts it)."""
+    windows = processes * -(-count // (processes * WINDOW))
     return -(-count // windows)
 
 
-def translate_args(model: str, source: str, output: str, beams: int, paths: dict, args) -> list[str]:
+def translate_args(model: str, source: str, output: str, beams: int, window: int, args) -> list[str]:
     """`vanilla-transformer translate` as every row of ours runs it: each line whole, no progress."""
     return ["translate", "--model", model, "--input", source, "--output", output, "--num-beams", str(beams),
             "--max-length", str(args.max_length), "--batch-size", str(args.batch_size), "--max-tokens",
-            str(args.max_tokens), "--read-window", str(paths["window"]), "--no-split",
-            "--progress", "never"]  # fmt: skip
+            str(args.max_tokens), "--read-window", str(window), "--no-split", "--progress", "never"]  # fmt: skip
 
 
 def run_engine(engine: str, beams: int, paths: dict, args, source: str | None = None) -> tuple[dict, str]:
@@ -157,8 +157,9 @@ def run_engine(engine: str, beams: int, paths: dict, args, source: str | None = 
         command = command_of("file", result, [paths["ct2"], tokens, output, str(args.max_tokens), search])
     else:
         model = paths["ct2"] if engine == "ours-ct2" else paths["ours"]
-        rest = translate_args(model, source or paths["input"], output, beams, paths, args)
-        command = command_of("cli", result, rest, PROCESSES if engine == "ours-2proc" else 1)
+        processes = PROCESSES if engine == "ours-2proc" else 1
+        rest = translate_args(model, source or paths["input"], output, beams, paths["windows"][processes], args)
+        command = command_of("cli", result, rest, processes)
     return run_process(command, result, threads_one=engine == "ours-2proc"), output
 
 
@@ -211,12 +212,14 @@ def measure_size(size_name: str, pairs: list[tuple[str, str]], count: int, work:
     facts = build_models(size_name, pairs, folder, args)
     lines = [source for source, _ in pairs[:count]]
     paths = {name: os.path.join(folder, name) for name in ("marian", "ours", "ct2")}
-    paths.update(folder=folder, input=write_lines(lines, os.path.join(folder, "input.txt")), window=read_window(count))
+    paths.update(folder=folder, input=write_lines(lines, os.path.join(folder, "input.txt")))
+    paths["windows"] = {processes: read_window(count, processes) for processes in (1, PROCESSES)}
     paths["tokens"] = pretokenize(paths["ct2"], lines, os.path.join(folder, "input.tok"))
     paths["empty"] = write_lines([], os.path.join(folder, "empty.txt"))  # each engine's start-up
     write_lines([], paths["empty"] + ".tok")
     search = file_search(paths["ct2"], max(args.beams), args.max_length)
-    results = {"sentences": count, **facts, "patience": search["patience"], "read_window": paths["window"], "rows": {}}
+    results = {"sentences": count, **facts, "patience": search["patience"], "read_windows": paths["windows"]}
+    results["rows"] = {}
     for beams in args.beams:
         results["rows"][search_name(beams)] = measure_search(beams, paths, count, args)
     tenth = write_lines(lines[: max(1, count // 10)], os.path.join(folder, "tenth.txt"))

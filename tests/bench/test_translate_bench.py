@@ -37,6 +37,7 @@ def test_the_smallest_translate_run_writes_its_section_with_a_row_per_engine_and
     assert f"- command: `python -m bench translate {flags}`" in report
     assert "measured in 2 rounds, every engine once a round in turn" in report
     assert "### tiny: 100 sentences" in report
+    assert "`--read-window 100` (`50` on 2 processes)" in report  # one window on one process, a share each on two
     assert "gave the same text on 16 of 16 sentences" in report
     search = "greedy"
     rows = [line.split(" | ")[0][2:] for line in report.splitlines() if f" | {search} | " in line]
