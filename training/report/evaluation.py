@@ -2,11 +2,13 @@
 BLEU/chrF/exact-match scores, the reference cross-entropy, and the length-penalty search on the validation split."""
 
 import contextlib
+import copy
 import math
 
 import torch
 from torch.utils.data import DataLoader
 
+from ...inference.decoding import decode
 from ...modeling.kernels_vanilla_transformer import token_cross_entropy
 from ..data.tokenizing import make_collator
 from .metrics import MetricSums
@@ -35,16 +37,26 @@ def eval_mode(model):
 
 @torch.no_grad()
 def translated_batches(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs):
-    """Beam-search translations of a tokenised split, generated on every process: each batch's, gathered from every
-    process, in input order."""
+    """Translations of a tokenised split, on every process: each batch's, gathered from every process, in input
+    order. The search is generate()'s with `generate_kwargs` over the model's generation config, rule for rule, a
+    sentence leaving the batch once it is done (`decode`). The model is whole on each process (evaluation runs on a
+    whole copy under FSDP and DeepSpeed), so that the processes need not step together."""
     with eval_mode(accelerator.unwrap_model(model)) as unwrapped:
+        config = copy.deepcopy(unwrapped.generation_config)
+        config.update(**generate_kwargs)
         for batch in split_loader(tokenized, ("input_ids",), tokenizer, accelerator, batch_size):
-            generated = unwrapped.generate(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
-            )
+            found = decode(unwrapped, batch["input_ids"], batch["attention_mask"], config)
+            generated = padded([best.tokens for best, *_ in found], tokenizer.pad_token_id, batch["input_ids"].device)
             generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
             generated = accelerator.gather_for_metrics(generated)
             yield [h.strip() for h in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
+
+def padded(rows: list[list[int]], pad: int, device) -> torch.Tensor:
+    """Token rows as one tensor, each padded with `pad` to the longest (at least one column)."""
+    width = max(1, max(map(len, rows), default=0))
+    values = [token for row in rows for token in row + [pad] * (width - len(row))]
+    return torch.tensor(values, dtype=torch.long, device=device).view(len(rows), width)
 
 
 def translate_dataset(model, tokenizer, tokenized, accelerator, batch_size: int, **generate_kwargs) -> list[str]:
