@@ -20,6 +20,10 @@ SUITES = {
         "a corpus through `translate` against a plain MarianMTModel loop and CTranslate2's translate_file: the "
         "translate section",
     ),
+    "translate-fairseq": (
+        "translate.interactive",
+        "`translate` against fairseq-interactive on the same fairseq model, for context: the translate-fairseq section",
+    ),
 }
 
 

@@ -27,9 +27,11 @@ DATA_MARKER = "<!-- data: written by python -m bench data -->"  # the data suite
 GPU_MARKER = "<!-- gpu: written by python -m bench gpu -->"  # the GPU suite's, after the data suite's
 ENGINES_MARKER = "<!-- engines: written by python -m bench engines -->"  # the engines suite's, after the GPU suite's
 SERVE_MARKER = "<!-- serve: written by python -m bench serve -->"  # the serve suite's, after the engines suite's
-TRANSLATE_MARKER = "<!-- translate: written by python -m bench translate -->"  # the translate suite's, the last
+TRANSLATE_MARKER = "<!-- translate: written by python -m bench translate -->"  # the translate suite's
+TRANSLATE_FAIRSEQ_MARKER = "<!-- translate-fairseq: written by python -m bench translate-fairseq -->"  # the last
 # in the order their sections come in the report
-MARKERS = (SERVING_MARKER, DATA_MARKER, GPU_MARKER, ENGINES_MARKER, SERVE_MARKER, TRANSLATE_MARKER)
+MARKERS = (SERVING_MARKER, DATA_MARKER, GPU_MARKER, ENGINES_MARKER, SERVE_MARKER, TRANSLATE_MARKER,
+           TRANSLATE_FAIRSEQ_MARKER)  # fmt: skip
 NEXT_SECTION = re.compile(r"<!-- [\w-]+: written by python -m bench [\w-]+ -->")  # any suite's section marker
 
 

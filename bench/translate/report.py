@@ -105,7 +105,7 @@ def prose(results: dict) -> list[str]:
         "reads the corpus pre-tokenized into the export's tokens and writes tokens: its time leaves out the "
         "tokenization and detokenization that the engine's includes. Target tokens: each output line encoded again "
         f"with the tokenizer, </s> included. {s['processes']} processes: torchrun, `OMP_NUM_THREADS=1` each, against "
-        "one process at torch's default threads. fairseq-interactive is not measured.",
+        "one process at torch's default threads. fairseq-interactive: the next section, for context.",
         "",
         "The models: a MarianMTModel of random weights (seed 0) at each size's dimensions with a BPE trained on the "
         "corpus (both sides), imported exactly into this package (`import_checkpoint`) and exported to CTranslate2 "
