@@ -29,6 +29,7 @@ import transformers
 
 from ..common import models, report
 from ..common.measure import compare, log_row, matmul_peak, training_batch, training_flops
+from .profile import GROUPS, profile_step
 
 SUITE = "gpu"
 
@@ -123,30 +124,38 @@ def train_rows(args, size_name: str, peak: float) -> list[dict]:
     for mode, backend in (("eager", None), ("compiled", args.compile_backend)):
         if mode not in args.modes:
             continue
-        row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend)}
+        row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend, flops, peak)}
         for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
             seconds = row[f"{name}_ms"] / 1e3
             row[f"{name}_tok_s"], row[f"{name}_mfu"] = shape[0] * shape[2] / seconds, flops[kind] / seconds / peak
+            if row.get(f"{name}_profile"):  # the MFU against what the GEMMs alone would allow
+                row[f"{name}_of_ceiling"] = row[f"{name}_mfu"] / row[f"{name}_profile"]["gemm_ceiling"]
         log_row(rows, row)
     return rows
 
 
-def timed_steps(args, size: dict, batch: dict, backend: str | None) -> dict:
+def timed_steps(args, size: dict, batch: dict, backend: str | None, flops: dict, peak: float) -> dict:
     """Both models' training steps, each built and run twice on its own for its peak memory, then timed
-    alternately: milliseconds per step, their ratio (Marian's / ours) and the peak memory."""
+    alternately: milliseconds per step, their ratio (Marian's / ours) and the peak memory; then, with
+    --profile-steps, each step's profile (`profile.profile_step`: its kernel time by group, its GEMM-only ceiling)."""
     built = {}
     for kind in ("vanilla", "marian"):
         built[kind] = built_with_peak(functools.partial(Step, kind, size, args.device, batch, backend), args.device)
     (ours, ours_peak), (theirs, theirs_peak) = built["vanilla"], built["marian"]
     del built
     timed = compare(lambda: ours, lambda: theirs, args.repeats, args.steps, args.device)
-    return {
+    row = {
         "ours_ms": timed["ours"] * 1e3,
         "theirs_ms": timed["theirs"] * 1e3,
         "ratio": timed["ratio"],
         "ours_peak_gib": ours_peak,
         "theirs_peak_gib": theirs_peak,
     }
+    if args.profile_steps:
+        for name, kind, step in (("ours", "vanilla", ours), ("theirs", "marian", theirs)):
+            profiled = profile_step(step, args.device, args.profile_steps, flops[kind], peak)
+            row[f"{name}_profile"] = profiled.as_dict()
+    return row
 
 
 def generate_rows(args, size_name: str) -> list[dict]:
@@ -234,6 +243,8 @@ def run(args, measured=lambda results: None) -> dict:
 TARGETS = (
     ("base", "compiled", "ratio", 1.3, "training tokens/s against Marian"),
     ("base", "compiled", "ours_mfu", 0.40, "MFU"),
+    ("base", "compiled", "ours_of_ceiling", 0.8, "MFU against the GEMM-only ceiling"),
+    ("big", "compiled", "ratio", 1.3, "training tokens/s against Marian"),
     ("big", "compiled", "ours_mfu", 0.45, "MFU"),
 )
 
@@ -243,8 +254,9 @@ def target_lines(rows: list[dict]) -> list[str]:
     lines = ["", "Targets:", ""]
     for size, mode, key, least, what in TARGETS:
         row = next((r for r in rows if (r["size"], r["mode"]) == (size, mode)), None)
-        verdict = report.verdict(row and row[key], least, missing=f"no {mode} {size} row in this run")
-        shown = f"{least:g}x" if key == "ratio" else f"{100 * least:g}%"
+        missing = f"no {mode} {size} row in this run" if row is None else "not profiled in this run"
+        verdict = report.verdict(row and row.get(key), least, missing=missing)
+        shown = f"{100 * least:g}%" if key.endswith("mfu") else f"{least:g}x"
         lines.append(f"- {size}, {mode}: {what} at least {shown}: {verdict}")
     return lines
 
@@ -294,7 +306,26 @@ def section(results: dict, args, command: str) -> str:
         for r in results["translate"]:
             lines.append(f"| {r['engine']} | {r['device']} | {r['device_s']:.1f} | {r['cpu']} | {r['cpu_s']:.1f} | "
                          f"{r['ratio']:.2f}x |")  # fmt: skip
-    return "\n".join(lines + target_lines(results["train"])) + "\n"
+    return "\n".join(lines + profile_lines(results["train"]) + target_lines(results["train"])) + "\n"
+
+
+def profile_lines(rows: list[dict]) -> list[str]:
+    """The training steps' kernel time by group (ms per step, under torch.profiler) and the GEMM-only ceiling."""
+    profiled = [(r, name) for r in rows for name in ("ours", "theirs") if r.get(f"{name}_profile")]
+    if not profiled:
+        return []
+    lines = ["", "Where a training step's time goes (`bench/gpu/profile.py`: a torch.profiler trace of the step, each "
+             "kernel's time in ms per step by what it does; idle: the step's time in which no kernel ran; the "
+             "GEMM-only ceiling: the step's FLOPs over its GEMM and attention time alone, as a share of the peak):",
+             "", "| size | mode | model | step ms | " + " | ".join(GROUPS) + " | idle | GEMM-only ceiling |",
+             "|---|---|---|---|" + "---|" * (len(GROUPS) + 2)]  # fmt: skip
+    for row, name in profiled:
+        found = row[f"{name}_profile"]
+        groups = " | ".join(f"{found['groups'][group]:.2f}" for group in (*GROUPS, "idle"))
+        model = "ours" if name == "ours" else "Marian"
+        lines.append(f"| {row['size']} | {row['mode']} | {model} | {found['step_ms']:.2f} | {groups} | "
+                     f"{100 * found['gemm_ceiling']:.1f}% |")  # fmt: skip
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--translate-sentences", type=int, help="sentences of the translate command's rows (default 10000; 0: none)"
     )
     parser.add_argument("--peak-tflops", type=float, help="the card's dense bf16 peak, for a card not in the table")
+    parser.add_argument(
+        "--profile-steps", type=int, default=3, help="steps traced by torch.profiler: kernel time by group (0: none)"
+    )
     parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
     return parser

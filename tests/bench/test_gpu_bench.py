@@ -29,11 +29,14 @@ def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_pa
     assert report.startswith(earlier) and report.count(GPU_MARKER) == 1
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in report
     assert "- base, compiled: MFU at least 40%: not measured (no compiled base row in this run)" in report
+    assert "- base, compiled: MFU against the GEMM-only ceiling at least 0.8x: not measured (no compiled" in report
+    assert "| smoke | eager | ours |" in report and "| smoke | compiled | Marian |" in report  # the profile table
     results = json.loads(raw.read_text())
     assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "eager"), ("smoke", "compiled")]
     assert [r["beams"] for r in results["generate"]] == [1, 5]
     for row in results["train"]:
         assert row["ours_tok_s"] > 0 and row["theirs_tok_s"] > 0 and 0 < row["ours_mfu"] and 0 < row["theirs_mfu"]
+        assert row["ours_profile"]["groups"]["GEMM and attention"] > 0 and row["ours_of_ceiling"] > 0
     # written again, the section replaces the earlier one and keeps what follows it
     out.write_text(report + "\n<!-- later: written by python -m bench later -->\n\nlater\n")
     replace_section(f"{GPU_MARKER}\n\nnew figures\n", str(out), GPU_MARKER)
