@@ -12,8 +12,8 @@ Moses-tokenised as fairseq's `--tokenizer moses` does it, joint subword-nmt merg
 shared) for `--updates` updates, so that its outputs end where a translation would. `import_checkpoint(...,
 "fairseq")` imports it. Both engines read the raw text (Moses and BPE each in its own Python), batch by `--max-tokens`
 source tokens (padding included) and `--batch-size` sentences within windows of `--buffer-size` lines sorted by
-length, and write at most `--max-length` new tokens a sentence and at least one (fairseq's `--min-len 1`, the
-imported model's `min_new_tokens`).
+length, and write at most `--max-length` tokens a sentence before its </s> and at least one (fairseq's `--min-len 1`,
+the imported model's `min_new_tokens`).
 """
 
 import argparse
@@ -150,8 +150,9 @@ def engine_command(engine: str, beams: int, source: str, output: str, result: st
                 str(args.batch_size), "--buffer-size", str(args.buffer_size), "--max-len-a", "0", "--max-len-b",
                 str(args.max_length), "--input", source]  # fmt: skip
         return report.probe_command(args.fairseq_python, SUITE, "--probe", engine, result, *rest)
+    # fairseq's --max-len-b counts the tokens before </s>; --max-length counts the </s> that ends them too
     rest = ["translate", "--model", paths["ours"], "--input", source, "--output", output, "--num-beams", str(beams),
-            "--max-length", str(args.max_length), "--batch-size", str(args.batch_size), "--max-tokens",
+            "--max-length", str(args.max_length + 1), "--batch-size", str(args.batch_size), "--max-tokens",
             str(args.max_tokens), "--read-window", str(args.buffer_size), "--no-split",
             "--progress", "never"]  # fmt: skip
     return report.probe_command(sys.executable, SUITE, "--probe", engine, result, *rest)
@@ -260,10 +261,11 @@ def section(results: dict, command: str) -> str:
         f"{s['repeats']} round(s), the engines in turn. Both read the raw text (Moses and BPE in Python, each its "
         f"own), batch by at most {s['max_tokens']} source tokens (padding included) and {s['batch_size']} "
         f"sentences within windows of {s['buffer_size']} lines sorted by length (`--buffer-size`, `--read-window`), "
-        f"and write at most {s['max_length']} new tokens a sentence (`--max-len-a 0 --max-len-b {s['max_length']}`, "
-        "`--max-length`), at least one (fairseq's `--min-len 1`, given to the imported model's generation config as "
-        "`min_new_tokens=1`). Target tokens: each output line encoded again with the imported tokenizer's target side, "
-        "</s> included. Peak RSS is the process's VmHWM.",
+        f"and write at most {s['max_length']} new tokens a sentence before </s> (`--max-len-a 0 --max-len-b "
+        f"{s['max_length']}`; `--max-length {s['max_length'] + 1}`, which counts the </s>) and at least one "
+        "(fairseq's `--min-len 1`, given to the imported model's generation config as `min_new_tokens=1`). Target "
+        "tokens: each output line encoded again with the imported tokenizer's target side, </s> included. Peak RSS "
+        "is the process's VmHWM.",
     ]
     facts = [f"machine: {results['machine']}", results["versions"], f"corpus: {results['corpus']}"]
     lines = report.header_lines("## Corpus translation against fairseq-interactive, for context", SUITE, prose,
