@@ -162,6 +162,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         attention_bias: biases in the attention projections W^Q, W^K, W^V, W^O (the paper's formulas have none).
         init_std: standard deviation of the embedding initialisation; None means d_model ** -0.5.
         use_cache: reuse keys and values of previous decoding steps in `generate()`.
+        residual_in_fp32: under autocast, the residual stream (the embeddings with their positions, every Add&Norm's
+            output) stays float32, as autocast leaves LayerNorm's output. False carries it in autocast's dtype
+            (bf16): each LayerNorm still computes in float32 and casts its output, so no sub-layer's input is cast
+            again (Mamba's field of this name, Megatron's `fp32_residual_connection`). Without autocast it changes
+            nothing.
 
     The study switches (`vanilla-transformer ablate`; every one the paper's by default), as `SWITCHES` declares them:
     the fields of their own are left out of a saved configuration unless changed; the others are values of the
@@ -200,6 +205,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     attention_bias: bool = False
     init_std: float | None = None
     use_cache: bool = True
+    residual_in_fp32: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2

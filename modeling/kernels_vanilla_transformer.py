@@ -103,6 +103,100 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index
     return TokenCrossEntropy.apply(logits.reshape(-1, vocab), flat_labels, ignore_index, in_place)
 
 
+class LinearCrossEntropy(torch.autograd.Function):
+    """The final linear layer (§3.4) and the label-smoothed cross-entropy in one, a chunk of tokens at a time, so that
+    the (tokens, vocab) logits are never made whole: forward, each chunk's logits are projected, turned into the loss
+    and, when a gradient is wanted, at once into their gradient, which goes into the gradients of the hidden states,
+    the weight and the bias; then the chunk's logits are dropped. The backward pass only scales those gradients by the
+    loss's own. (Liger-Kernel's fused linear cross-entropy works the same way, in Triton.)
+
+    loss = sum over kept tokens of (1 - epsilon) * nll + epsilon * uniform   (as `TokenCrossEntropy`'s two terms)
+    d loss / d logits = softmax(logits) - (1 - epsilon) * onehot(ref) - epsilon / V
+
+    Under autocast the products run in its dtype, as `lm_head` would; softmax and the sums are float32, and the
+    weight's and bias's gradients are summed over the chunks in float32. Returns (loss sum, NLL sum); the NLL sum is
+    for logging and takes no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, epsilon: float, ignore_index: int):
+        keep = (labels != ignore_index).unsqueeze(-1)  # (tokens, 1)
+        safe_labels = labels.masked_fill(~keep.squeeze(-1), 0).unsqueeze(-1)
+        wants_grad = any(ctx.needs_input_grad[:3])
+        dtype = torch.promote_types(hidden.dtype, torch.float32)  # of the softmax and the sums
+        loss, nll = (hidden.new_zeros((), dtype=dtype) for _ in range(2))
+        grads = LinearGradients(hidden, weight, bias) if wants_grad else None
+        for rows in token_chunks(hidden.shape[0], weight.shape[0], hidden.device):
+            logits = F.linear(hidden[rows], weight, bias)  # (rows, vocab)
+            log_p = torch.log_softmax(logits, dim=-1, dtype=dtype)
+            token_nll = -log_p.gather(-1, safe_labels[rows]) * keep[rows]  # (rows, 1)
+            nll += token_nll.sum()
+            loss += (1.0 - epsilon) * token_nll.sum() - epsilon * (log_p.mean(-1, keepdim=True) * keep[rows]).sum()
+            if grads is not None:
+                grad = log_p.exp_().sub_(epsilon / weight.shape[0])
+                grad.scatter_add_(-1, safe_labels[rows], grad.new_full(safe_labels[rows].shape, epsilon - 1.0))
+                grads.add(rows, grad.mul_(keep[rows]).to(logits.dtype), hidden[rows], weight)
+        ctx.mark_non_differentiable(nll)
+        if grads is not None:  # saved as tensors, so that the backward pass frees them
+            ctx.save_for_backward(grads.hidden, grads.weight, grads.bias)
+            ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, grad_nll: torch.Tensor):
+        hidden, weight, bias = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.dtypes
+        bias = None if bias is None else (bias * grad_loss).to(bias_dtype)
+        return hidden * grad_loss.to(hidden.dtype), (weight * grad_loss).to(weight_dtype), bias, None, None, None
+
+
+class LinearGradients:
+    """The gradients of a linear layer's input, weight and bias, gathered a chunk of rows at a time from the gradient
+    of its output; the weight's and bias's in float32."""
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.hidden = torch.empty_like(hidden)
+        dtype = torch.promote_types(weight.dtype, torch.float32)  # the sums over the chunks
+        self.weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+        self.bias = None if bias is None else torch.zeros(bias.shape, dtype=dtype, device=bias.device)
+        self.cast_weight = None  # the weight in the products' dtype, cast once
+
+    def add(self, rows: slice, grad_output: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor) -> None:
+        """grad_output: d loss / d (hidden[rows] W^T + b), (rows, vocab)."""
+        if self.cast_weight is None:
+            self.cast_weight = weight.to(grad_output.dtype)
+        self.hidden[rows] = grad_output @ self.cast_weight
+        if grad_output.dtype == self.weight.dtype == hidden.dtype:  # float32: the product summed in place
+            self.weight.addmm_(grad_output.t(), hidden)
+        else:  # autocast's dtype: its product, summed in float32
+            self.weight += grad_output.t() @ hidden.to(grad_output.dtype)
+        if self.bias is not None:
+            self.bias += grad_output.sum(0, dtype=self.bias.dtype)
+
+
+def token_chunks(tokens: int, vocab: int, device: torch.device):
+    """Row slices of about LINEAR_CHUNK_ELEMENTS logits each (ACCELERATOR_CHUNK_ELEMENTS off the CPU)."""
+    elements = LINEAR_CHUNK_ELEMENTS if device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
+    rows = max(1, elements // vocab)
+    return (slice(start, start + rows) for start in range(0, tokens, rows))
+
+
+# on the CPU a chunk of the fused loss is three matrix products as well as the softmax: 2^24 logits (64 MiB in
+# float32) keep the products' row count in the hundreds at a vocabulary of tens of thousands
+LINEAR_CHUNK_ELEMENTS = 2**24
+
+
+@torch.compiler.disable  # eager under torch.compile: a loop over the chunks would make a graph per token count
+def linear_cross_entropy(
+    hidden: torch.Tensor, lm_head: nn.Linear, labels: torch.Tensor, epsilon: float = 0.0, ignore_index: int = -100
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(label-smoothed loss sum, NLL sum) over the non-ignored tokens of `lm_head(hidden)`'s logits, without making
+    them (see `LinearCrossEntropy`). hidden: (..., d_model), labels: (...)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    flat_labels = labels.reshape(-1).to(hidden.device)
+    return LinearCrossEntropy.apply(flat, lm_head.weight, lm_head.bias, flat_labels, epsilon, ignore_index)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # §3.4 The final linear layer, decoding on the CPU
 # ---------------------------------------------------------------------------------------------------------------------
@@ -128,9 +222,7 @@ def project_to_vocabulary(lm_head: nn.Linear, hidden_states: torch.Tensor) -> to
     if (
         hidden_states.device.type != "cpu"
         or weight.shape[0] <= 2 * VOCABULARY_BLOCK_ROWS
-        or type(lm_head) is not nn.Linear
-        or lm_head._forward_hooks
-        or lm_head._forward_pre_hooks
+        or not is_plain_linear(lm_head)
         or hidden_states.dtype != torch.float32
         or weight.dtype != torch.float32
         or weight.device != hidden_states.device
@@ -148,3 +240,9 @@ def project_to_vocabulary(lm_head: nn.Linear, hidden_states: torch.Tensor) -> to
         else:
             torch.addmm(bias[block], rows, weight[block].t(), out=logits[:, block])
     return logits.view(*hidden_states.shape[:-1], weight.shape[0])
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    """An nn.Linear as it is, not a subclass or wrapper (an adapter's) and with no hooks: its output is
+    F.linear(x, weight, bias), which the kernels above may compute their own way."""
+    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks

@@ -23,6 +23,7 @@ import copy
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -51,7 +52,13 @@ from ..configuration.configuration_vanilla_transformer import (
     target_vocabulary_size,
 )
 from .hub_vanilla_transformer import HubMixin
-from .kernels_vanilla_transformer import Dropout, project_to_vocabulary, token_cross_entropy
+from .kernels_vanilla_transformer import (
+    Dropout,
+    is_plain_linear,
+    linear_cross_entropy,
+    project_to_vocabulary,
+    token_cross_entropy,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -177,6 +184,7 @@ class TransformerEmbedding(nn.Module):
         self.max_positions = position_limit(config)  # learned positions only: the sinusoids have no bound
         # a study may leave the positions out: the embeddings go on as they are
         self.add_positions = without_positions if config.position_encoding == "none" else self.with_positions
+        self.to_stream = identity if config.residual_in_fp32 else in_autocast_dtype  # the residual stream's dtype
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -186,7 +194,8 @@ class TransformerEmbedding(nn.Module):
             raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        return self.dropout(self.add_positions(inputs_embeds * self.scale, past_len))  # (batch, seq_len, d_model)
+        x = self.add_positions(inputs_embeds * self.scale, past_len)  # (batch, seq_len, d_model)
+        return self.dropout(self.to_stream(x))
 
     def with_positions(self, x: torch.Tensor, past_len: int | torch.Tensor) -> torch.Tensor:
         """x plus the positional encodings of its positions, which continue the `past_len` before them."""
@@ -490,6 +499,27 @@ def no_residual(x: torch.Tensor) -> float:
     return 0.0
 
 
+def in_autocast_dtype(x: torch.Tensor) -> torch.Tensor:
+    """x in autocast's dtype where autocast is on for its device, as it is otherwise."""
+    device = x.device.type
+    return x.to(torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else x
+
+
+class StreamLayerNorm(nn.LayerNorm):
+    """LayerNorm (computed in float32 under autocast, as always) whose output is in autocast's dtype: the LayerNorm
+    of `residual_in_fp32=False`, which carries the residual stream in that dtype."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return in_autocast_dtype(super().forward(x))
+
+
+def layer_norm(config: VanillaTransformerConfig) -> nn.LayerNorm:
+    """An Add&Norm's LayerNorm, or a pre-norm stack's last: its output in float32 under autocast, or in autocast's
+    dtype (`config.residual_in_fp32`)."""
+    kind = nn.LayerNorm if config.residual_in_fp32 else StreamLayerNorm
+    return kind(config.d_model, eps=config.layer_norm_eps)
+
+
 class AddNorm(nn.Module):
     """The residual connection around each sub-layer (§3.1) with dropout on the sub-layer output (§5.4), and its
     LayerNorm. `AddNorm(config)` is the Add&Norm of `config.norm_position`: `PostNorm` (the paper's) or `PreNorm`. A
@@ -505,9 +535,7 @@ class AddNorm(nn.Module):
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
-        self.layer_norm = (
-            nn.Identity() if config.norm_position == "none" else nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        )
+        self.layer_norm = nn.Identity() if config.norm_position == "none" else layer_norm(config)
         self.dropout = Dropout(config.dropout)
         self.residual = identity if config.residual else no_residual
 
@@ -680,7 +708,7 @@ class Stack(VanillaTransformerPreTrainedModel):
         self.embed = TransformerEmbedding(config, embed_tokens)
         self.layers = nn.ModuleList([layer(config, i) for i in range(num_layers)])
         pre_norm = config.norm_position == "pre"
-        self.final_norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if pre_norm else None
+        self.final_norm = layer_norm(config) if pre_norm else None
         self.post_init()
 
     def init_weights(self):
@@ -873,6 +901,17 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class VanillaTransformerLMOutput(Seq2SeqLMOutput):
+    r"""Seq2SeqLMOutput, and beside a label-smoothed `loss` the plain cross-entropy it smooths.
+
+    nll_loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `labels`):
+        The mean token cross-entropy, normalised as `loss` is; the same as `loss` without label smoothing.
+    """
+
+    nll_loss: torch.FloatTensor | None = None
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: the encoder-decoder followed by the linear projection onto the vocabulary; the
     softmax of §3.4 is applied by the loss and by generation to the returned logits."""
@@ -999,6 +1038,38 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
 
+    def decoder_input_ids_for(
+        self,
+        labels: torch.Tensor | None,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        skip_logits: bool,
+    ) -> torch.Tensor | None:
+        """The decoder's input ids: as given, or the labels shifted right; the labels checked first."""
+        if skip_logits and labels is None:
+            raise ValueError("skip_logits=True needs labels: without them the logits are the output")
+        if labels is None:
+            return decoder_input_ids
+        if labels.device.type == "cpu":  # as check_inputs reads token ids: on the CPU only
+            check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            return self.prepare_decoder_input_ids_from_labels(labels)
+        return decoder_input_ids
+
+    def logits_and_loss(
+        self, hidden: torch.Tensor, labels: torch.Tensor | None, label_smoothing: float, skip_logits: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """The logits (batch, tgt_len, vocab_size), None with `skip_logits` where the head is a plain linear layer;
+        with labels, the label-smoothed loss and the NLL, summed over the target tokens."""
+        if skip_logits and is_plain_linear(self.lm_head):
+            return None, *linear_cross_entropy(hidden, self.lm_head, labels, label_smoothing)
+        logits = project_to_vocabulary(self.lm_head, hidden)
+        if labels is None:
+            return logits, None, None
+        nll, uniform = token_cross_entropy(logits, labels)
+        nll_sum = nll.sum()
+        return logits, torch.lerp(nll_sum, uniform.sum(), label_smoothing), nll_sum  # (1 - eps) nll + eps uniform
+
     @can_return_tuple
     @cache_argument
     def forward(
@@ -1013,20 +1084,24 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        skip_logits: bool = False,
+        label_smoothing: float = 0.0,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput:
+    ) -> "VanillaTransformerLMOutput":
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             Target token ids; positions set to -100 are ignored. When given, `decoder_input_ids` default to the
-            labels shifted right and the returned loss is the mean token cross-entropy (label smoothing belongs to
-            the training criterion, see `vanilla_transformer.training`).
+            labels shifted right and the returned loss is the mean token cross-entropy (the training criterion,
+            `vanilla_transformer.training`, adds label smoothing through `label_smoothing`).
+        skip_logits (`bool`, *optional*, defaults to `False`):
+            With `labels`: the loss without the logits, which are never made whole (`linear_cross_entropy`, a chunk
+            of tokens at a time) and returned as None; the convention of Liger-Kernel and of the Trainer's
+            `use_liger_kernel`. A replaced or hooked `lm_head` makes the logits as usual.
+        label_smoothing (`float`, *optional*, defaults to 0.0):
+            The loss's label smoothing epsilon (§5.4); `nll_loss` is the plain cross-entropy beside it.
         """
-        if labels is not None:
-            if labels.device.type == "cpu":  # as check_inputs reads token ids: on the CPU only
-                check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        decoder_input_ids = self.decoder_input_ids_for(labels, decoder_input_ids, decoder_inputs_embeds, skip_logits)
+        use_cache = False if labels is not None else use_cache
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(
             input_ids,
@@ -1040,15 +1115,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = project_to_vocabulary(self.lm_head, outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
-
-        loss = None
+        logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, label_smoothing, skip_logits)
         if labels is not None:
-            nll, _ = token_cross_entropy(logits, labels)  # plain cross-entropy: no label smoothing here
             # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch
-            loss = nll.sum() / (num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum())
-        return Seq2SeqLMOutput(
+            tokens = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
+            loss, nll_loss = loss / tokens, nll_loss / tokens
+        return VanillaTransformerLMOutput(
             loss=loss,
+            nll_loss=nll_loss,
             logits=logits,
             **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
@@ -1071,6 +1145,7 @@ __all__ = [
     "PositionwiseFeedForward",
     "SinusoidalPositionalEncoding",
     "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerLMOutput",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
 ]
