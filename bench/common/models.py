@@ -17,8 +17,9 @@ QUICK_BATCHES = {"numbers": (128, 12, 12), "tiny": (128, 16, 16), "base": (16, 3
 PAD, BOS, EOS = 0, 1, 2
 
 
-def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1):
-    """The same Transformer as this package's model or as MarianMTModel (post-norm, sinusoidal, shared embeddings)."""
+def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1, **config):
+    """The same Transformer as this package's model or as MarianMTModel (post-norm, sinusoidal, shared embeddings);
+    `config`: fields of our model's configuration to change (ours only)."""
     # both models' modules are imported whichever is built, so that the two models' memory probes load the same code
     import torch
     from transformers import AutoModelForSeq2SeqLM, MarianConfig
@@ -26,11 +27,11 @@ def build(kind: str, size: dict, attn: str, device: str, dropout: float = 0.1):
     from vanilla_transformer import VanillaTransformerConfig
 
     if kind == "vanilla":
-        config = VanillaTransformerConfig(**vanilla_settings(size, dropout))
+        settings = VanillaTransformerConfig(**vanilla_settings(size, dropout), **config)
     else:
-        config = MarianConfig(**marian_settings(size, dropout))
+        settings = MarianConfig(**marian_settings(size, dropout))
     torch.manual_seed(0)
-    return AutoModelForSeq2SeqLM.from_config(config, attn_implementation=attn).to(device)
+    return AutoModelForSeq2SeqLM.from_config(settings, attn_implementation=attn).to(device)
 
 
 def vanilla_settings(size: dict, dropout: float) -> dict:

@@ -16,7 +16,6 @@ peak; the peak memory torch allocated for the step. Generation: greedy and beam-
 
 import argparse
 import functools
-import gc
 import os
 import subprocess
 import sys
@@ -28,8 +27,10 @@ import torch
 import transformers
 
 from ..common import models, report
-from ..common.measure import compare, log_row, matmul_peak, training_batch, training_flops
+from ..common.measure import compare, log_row, matmul_peak, training_batch
+from .changes import change_lines, change_rows
 from .profile import GROUPS, profile_step
+from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 SUITE = "gpu"
 
@@ -67,51 +68,6 @@ def card_peak(device: str, given: float | None) -> tuple[float, str]:
         raise SystemExit(f"unknown card {name!r}: give its dense bf16 peak with --peak-tflops")
     measured = matmul_peak(device, 512, torch.bfloat16)
     return measured, f"{measured / 1e12:.3f} TFLOP/s, this machine's measured bf16 matmul peak"
-
-
-class Step:
-    """One training step of one model: the speed suite's step (forward with the model's own loss, backward, clipping,
-    fused Adam), with the forward under bf16 autocast and, if `backend` is given, the model under torch.compile."""
-
-    def __init__(self, kind: str, size: dict, device: str, batch: dict, backend: str | None):
-        self.model = models.build(kind, size, "sdpa", device, dropout=size["dropout"]).train()
-        self.forward = torch.compile(self.model, backend=backend) if backend else self.model
-        self.batch, self.device_type = batch, torch.device(device).type
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        self()  # compiles, where compiled; compare warms up once more
-
-    def __call__(self):
-        with torch.autocast(self.device_type, dtype=torch.bfloat16):
-            loss = self.forward(**self.batch, use_cache=False).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-
-def step_flops(kind: str, size: dict, device: str, batch: dict) -> int:
-    """FLOPs of one forward and backward, counted as the speed suite counts them."""
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-        return training_flops(models.build(kind, size, "sdpa", device, dropout=size["dropout"]), batch)
-
-
-def built_with_peak(make_step, device: str) -> tuple["Step", float | None]:
-    """A step built and run twice (compiling it, where compiled, and allocating the optimizer's state), and the most
-    memory torch allocated on the GPU meanwhile beyond what was allocated before (None off CUDA)."""
-    release(device)
-    if not device.startswith("cuda"):
-        return make_step(), None
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step = make_step()
-    step()
-    return step, (torch.cuda.max_memory_allocated() - before) / 2**30
-
-
-def release(device: str) -> None:
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
 
 
 def train_rows(args, size_name: str, peak: float) -> list[dict]:
@@ -227,10 +183,14 @@ def run(args, measured=lambda results: None) -> dict:
         "train": [],
         "generate": [],
         "translate": [],
+        "changes": [],
     }
     for size_name in args.sizes:
         results["train"] += train_rows(args, size_name, peak)
         results["generate"] += generate_rows(args, size_name)
+        measured(results)
+    for size_name in args.change_sizes:
+        results["changes"] += change_rows(args, size_name, SIZES[size_name], peak)
         measured(results)
     if args.device.startswith("cuda") and args.translate_sentences:
         with tempfile.TemporaryDirectory() as folder:
@@ -306,7 +266,8 @@ def section(results: dict, args, command: str) -> str:
         for r in results["translate"]:
             lines.append(f"| {r['engine']} | {r['device']} | {r['device_s']:.1f} | {r['cpu']} | {r['cpu_s']:.1f} | "
                          f"{r['ratio']:.2f}x |")  # fmt: skip
-    return "\n".join(lines + profile_lines(results["train"]) + target_lines(results["train"])) + "\n"
+    lines += profile_lines(results["train"]) + change_lines(results.get("changes", []))
+    return "\n".join(lines + target_lines(results["train"])) + "\n"
 
 
 def profile_lines(rows: list[dict]) -> list[str]:
@@ -348,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile-steps", type=int, default=3, help="steps traced by torch.profiler: kernel time by group (0: none)"
     )
+    parser.add_argument(
+        "--changes", nargs="*", choices=list(CHANGES), default=list(CHANGES), help="candidate changes to our step, "
+        "each timed against the plain one (`bench/gpu/changes.py`; default: all; none: give the flag alone)",
+    )  # fmt: skip
+    parser.add_argument("--change-sizes", nargs="*", choices=list(SIZES), help="sizes of the changes' rows "
+                        "(default: base; smoke with --smoke)")  # fmt: skip
     parser.add_argument("--out", default=report.REPORT)
     parser.add_argument("--json", help="also write the raw results here")
     return parser
@@ -358,6 +325,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     smoke = args.smoke
     args.sizes = args.sizes or (["smoke"] if smoke else ["base", "big"])
+    if args.change_sizes is None:
+        args.change_sizes = ["smoke"] if smoke else ["base"]
     args.length, args.max_tokens = args.length or (8 if smoke else 32), args.max_tokens or (32 if smoke else 25000)
     args.sentences = args.sentences or (2 if smoke else 256)
     if args.translate_sentences is None:

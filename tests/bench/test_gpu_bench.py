@@ -10,6 +10,7 @@ import sys
 import torch
 
 from bench.common.report import GPU_MARKER, replace_section
+from bench.gpu.step import CHANGES
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -37,6 +38,12 @@ def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_pa
     for row in results["train"]:
         assert row["ours_tok_s"] > 0 and row["theirs_tok_s"] > 0 and 0 < row["ours_mfu"] and 0 < row["theirs_mfu"]
         assert row["ours_profile"]["groups"]["GEMM and attention"] > 0 and row["ours_of_ceiling"] > 0
+    # each candidate change to our step, against the plain step, with its profile
+    changes = [row["change"] for row in results["changes"]]
+    assert changes == [change.name for change in CHANGES.values()] and "| smoke | compiled | all three |" in report
+    for row in results["changes"]:
+        assert row["speed_up"] > 0 and row["profile"]["groups"]["GEMM and attention"] > 0
+    assert results["changes"][-1]["batch"] == [8, 8, 8]  # twice the plain batch's 4 sentences
     # written again, the section replaces the earlier one and keeps what follows it
     out.write_text(report + "\n<!-- later: written by python -m bench later -->\n\nlater\n")
     replace_section(f"{GPU_MARKER}\n\nnew figures\n", str(out), GPU_MARKER)

@@ -8,7 +8,8 @@ import pytest
 from bench.common import models
 from bench.common.measure import training_batch, training_flops
 from bench.gpu.profile import GROUPS, group_of, profile_step
-from bench.gpu.suite import SIZES, Step
+from bench.gpu.step import Step
+from bench.gpu.suite import SIZES
 
 NAMES = {
     "triton_per_fused__to_copy_add_native_dropout_backward_native_layer_norm_backward_12": (

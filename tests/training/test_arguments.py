@@ -113,6 +113,8 @@ def test_values_given_in_python_are_checked_as_flags_are():
     assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float
     with pytest.raises(ArgumentsError, match="--d-model 30 must be divisible by --num-heads 4"):
         resolve(TrainArguments.from_options(d_model=30, num_heads=4))
+    with pytest.raises(ArgumentsError, match="--fused-loss never makes the logits, which --rdrop-alpha's KL term"):
+        resolve(TrainArguments.from_options(fused_loss=True, rdrop_alpha=5.0))
 
 
 def test_the_study_switches_are_flags_that_build_a_new_model_only():

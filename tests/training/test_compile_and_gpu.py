@@ -52,3 +52,21 @@ def test_on_cuda_train_uses_tf32_bf16_and_compiled_steps(tmp_path, data_files):
     assert torch.get_float32_matmul_precision() == "high"  # TF32 matmuls
     assert records[-1]["loss"] < records[0]["loss"]
     assert {w.dtype for w in load_file(out / "model.safetensors").values()} == {torch.float32}
+
+
+def test_the_fused_loss_trains_as_the_plain_one_and_the_bf16_stream_is_the_models(tmp_path, data_files):
+    """--fused-loss computes the same loss a chunk of tokens at a time: the same updates to float rounding.
+    --no-residual-in-fp32 with bf16 autocast carries the residual stream in bf16 and says so in the model's
+    configuration."""
+    common = ("--cpu", "--max-steps", "4", "--save-steps", "0", "--eval-steps", "0", "--num-beams", "1")
+    plain = train(data_files, tmp_path / "plain", *common)
+    fused = train(data_files, tmp_path / "fused", *common, "--fused-loss")
+    assert [r["loss"] for r in fused] == pytest.approx([r["loss"] for r in plain], rel=1e-4)
+    assert [r["nll_loss"] for r in fused] == pytest.approx([r["nll_loss"] for r in plain], rel=1e-4)
+    plain_weights, fused_weights = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "fused"))
+    assert all(torch.allclose(plain_weights[k], fused_weights[k], atol=1e-5) for k in plain_weights)
+    stream = train(data_files, tmp_path / "stream", *common, "--mixed-precision", "bf16", "--no-residual-in-fp32")
+    assert stream[0]["loss"] == pytest.approx(plain[0]["loss"], rel=2e-2)
+    config = json.loads((tmp_path / "stream" / "config.json").read_text())
+    assert config["residual_in_fp32"] is False
+    assert {w.dtype for w in load_file(tmp_path / "stream" / "model.safetensors").values()} == {torch.float32}

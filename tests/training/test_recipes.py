@@ -81,6 +81,29 @@ def test_multi30k_recipe_with_the_reference_runs_settings(tmp_path):
     assert "up to 4096 tokens per process" in (tmp_path / "run" / "README.md").read_text()
 
 
+def test_the_reference_runs_settings_one_at_a_time(tmp_path):
+    """--follow takes one difference of the reference run at a time into the published budget: here its dropout and
+    its averaging, while the length penalty is still searched on validation."""
+    done, results = run_recipe(
+        tmp_path, "--budget", "published", "--follow", "dropout", "--follow", "averaging", dropouts=(0.0, 0.0)
+    )
+    assert "Averaged the last 2 checkpoints." in done.stdout
+    assert "averaging_search" not in results and set(results["length_penalty_search"]) == {"1.0", "1.2"}
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--budget", "published", "--follow", "warmup"], "--follow warmup: expected dropout, bpe, averaging or"),
+        (["--follow", "bpe"], "--follow needs --budget published"),
+    ],
+)
+def test_a_setting_the_recipe_cannot_follow_is_refused(tmp_path, flags, message):
+    done = subprocess.run(["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run"), *flags], text=True,
+                          capture_output=True)  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr
+
+
 def test_an_unknown_budget_is_refused(tmp_path):
     done = subprocess.run(
         ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run"), "--budget", "huge"], text=True, capture_output=True
@@ -93,3 +116,30 @@ def test_an_unknown_device_is_refused(tmp_path):
     command = ["bash", RECIPE, str(tmp_path), "de", str(tmp_path / "run")]
     done = subprocess.run(command, text=True, capture_output=True, env=env)
     assert done.returncode == 2 and "DEVICE=tpu: expected cpu or cuda" in done.stderr
+
+
+SETS = os.path.join(os.path.dirname(RECIPE), "multi30k_gpu_sets.sh")
+
+
+def test_a_gpu_set_starts_its_six_runs_resumes_what_was_cut_and_scores_the_held_out_sets(tmp_path):
+    """The lent GPU's runs, as a dry run: six recipe runs at once, a finished run skipped, a run with checkpoints
+    resumed, and each model scored on the held-out test sets DATA_DIR holds."""
+    data, out = tmp_path / "multi30k", tmp_path / "out"
+    data.mkdir()
+    (data / "test_2017_mscoco.jsonl").write_text("")
+    (out / "en_de_gpu_dropout_seed1" / "checkpoints" / "checkpoint-100").mkdir(parents=True)
+    (out / "en_de_gpu_bpe_seed2").mkdir(parents=True)
+    (out / "en_de_gpu_bpe_seed2" / "eval_results.json").write_text('{"length_penalty": 1.2}')
+    done = subprocess.run(["bash", SETS, "2", str(data), str(out)], text=True, capture_output=True,
+                          env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    runs = [line for line in lines if "multi30k.sh" in line]
+    assert len(runs) == 5  # six, less the finished one
+    assert f"{out}/en_de_gpu_dropout_seed42 --budget published --follow dropout --seed 42 --eval-steps 2000" in runs[0]
+    assert runs[1].endswith(f"--seed 1 --eval-steps 2000 --resume-from {out}/en_de_gpu_dropout_seed1")
+    scored = [line for line in lines if " evaluate " in line]
+    assert len(scored) == 6 and all("test_2017_mscoco.jsonl" in line for line in scored)
+    assert "--length-penalty 1.2" in scored[-1] and "--num-beams 5" in scored[-1]
+    refused = subprocess.run(["bash", SETS, "4", str(data), str(out)], text=True, capture_output=True)
+    assert refused.returncode == 2 and "SET 4: expected 1, 2 or 3" in refused.stderr

@@ -3,8 +3,10 @@ import math
 import pytest
 import torch
 from vanilla_transformer.modeling import kernels_vanilla_transformer
-from vanilla_transformer.training.optim.criterion import label_smoothed_nll_loss, rdrop_kl_sum
+from vanilla_transformer.training.optim.criterion import TranslationCriterion, label_smoothed_nll_loss, rdrop_kl_sum
 from vanilla_transformer.training.optim.schedule import cooldown_factor, inverse_sqrt_lr, lr_lambda
+
+from ..conftest import tiny_model
 
 
 def test_schedule_is_equation_3_of_the_paper():
@@ -171,3 +173,29 @@ def test_the_cross_entropy_takes_cache_sized_passes_on_the_cpu_and_few_large_one
     most = kernels_vanilla_transformer.CROSS_ENTROPY_CHUNK_ELEMENTS if device == "cpu" else 2**25
     assert sum(rows) == 25_000 and max(rows) * 37_000 <= most
     assert len(rows) > 800 if device == "cpu" else len(rows) < 50
+
+
+def test_the_fused_criterion_gives_the_plain_ones_sums_and_gradients():
+    """--fused-loss: the model projects and scores a chunk of tokens at a time; the loss, its logging figures and
+    the gradients are the plain criterion's, to float rounding."""
+    model = tiny_model(seed=6).train()
+    labels = torch.randint(3, 50, (4, 5))
+    labels[2, 3:] = -100
+    batch = {
+        "input_ids": torch.randint(3, 50, (4, 7)),
+        "attention_mask": torch.ones(4, 7, dtype=torch.long),
+        "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels),
+        "labels": labels,
+    }
+    results = {}
+    for fused in (False, True):
+        loss, sample_size, logging = TranslationCriterion(0.1, fused_loss=fused)(model, batch)
+        results[fused] = (loss, sample_size, logging, torch.autograd.grad(loss, list(model.parameters())))
+    (plain, plain_size, plain_log, plain_grads), (loss, size, log, grads) = results[False], results[True]
+    assert size == plain_size == 18 and log["target_tokens"] == 18
+    torch.testing.assert_close(loss, plain, rtol=1e-5, atol=0)
+    torch.testing.assert_close(log["nll_loss"], plain_log["nll_loss"], rtol=1e-5, atol=0)
+    for fused_grad, plain_grad in zip(grads, plain_grads):
+        torch.testing.assert_close(fused_grad, plain_grad, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="fused_loss never makes the logits"):
+        TranslationCriterion(0.1, rdrop_alpha=5.0, fused_loss=True)

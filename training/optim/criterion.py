@@ -71,9 +71,14 @@ class TranslationCriterion:
         unk_token_id: int | None = None,
         special_ids: tuple[int, ...] = (),
         compile: bool = False,
+        fused_loss: bool = False,
     ):
+        if fused_loss and rdrop_alpha:
+            raise ValueError("fused_loss never makes the logits, which R-Drop (rdrop_alpha) reads: give one")
         self.label_smoothing, self.rdrop_alpha, self.word_dropout = label_smoothing, rdrop_alpha, word_dropout
         self.unk_token_id, self.special_ids = unk_token_id, special_ids
+        # --fused-loss: the model projects and computes the loss a chunk of tokens at a time (`skip_logits`)
+        self.forward_loss = self.fused_forward_loss if fused_loss else self.forward_loss
         # the backward pass writes the logits' gradient over them, except under torch.compile, whose graphs take no
         # mutation of a tensor saved for the backward pass (and which plans the memory of its backward itself)
         self.in_place = not compile
@@ -91,6 +96,7 @@ class TranslationCriterion:
             tokenizer.unk_token_id,
             special_ids,
             compile=optimisation.compile,
+            fused_loss=optimisation.fused_loss,
         )
 
     def sample_size(self, batch: dict) -> torch.Tensor:
@@ -127,3 +133,16 @@ class TranslationCriterion:
         `self.in_place`)."""
         logits = model(**inputs, use_cache=False).logits
         return (logits, *label_smoothed_nll_loss(logits, labels, self.label_smoothing, in_place=self.in_place))
+
+    def fused_forward_loss(self, model, inputs: dict, labels: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """`forward_loss` with the model's own fused projection and loss (`skip_logits`): no logits (None), the
+        same sums to float rounding."""
+        outputs = model(
+            **inputs,
+            labels=labels,
+            use_cache=False,
+            skip_logits=True,
+            label_smoothing=self.label_smoothing,
+            num_items_in_batch=1,  # the model's loss is the sum over tokens divided by this
+        )
+        return None, outputs.loss, outputs.nll_loss, (labels != -100).sum()

@@ -123,6 +123,13 @@ class ModelArguments(Checked):
     share_embeddings: bool = option(
         True, help="one matrix for both embeddings and the output projection (§3.4); --no-share-embeddings: three"
     )
+    residual_in_fp32: bool = option(
+        True,
+        help="with --mixed-precision, keep the residual stream (every Add&Norm's output) in float32, as autocast "
+        "leaves it; --no-residual-in-fp32 carries it in the autocast dtype: each LayerNorm still computes in float32, "
+        "and no sub-layer's input is cast again. Saved in the model's configuration (`residual_in_fp32`); a run "
+        "with --init-from takes this flag's value",
+    )
     init_from: str | None = option(
         help="fine-tune: start from this model folder (trained here or brought in by `import`), its weights, "
         "architecture and tokenizer, instead of a new model"
@@ -191,6 +198,12 @@ class OptimisationArguments(Checked):
         "with AVX512-BF16 or AMX too). Greedy validation during training runs under it too; the final "
         "length-penalty search, scores and saved model are float32",
         choices=("no", "fp16", "bf16"),
+    )
+    fused_loss: bool = option(
+        False,
+        help="compute the output projection and the label-smoothed loss together, a chunk of tokens at a time, so "
+        "that the (tokens x vocabulary) logits are never made whole: less memory at large vocabularies, the same "
+        "loss to float rounding. Not with --rdrop-alpha, whose consistency term reads the logits",
     )
     cpu: bool = option(False, help="train on the CPU even if a GPU is present")
     compile: bool = option(
@@ -356,6 +369,8 @@ def check_sizes(args: TrainArguments, preset: str, from_preset: set[str]) -> Non
         raise ArgumentsError(
             "--streaming reads a corpus of unknown length: give --max-steps (--num-epochs cannot size the run)"
         )
+    if optimisation.fused_loss and optimisation.rdrop_alpha:
+        raise ArgumentsError("--fused-loss never makes the logits, which --rdrop-alpha's KL term reads: give one")
     if args.model.d_model % args.model.num_heads:
         raise ArgumentsError(f"--d-model {args.model.d_model} must be divisible by --num-heads {args.model.num_heads}")
     if optimisation.max_steps is not None and optimisation.cooldown_steps > optimisation.max_steps:

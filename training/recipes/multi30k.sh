@@ -4,7 +4,8 @@
 # adds dropout 0.1 on attention weights and after the feed-forward ReLU),
 # on lowercased text as is usual for Multi30k: compare by lowercased BLEU.
 #
-#   bash training/recipes/multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget recipe|published|reference] [extra train flags]
+#   bash training/recipes/multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget recipe|published|reference]
+#       [--follow dropout|bpe|averaging|length-penalty ...] [extra train flags]
 #
 # --budget recipe (the default): 4096 tokens per update for 70 epochs (about 8,100 updates), the learning rate cooled
 # down linearly to 0 over the last 2,000, the last update's weights.
@@ -20,6 +21,9 @@
 # not among the datasets this recipe reads; here the tokenizer lowercases and splits punctuation off itself), it stops
 # early with patience 10 on validation loss, and it scores BLEU with fairseq on that tokenised text (here sacreBLEU's
 # lowercased 13a on detokenised text).
+# --follow SETTING (after --budget published, once per setting): one of those four settings of the reference run
+# alone: dropout (none on the attention weights or after the ReLU), bpe (10,000 pieces), averaging (the average always
+# kept), length-penalty (1, no search). --budget reference is --budget published with all four.
 #
 # The run uses the whole machine: NPROC processes (default 2, one per core) of one thread each, data-parallel, with
 # --max-tokens 4096/NPROC per process so that every update sees 4096 tokens, 8192 with --budget published (about
@@ -31,7 +35,7 @@
 # learning rate cools down to 0, and on validation they beat the average of the last 4 or 8 checkpoints), then the
 # length penalty with the best validation BLEU; test_2016_flickr is decoded once, with beam 5, at the end.
 set -euo pipefail
-DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget recipe|published|reference] [extra train flags]}
+DATA=${1:?usage: multi30k.sh DATA_DIR TARGET_LANG OUTPUT_DIR [--budget B] [--follow SETTING ...] [extra train flags]}
 TGT=${2:?target language: de or fr}
 OUT=${3:?output folder}
 shift 3
@@ -46,16 +50,37 @@ if [[ "${1:-}" == "--budget" ]]; then
   BUDGET=${2:?--budget: recipe, published or reference}
   shift 2
 fi
-LENGTH_PENALTY_SEARCH=(--tune-length-penalty 0.4 0.6 0.8 1.0 1.2 1.4 1.6)
+FOLLOW=()
+while [[ "${1:-}" == "--follow" ]]; do
+  FOLLOW+=("${2:?--follow: dropout, bpe, averaging or length-penalty}")
+  shift 2
+done
 case "$BUDGET" in
-  recipe) BUDGET_FLAGS=(--max-tokens $((4096 / NPROC)) --keep-checkpoints 2 "${LENGTH_PENALTY_SEARCH[@]}") ;;
-  published) BUDGET_FLAGS=(--max-tokens $((8192 / NPROC)) --max-steps 8000 --cooldown-steps 0
-    --save-strategy epoch --keep-checkpoints 10 --average-checkpoints 10 --tune-averaging
-    "${LENGTH_PENALTY_SEARCH[@]}") ;;
-  reference) BUDGET_FLAGS=(--max-tokens $((8192 / NPROC)) --max-steps 8000 --cooldown-steps 0
-    --save-strategy epoch --keep-checkpoints 10 --average-checkpoints 10
-    --attention-dropout 0 --activation-dropout 0 --vocab-size 10000 --length-penalty 1.0) ;;
+  recipe|published) ;;
+  reference) BUDGET=published; FOLLOW+=(dropout bpe averaging length-penalty) ;;
   *) echo "multi30k.sh: --budget $BUDGET: expected recipe, published or reference" >&2; exit 2 ;;
+esac
+if [[ ${#FOLLOW[@]} -gt 0 && "$BUDGET" != published ]]; then
+  echo "multi30k.sh: --follow needs --budget published: the reference's settings are compared at its budget" >&2
+  exit 2
+fi
+TUNE_AVERAGING=(--tune-averaging)
+LENGTH_PENALTY=(--tune-length-penalty 0.4 0.6 0.8 1.0 1.2 1.4 1.6)
+SETTINGS=()
+for setting in "${FOLLOW[@]}"; do
+  case "$setting" in
+    dropout) SETTINGS+=(--attention-dropout 0 --activation-dropout 0) ;;
+    bpe) SETTINGS+=(--vocab-size 10000) ;;
+    averaging) TUNE_AVERAGING=() ;;
+    length-penalty) LENGTH_PENALTY=(--length-penalty 1.0) ;;
+    *) echo "multi30k.sh: --follow $setting: expected dropout, bpe, averaging or length-penalty" >&2; exit 2 ;;
+  esac
+done
+case "$BUDGET" in
+  recipe) BUDGET_FLAGS=(--max-tokens $((4096 / NPROC)) --keep-checkpoints 2 "${LENGTH_PENALTY[@]}") ;;
+  published) BUDGET_FLAGS=(--max-tokens $((8192 / NPROC)) --max-steps 8000 --cooldown-steps 0
+    --save-strategy epoch --keep-checkpoints 10 --average-checkpoints 10 "${TUNE_AVERAGING[@]}"
+    "${LENGTH_PENALTY[@]}" "${SETTINGS[@]}") ;;
 esac
 torchrun --standalone --nproc_per_node "$NPROC" -m vanilla_transformer.cli train "${DEVICE_FLAGS[@]}" \
   --train-file "$DATA/train.jsonl" \

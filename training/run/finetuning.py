@@ -57,9 +57,10 @@ def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
     return options
 
 
-def model_from_folder(folder: str, dropouts: dict, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    """The folder's model with the run's dropout rates, checked against the tokenizer the run encodes with."""
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **dropouts)
+def model_from_folder(folder: str, overrides: dict, tokenizer) -> VanillaTransformerForConditionalGeneration:
+    """The folder's model with the run's settings of its configuration (dropout rates, the residual stream's
+    dtype), checked against the tokenizer the run encodes with."""
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **overrides)
     try:
         check_tokenizer_matches(model.config, tokenizer, folder)
     except ValueError as error:

@@ -18,7 +18,8 @@ def build_model(
     `data`'s length limits, and its generation config the evaluation's beam search; `switches`, the study switches
     changed (`SwitchArguments.changed`), take the new model's architecture apart."""
     if sizes.init_from:
-        model = model_from_folder(sizes.init_from, {name: getattr(sizes, name) for name in DROPOUTS}, tokenizer)
+        overrides = {name: getattr(sizes, name) for name in (*DROPOUTS, "residual_in_fp32")}
+        model = model_from_folder(sizes.init_from, overrides, tokenizer)
         limit, needed = position_limit(model.config), trained_positions(data)
         if limit is not None and needed > limit:
             raise ArgumentsError(
@@ -41,6 +42,7 @@ def build_model(
         position_encoding=sizes.position_encoding,
         activation=sizes.activation,
         share_embeddings=sizes.share_embeddings,
+        residual_in_fp32=sizes.residual_in_fp32,
         max_position_embeddings=position_table_size(sizes.position_encoding, data),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
