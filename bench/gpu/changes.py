@@ -8,8 +8,9 @@ from .profile import GROUPS, profile_step
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 
-def change_rows(args, size_name: str, size: dict, peak: float) -> list[dict]:
-    """Each of --changes against the plain step, in --modes' last mode (compiled, unless only eager is asked)."""
+def change_rows(args, size_name: str, size: dict, peak: float):
+    """Each of --changes against the plain step, in --modes' last mode (compiled, unless only eager is asked): a
+    row as each is measured."""
     mode, backend = ("compiled", args.compile_backend) if "compiled" in args.modes else ("eager", None)
     shape = (max(1, args.max_tokens // args.length), args.length, args.length)
     batch = training_batch(size, shape, args.device)
@@ -39,7 +40,7 @@ def change_rows(args, size_name: str, size: dict, peak: float) -> list[dict]:
         del changed
         release(args.device)
         log_row(rows, row)
-    return rows
+        yield row
 
 
 def change_lines(rows: list[dict]) -> list[str]:

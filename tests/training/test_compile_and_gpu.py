@@ -70,3 +70,24 @@ def test_the_fused_loss_trains_as_the_plain_one_and_the_bf16_stream_is_the_model
     config = json.loads((tmp_path / "stream" / "config.json").read_text())
     assert config["residual_in_fp32"] is False
     assert {w.dtype for w in load_file(tmp_path / "stream" / "model.safetensors").values()} == {torch.float32}
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_fused_loss_and_the_bf16_stream_train_as_the_plain_step(tmp_path, data_files):
+    """The step's changes on the card, compiled (the fused loss runs eager between the compiled graphs): the same
+    losses as the plain bf16 step, to bf16's rounding."""
+    torch._dynamo.reset()
+    common = ("--mixed-precision", "bf16", "--max-steps", "20", "--save-steps", "0", "--eval-steps", "0")
+    plain = train(data_files, tmp_path / "plain", *common, "--num-beams", "1")
+    changed = train(
+        data_files,
+        tmp_path / "changed",
+        *common,
+        "--num-beams",
+        "1",
+        "--compile",
+        "--fused-loss",
+        "--no-residual-in-fp32",
+    )
+    assert changed[0]["loss"] == pytest.approx(plain[0]["loss"], rel=2e-2)
+    assert changed[-1]["loss"] < changed[0]["loss"] and changed[-1]["loss"] == pytest.approx(plain[-1]["loss"], rel=0.1)
