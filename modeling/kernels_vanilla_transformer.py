@@ -1,6 +1,7 @@
 """The kernels of the model written by hand rather than taken from PyTorch: the dropout of §5.4, the chunked
-cross-entropy behind the softmax of §3.4, and the final linear layer of §3.4 in vocabulary blocks when decoding on the
-CPU (their docstrings say what they do better than the library's own).
+cross-entropy behind the softmax of §3.4, the same fused with the final linear layer (the model's `skip_logits`), and
+the final linear layer of §3.4 in vocabulary blocks when decoding on the CPU (their docstrings say what they do better
+than the library's own).
 The modeling file imports them; training code imports `token_cross_entropy` from here."""
 
 import torch
@@ -129,9 +130,9 @@ class LinearCrossEntropy(torch.autograd.Function):
         for rows in token_chunks(hidden.shape[0], weight.shape[0], hidden.device):
             logits = F.linear(hidden[rows], weight, bias)  # (rows, vocab)
             log_p = torch.log_softmax(logits, dim=-1, dtype=dtype)
-            token_nll = -log_p.gather(-1, safe_labels[rows]) * keep[rows]  # (rows, 1)
-            nll += token_nll.sum()
-            loss += (1.0 - epsilon) * token_nll.sum() - epsilon * (log_p.mean(-1, keepdim=True) * keep[rows]).sum()
+            chunk_nll = (-log_p.gather(-1, safe_labels[rows]) * keep[rows]).sum()
+            nll += chunk_nll
+            loss += (1.0 - epsilon) * chunk_nll - epsilon * (log_p.mean(-1, keepdim=True) * keep[rows]).sum()
             if grads is not None:
                 grad = log_p.exp_().sub_(epsilon / weight.shape[0])
                 grad.scatter_add_(-1, safe_labels[rows], grad.new_full(safe_labels[rows].shape, epsilon - 1.0))
@@ -166,7 +167,7 @@ class LinearGradients:
         if self.cast_weight is None:
             self.cast_weight = weight.to(grad_output.dtype)
         self.hidden[rows] = grad_output @ self.cast_weight
-        if grad_output.dtype == self.weight.dtype == hidden.dtype:  # float32: the product summed in place
+        if grad_output.dtype == self.weight.dtype == hidden.dtype:  # no autocast: the product summed in place
             self.weight.addmm_(grad_output.t(), hidden)
         else:  # autocast's dtype: its product, summed in float32
             self.weight += grad_output.t() @ hidden.to(grad_output.dtype)

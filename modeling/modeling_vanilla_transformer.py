@@ -1061,6 +1061,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """The logits (batch, tgt_len, vocab_size), None with `skip_logits` where the head is a plain linear layer;
         with labels, the label-smoothed loss and the NLL, summed over the target tokens."""
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing is an epsilon in [0, 1), got {label_smoothing}")
         if skip_logits and is_plain_linear(self.lm_head):
             return None, *linear_cross_entropy(hidden, self.lm_head, labels, label_smoothing)
         logits = project_to_vocabulary(self.lm_head, hidden)
