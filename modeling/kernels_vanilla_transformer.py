@@ -90,9 +90,15 @@ def chunks(logits: torch.Tensor):
     tokens, and every batch of another shape would compile it again; the compiler fuses the passes itself."""
     if torch.compiler.is_compiling():
         return (slice(None),)
-    elements = CROSS_ENTROPY_CHUNK_ELEMENTS if logits.device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
-    rows = max(1, elements // logits.shape[-1])
-    return (slice(start, start + rows) for start in range(0, logits.shape[0], rows))
+    return row_slices(logits.shape[0], logits.shape[-1], logits.device, CROSS_ENTROPY_CHUNK_ELEMENTS)
+
+
+def row_slices(tokens: int, vocab: int, device: torch.device, cpu_elements: int):
+    """Slices of `tokens` rows of `vocab` logits each, about `cpu_elements` logits a slice on the CPU
+    (ACCELERATOR_CHUNK_ELEMENTS elsewhere)."""
+    elements = cpu_elements if device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
+    rows = max(1, elements // vocab)
+    return (slice(start, start + rows) for start in range(0, tokens, rows))
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, in_place: bool = False):
@@ -127,7 +133,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         dtype = torch.promote_types(hidden.dtype, torch.float32)  # of the softmax and the sums
         loss, nll = (hidden.new_zeros((), dtype=dtype) for _ in range(2))
         grads = LinearGradients(hidden, weight, bias) if wants_grad else None
-        for rows in token_chunks(hidden.shape[0], weight.shape[0], hidden.device):
+        for rows in row_slices(hidden.shape[0], weight.shape[0], hidden.device, LINEAR_CHUNK_ELEMENTS):
             logits = F.linear(hidden[rows], weight, bias)  # (rows, vocab)
             log_p = torch.log_softmax(logits, dim=-1, dtype=dtype)
             chunk_nll = (-log_p.gather(-1, safe_labels[rows]) * keep[rows]).sum()
@@ -173,13 +179,6 @@ class LinearGradients:
             self.weight += grad_output.t() @ hidden.to(grad_output.dtype)
         if self.bias is not None:
             self.bias += grad_output.sum(0, dtype=self.bias.dtype)
-
-
-def token_chunks(tokens: int, vocab: int, device: torch.device):
-    """Row slices of about LINEAR_CHUNK_ELEMENTS logits each (ACCELERATOR_CHUNK_ELEMENTS off the CPU)."""
-    elements = LINEAR_CHUNK_ELEMENTS if device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
-    rows = max(1, elements // vocab)
-    return (slice(start, start + rows) for start in range(0, tokens, rows))
 
 
 # on the CPU a chunk of the fused loss is three matrix products as well as the softmax: 2^24 logits (64 MiB in

@@ -4,7 +4,7 @@ alternately, at one size and mode: tokens/s, the speed-up, the peak memory, and 
 import functools
 
 from ..common.measure import compare, log_row, training_batch
-from .profile import GROUPS, profile_step
+from .profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 
@@ -58,10 +58,6 @@ def change_lines(rows: list[dict]) -> list[str]:
                      f"{memory[1]} |")  # fmt: skip
     profiled = [r for r in rows if r.get("profile")]
     if profiled:
-        lines += ["", "| change | step ms | " + " | ".join(GROUPS) + " | idle | GEMM-only ceiling |",
-                  "|---|---|" + "---|" * (len(GROUPS) + 2)]  # fmt: skip
-        for r in profiled:
-            found = r["profile"]
-            groups = " | ".join(f"{found['groups'][group]:.2f}" for group in (*GROUPS, "idle"))
-            lines.append(f"| {r['change']} | {found['step_ms']:.2f} | {groups} | {100 * found['gemm_ceiling']:.1f}% |")
+        lines += ["", f"| change | {PROFILE_COLUMNS} |", "|---|---|" + "---|" * (len(GROUPS) + 2)]
+        lines += [f"| {r['change']} | {profile_cells(r['profile'])} |" for r in profiled]
     return lines

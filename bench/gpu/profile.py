@@ -93,3 +93,13 @@ def operator_busy(events) -> dict:
             group = group_of(event.name)
             busy[group] = busy.get(group, 0.0) + event.self_cpu_time_total
     return busy
+
+
+# the columns of a profiled step in the suite's tables, after the columns that name the step
+PROFILE_COLUMNS = "step ms | " + " | ".join(GROUPS) + " | idle | GEMM-only ceiling"
+
+
+def profile_cells(found: dict) -> str:
+    """A profiled step's cells under PROFILE_COLUMNS, from `StepProfile.as_dict()`."""
+    groups = " | ".join(f"{found['groups'][group]:.2f}" for group in (*GROUPS, "idle"))
+    return f"{found['step_ms']:.2f} | {groups} | {100 * found['gemm_ceiling']:.1f}%"

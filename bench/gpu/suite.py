@@ -29,7 +29,7 @@ import transformers
 from ..common import models, report
 from ..common.measure import compare, log_row, matmul_peak, training_batch
 from .changes import change_lines, change_rows
-from .profile import GROUPS, profile_step
+from .profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 SUITE = "gpu"
@@ -279,14 +279,11 @@ def profile_lines(rows: list[dict]) -> list[str]:
     lines = ["", "Where a training step's time goes (`bench/gpu/profile.py`: a torch.profiler trace of the step, each "
              "kernel's time in ms per step by what it does; idle: the step's time in which no kernel ran; the "
              "GEMM-only ceiling: the step's FLOPs over its GEMM and attention time alone, as a share of the peak):",
-             "", "| size | mode | model | step ms | " + " | ".join(GROUPS) + " | idle | GEMM-only ceiling |",
+             "", f"| size | mode | model | {PROFILE_COLUMNS} |",
              "|---|---|---|---|" + "---|" * (len(GROUPS) + 2)]  # fmt: skip
     for row, name in profiled:
-        found = row[f"{name}_profile"]
-        groups = " | ".join(f"{found['groups'][group]:.2f}" for group in (*GROUPS, "idle"))
         model = "ours" if name == "ours" else "Marian"
-        lines.append(f"| {row['size']} | {row['mode']} | {model} | {found['step_ms']:.2f} | {groups} | "
-                     f"{100 * found['gemm_ceiling']:.1f}% |")  # fmt: skip
+        lines.append(f"| {row['size']} | {row['mode']} | {model} | {profile_cells(row[f'{name}_profile'])} |")
     return lines
 
 

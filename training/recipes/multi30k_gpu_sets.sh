@@ -38,12 +38,9 @@ for setting in "${SETTINGS[@]}"; do
     read -r -a flags <<< "${setting#*:}"
     resume=()
     if compgen -G "$OUT/$name/checkpoints/checkpoint-*" > /dev/null; then resume=(--resume-from "$OUT/$name"); fi
-    if [[ -n "${DRY_RUN:-}" ]]; then
-      echo "DEVICE=cuda bash multi30k.sh $DATA $TGT $OUT/$name ${flags[*]} --seed $seed --eval-steps 2000 ${resume[*]}"
-    else
-      DEVICE=cuda bash "$HERE/multi30k.sh" "$DATA" "$TGT" "$OUT/$name" "${flags[@]}" --seed "$seed" --eval-steps 2000 \
-        "${resume[@]}" > "$OUT/$name.log" 2>&1 &
-    fi
+    command=(env DEVICE=cuda bash "$HERE/multi30k.sh" "$DATA" "$TGT" "$OUT/$name" "${flags[@]}" --seed "$seed"
+      --eval-steps 2000 "${resume[@]}")
+    if [[ -n "${DRY_RUN:-}" ]]; then echo "${command[*]}"; else "${command[@]}" > "$OUT/$name.log" 2>&1 & fi
   done
 done
 status=0
