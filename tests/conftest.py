@@ -11,7 +11,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.documents import argv, first_command, run  # noqa: E402
+from tests.documents import argv, first_command  # noqa: E402
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -62,6 +62,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: "first_run" in item.fixturenames)  # last: the first run trains meanwhile (`FirstRun`)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="gpu: needs a CUDA device, and torch.cuda.is_available() is False here")
@@ -303,36 +304,69 @@ def first_run_key() -> str:
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def first_run(request, tmp_path_factory) -> Path:
-    """A fresh folder in which the README's first command has run: it holds runs/numbers-en-de and, as a clone of the
-    repository does, examples/ (a link to the repository's). The run is kept in pytest's cache under `first_run_key`,
-    so that the slow tier, run after the fast one on the same tree, copies the fast tier's run instead of training it
-    again; each session gets a copy of its own to write in."""
-    import shutil
+class FirstRun:
+    """The README's first command, training in a folder of its own in a background process from the session's start,
+    at the lowest CPU priority: it takes the cores the tests leave idle, and the tests that need it (ordered last by
+    `pytest_collection_modifyitems`) wait for it. A run kept in pytest's cache under `first_run_key` is copied instead,
+    so that the slow tier, run after the fast one on the same tree, does not train it again."""
 
-    folder = tmp_path_factory.mktemp("readme")
+    def __init__(self, folder: Path, kept: Path | None):
+        import shutil
+
+        self.folder, self.kept, self.process = folder, kept, None
+        if kept is not None and kept.is_dir():
+            shutil.copytree(kept, folder, dirs_exist_ok=True)
+            return
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:
+            self.process = subprocess.Popen(
+                argv(first_command()), cwd=folder, env=env, stdout=stdout, stderr=stderr, preexec_fn=lambda: os.nice(19)
+            )
+
+    def wait(self) -> Path:
+        """The folder, once the command has finished there (kept in the cache, whole or not at all: copied beside,
+        then renamed into place; older trees' runs removed)."""
+        import shutil
+
+        if self.process is not None:
+            code, self.process = self.process.wait(timeout=900), None
+            stdout, stderr = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout.txt", "stderr.txt"))
+            assert code == 0, stderr[-3000:]
+            (self.folder / "train_output.txt").write_text(stdout + stderr, encoding="utf-8")
+            for name in ("stdout.txt", "stderr.txt"):
+                (self.folder / name).unlink()
+            if self.kept is not None:
+                for old in self.kept.parent.iterdir():
+                    shutil.rmtree(old, ignore_errors=True)
+                partial = self.kept.with_name(f"{self.kept.name}.tmp-{os.getpid()}")
+                shutil.copytree(self.folder, partial)
+                os.replace(partial, self.kept)
+        return self.folder
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def first_run_training(request, tmp_path_factory):
+    """Starts the README's first command at the session's start when a test of the session needs its run."""
+    if not any("first_run" in item.fixturenames for item in request.session.items):
+        yield None
+        return
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     kept = cache.mkdir("first-run") / first_run_key() if cache is not None else None
-    if kept is not None and kept.is_dir():
-        shutil.copytree(kept, folder, dirs_exist_ok=True)
-    else:
-        train_first_run(folder, kept)
-    (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    training = FirstRun(tmp_path_factory.mktemp("readme"), kept)
+    yield training
+    training.stop()
+
+
+@pytest.fixture(scope="session")
+def first_run(first_run_training) -> Path:
+    """A fresh folder in which the README's first command has run (`FirstRun`): it holds runs/numbers-en-de, its
+    output in train_output.txt and, as a clone of the repository does, examples/ (a link to the repository's)."""
+    folder = first_run_training.wait()
+    if not (folder / "examples").exists():
+        (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     return folder
-
-
-def train_first_run(folder: Path, kept: Path | None) -> None:
-    """The README's first command in `folder`, its output in train_output.txt; the folder kept in `kept`, whole or
-    not at all (copied beside, then renamed into place; older trees' runs removed)."""
-    import shutil
-
-    done = run(argv(first_command()), folder, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (folder / "train_output.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
-    if kept is not None:
-        for old in kept.parent.iterdir():
-            shutil.rmtree(old, ignore_errors=True)
-        partial = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
-        shutil.copytree(folder, partial)
-        os.replace(partial, kept)

@@ -1,38 +1,47 @@
-"""The GPU suite's smoke setting, run once on whatever device the machine has, so that the suite a GPU machine runs
-in one command cannot rot (its figures are not asserted, and off a GPU they mean nothing). It writes its section at
-the end of BENCHMARKS.md, after the other suites' sections, and replaces it when run again."""
+"""The GPU suite's smoke setting, run once on whatever device the machine has through bench/gpu/checks.sh, the one
+command a GPU machine runs, so that neither can rot (the figures are not asserted, and off a GPU they mean nothing).
+The suite replaces its section of BENCHMARKS.md and keeps the other suites' sections."""
 
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from bench.common.report import GPU_MARKER, replace_section
 from bench.gpu.step import CHANGES
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+REPORT = os.path.join(ROOT, "BENCHMARKS.md")
 
 
-def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_path):
-    out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "results.json"
-    earlier = "# Benchmarks\n\nthe speed suite's report\n\n"
-    earlier += "<!-- data: written by python -m bench data -->\n\n## Data\n\nits figures\n"
-    out.write_text(earlier)
-    command = [sys.executable, "-m", "bench", "gpu", "--smoke", "--compile-backend", "aot_eager"]
-    command += ["--out", str(out), "--json", str(raw)]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = out.read_text()
-    assert report.startswith(earlier) and report.count(GPU_MARKER) == 1
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory):
+    """bench/gpu/checks.sh, the one command a GPU machine runs, in the smoke setting on this machine, once: the run,
+    its output folder, and the repository's BENCHMARKS.md before it."""
+    before = open(REPORT, encoding="utf-8").read()
+    out = tmp_path_factory.mktemp("checks") / "gpu-results"
+    command = ["bash", "bench/gpu/checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
+    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(out.parent / "no-wheels")}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, out, before
+
+
+def test_smoke_setting_replaces_its_section_and_keeps_the_other_suites_sections(checks):
+    _, out, before = checks
+    report = (out / "BENCHMARKS.md").read_text(encoding="utf-8")
+    start = before.index(GPU_MARKER)
+    end = before.index("<!-- ", start + len(GPU_MARKER))  # the next suite's section
+    assert report.startswith(before[:start]) and report.endswith(before[end:]) and report.count(GPU_MARKER) == 1
+    assert before[start:end] not in report  # the earlier run's section is gone
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in report
     assert "- base, compiled: MFU at least 40%: not measured (no compiled base row in this run)" in report
     assert "- base, compiled: MFU against the GEMM-only ceiling at least 0.8x: not measured (no compiled" in report
     assert "| smoke | eager | ours |" in report and "| smoke | compiled | Marian |" in report  # the profile table
-    results = json.loads(raw.read_text())
+    results = json.loads((out / "gpu.json").read_text())
     assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "eager"), ("smoke", "compiled")]
     assert [r["beams"] for r in results["generate"]] == [1, 5]
     for row in results["train"]:
@@ -44,26 +53,24 @@ def test_smoke_setting_writes_its_section_after_the_other_suites_sections(tmp_pa
     for row in results["changes"]:
         assert row["speed_up"] > 0 and row["profile"]["groups"]["GEMM and attention"] > 0
     assert results["changes"][-1]["batch"] == [8, 8, 8]  # twice the plain batch's 4 sentences
-    # written again, the section replaces the earlier one and keeps what follows it
-    out.write_text(report + "\n<!-- later: written by python -m bench later -->\n\nlater\n")
+
+
+def test_the_section_goes_before_the_suites_that_follow_it_and_is_replaced_when_written_again(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    earlier = "# Benchmarks\n\nthe speed suite's report\n\n"
+    earlier += "<!-- data: written by python -m bench data -->\n\n## Data\n\nits figures\n"
+    later = "<!-- engines: written by python -m bench engines -->\n\n## Engines\n\ntheirs\n"
+    out.write_text(earlier + "\n" + later)
+    replace_section(f"{GPU_MARKER}\n\nold figures\n", str(out), GPU_MARKER)
+    assert out.read_text() == earlier + f"\n{GPU_MARKER}\n\nold figures\n\n" + later
     replace_section(f"{GPU_MARKER}\n\nnew figures\n", str(out), GPU_MARKER)
-    assert (
-        out.read_text()
-        == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n<!-- later: written by python -m bench later -->\n\nlater\n"
-    )
+    assert out.read_text() == earlier + f"\n{GPU_MARKER}\n\nnew figures\n\n" + later
 
 
-def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_folder(tmp_path):
-    """bench/gpu/checks.sh, the one command a GPU machine runs, on this machine: the gpu-marked tests run (skipped
-    with their reason off CUDA), the benchmark writes its section into a copy of BENCHMARKS.md in the output folder,
-    and the repository's BENCHMARKS.md is left as it was."""
-    report = os.path.join(ROOT, "BENCHMARKS.md")
-    before = open(report, encoding="utf-8").read()
-    out = tmp_path / "gpu-results"
-    command = ["bash", "bench/gpu/checks.sh", str(out), "--smoke", "--compile-backend", "aot_eager"]
-    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels")}
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_folder(checks):
+    """The gpu-marked tests run (skipped with their reason off CUDA), the benchmark writes its section into a copy of
+    BENCHMARKS.md in the output folder, and the repository's BENCHMARKS.md is left as it was."""
+    done, out, before = checks
     assert "gpu-marked tests: exit status 0; python -m bench gpu: exit status 0" in done.stdout
     assert f"torch {torch.__version__}" in (out / "machine.txt").read_text()
     tests = (out / "gpu-tests.log").read_text()
@@ -73,4 +80,4 @@ def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_fol
     assert copy.count(GPU_MARKER) == 1
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in copy
     assert [r["size"] for r in json.loads((out / "gpu.json").read_text())["train"]] == ["smoke", "smoke"]
-    assert open(report, encoding="utf-8").read() == before
+    assert open(REPORT, encoding="utf-8").read() == before
