@@ -304,6 +304,10 @@ def first_run_key() -> str:
     return digest.hexdigest()[:16]
 
 
+# what a process runs before the command it starts, to take the lowest CPU priority (where the system has one)
+LOWEST_PRIORITY = (lambda: os.nice(19)) if hasattr(os, "nice") else None
+
+
 class FirstRun:
     """The README's first command, training in a folder of its own in a background process from the session's start,
     at the lowest CPU priority: it takes the cores the tests leave idle, and the tests that need it (ordered last by
@@ -320,7 +324,7 @@ class FirstRun:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(
-                argv(first_command()), cwd=folder, env=env, stdout=stdout, stderr=stderr, preexec_fn=lambda: os.nice(19)
+                argv(first_command()), cwd=folder, env=env, stdout=stdout, stderr=stderr, preexec_fn=LOWEST_PRIORITY
             )
 
     def wait(self) -> Path:
