@@ -371,6 +371,5 @@ def first_run(first_run_training) -> Path:
     """A fresh folder in which the README's first command has run (`FirstRun`): it holds runs/numbers-en-de, its
     output in train_output.txt and, as a clone of the repository does, examples/ (a link to the repository's)."""
     folder = first_run_training.wait()
-    if not (folder / "examples").exists():
-        (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     return folder
