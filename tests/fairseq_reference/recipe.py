@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,9 +180,6 @@ def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> No
         "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--print-alignment", "--input",
         root / "raw" / "test.en", cwd=folder)  # fmt: skip
     (folder / "interactive.txt").write_text(output, encoding="utf-8")
-    if name in CONSTRAINED:
-        for mode in CONSTRAINT_MODES:
-            constrained_outputs(python, root, name, variant, mode)
 
 
 def constrained_outputs(python: Path, root: Path, name: str, variant: Variant, mode: str) -> None:
@@ -200,17 +197,27 @@ def constrained_outputs(python: Path, root: Path, name: str, variant: Variant, m
 
 
 def build(python: Path, root: Path) -> None:
-    """The whole reference into `root`: the data, then the variants two at a time (one thread each)."""
+    """The whole reference into `root`: the data, then the fairseq runs two at a time (one thread each). A variant's
+    constrained translations are queued once it is trained, behind the variants' and the languages' training, so
+    that both threads stay busy to the end."""
     prepare(python, root)
     (root / "test.json").write_text(json.dumps(corpus()["test"], ensure_ascii=False), encoding="utf-8")
 
-    def one(name: str) -> None:
-        train(python, root, name, VARIANTS[name])
-        fairseq_outputs(python, root, name, VARIANTS[name])
-
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(one, VARIANTS))
-    train_without_languages(python, root)
+
+        def one(name: str) -> list[Future]:
+            train(python, root, name, VARIANTS[name])
+            constrained = [
+                pool.submit(constrained_outputs, python, root, name, VARIANTS[name], mode)
+                for mode in (CONSTRAINT_MODES if name in CONSTRAINED else ())
+            ]
+            fairseq_outputs(python, root, name, VARIANTS[name])
+            return constrained
+
+        variants = [pool.submit(one, name) for name in VARIANTS]
+        languages = pool.submit(train_without_languages, python, root)
+        for future in [*(later for variant in variants for later in variant.result()), languages]:
+            future.result()
 
 
 def interactive_hypotheses(text: str) -> tuple[list[list[str]], list[str], list[list[tuple[int, int]]]]:
