@@ -2,9 +2,10 @@
 
 The README's first command trains the embedded-task model exactly as a new user would, once for the test session (the
 `first_run` fixture of conftest.py), in a fresh process and a fresh folder. Then every example of the README and of
-docs/ that shows an output (a bash or python block followed directly by a ```text block) runs against that model and
-must print exactly that output. The README stays a front door (a page of about 250 lines, that points to every page
-of the manual), and the manual builds as a site with every link checked.
+docs/ that shows an output (a bash or python block followed directly by a ```text block) runs and must print exactly
+that output: those that read the first run's folder (runs/) in it, the others (the committed example model's, in
+examples/) in a folder of their own, while the first run trains. The README stays a front door (a page of about 250
+lines, that points to every page of the manual), and the manual builds as a site with every link checked.
 """
 
 import json
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,6 +33,16 @@ from tests.documents import (
 )
 
 EXAMPLES = [(name, *example) for name, text in DOCUMENTS.items() for example in examples_with_output(text)]
+ON_THE_FIRST_RUN = [example for example in EXAMPLES if "runs/" in example[2]]
+ON_THE_EXAMPLE_MODEL = [example for example in EXAMPLES if "runs/" not in example[2]]
+
+
+def example_ids(examples: list[tuple[str, str, str, str]]) -> list[str]:
+    return [f"{name}: {code.strip().splitlines()[-1][:50]}" for name, _, code, _ in examples]
+
+
+def command(language: str, code: str) -> list[str]:
+    return argv(code.strip()) if language == "bash" else [sys.executable, "-c", code]
 
 
 def test_the_first_command_trains_the_embedded_task_with_defaults():
@@ -58,13 +70,36 @@ def test_the_documents_show_outputs_for_the_examples_a_user_pastes_first():
         assert needle in manual, f"no example of the manual with a shown output uses {needle}"
 
 
+@pytest.fixture(scope="module")
+def first_run_outputs(first_run) -> dict[str, subprocess.CompletedProcess]:
+    """What each example on the first run printed, by its code: each document's examples in their order (a later one
+    may read what an earlier one wrote), two documents at a time."""
+    by_document = {}
+    for document, language, code, _ in ON_THE_FIRST_RUN:
+        by_document.setdefault(document, []).append((language, code))
+
+    def one(examples: list[tuple[str, str]]) -> dict[str, subprocess.CompletedProcess]:
+        return {code: run(command(language, code), first_run) for language, code in examples}
+
+    with ThreadPoolExecutor(2) as pool:
+        return {code: done for printed in pool.map(one, by_document.values()) for code, done in printed.items()}
+
+
+@pytest.mark.parametrize("document, language, code, expected", ON_THE_FIRST_RUN, ids=example_ids(ON_THE_FIRST_RUN))
+def test_every_example_prints_what_its_document_shows(first_run_outputs, document, language, code, expected):
+    done = first_run_outputs[code]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert same_output(done.stdout, expected), f"printed:\n{done.stdout}\nshown:\n{expected}"
+
+
 @pytest.mark.parametrize(
-    "document, language, code, expected",
-    EXAMPLES,
-    ids=[f"{name}: {code.strip().splitlines()[-1][:50]}" for name, _, code, _ in EXAMPLES],
+    "document, language, code, expected", ON_THE_EXAMPLE_MODEL, ids=example_ids(ON_THE_EXAMPLE_MODEL)
 )
-def test_every_example_prints_what_its_document_shows(first_run, document, language, code, expected):
-    done = run(argv(code.strip()) if language == "bash" else [sys.executable, "-c", code], first_run)
+def test_every_example_on_the_committed_model_prints_what_its_document_shows(
+    tmp_path, document, language, code, expected
+):
+    (tmp_path / "examples").symlink_to(EXAMPLE_MODEL.parent, target_is_directory=True)  # as in a clone
+    done = run(command(language, code), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert same_output(done.stdout, expected), f"printed:\n{done.stdout}\nshown:\n{expected}"
 
@@ -100,7 +135,8 @@ def test_ci_runs_the_readmes_test_command_and_then_the_slow_tier():
     command = re.search(r"## Run the tests\n\n```bash\n(.*?)\n```", README, re.DOTALL).group(1)
     assert command.endswith('python -m pytest -q -m "not slow"')
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert command in ci and "python -m pytest -q -m slow" in ci[ci.index(command) :]
+    slow = [line for line in ci[ci.index(command) :] if "python -m pytest -q -m slow" in line]
+    assert slow and "-n auto" in slow[0] and "--dist loadfile" in slow[0]  # the slow tier, on a worker a core
 
 
 def test_the_manual_builds_as_a_site_with_every_link_checked(tmp_path):
