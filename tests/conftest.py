@@ -312,45 +312,82 @@ class FirstRun:
     """The README's first command, training in a folder of its own in a background process from the session's start,
     at the lowest CPU priority: it takes the cores the tests leave idle, and the tests that need it (ordered last by
     `pytest_collection_modifyitems`) wait for it. A run kept in pytest's cache under `first_run_key` is copied instead,
-    so that the slow tier, run after the fast one on the same tree, does not train it again."""
+    so that the slow tier, run after the fast one on the same tree, does not train it again. Of the processes of one
+    session (pytest-xdist's workers), the one that holds the cache's lock trains; the others wait for the lock and copy
+    the run it kept (or train it, if it kept none)."""
 
     def __init__(self, folder: Path, kept: Path | None):
+        self.folder, self.kept, self.process, self.lock = folder, kept, None, None
+        if not self.copied() and self.locked(block=False):
+            self.start()
+
+    def copied(self) -> bool:
         import shutil
 
-        self.folder, self.kept, self.process = folder, kept, None
-        if kept is not None and kept.is_dir():
-            shutil.copytree(kept, folder, dirs_exist_ok=True)
-            return
+        if self.kept is None or not self.kept.is_dir():
+            return False
+        shutil.copytree(self.kept, self.folder, dirs_exist_ok=True)
+        return True
+
+    def locked(self, block: bool) -> bool:
+        """Whether this process holds the lock on the kept runs (where there is a cache and the system has locks)."""
+        try:
+            import fcntl
+        except ImportError:
+            return True
+        if self.kept is None:
+            return True
+        self.lock = open(self.kept.parent / ".training", "w")  # held until the run is kept
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            self.lock.close()
+            self.lock = None
+        return self.lock is not None
+
+    def start(self) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:
+        with open(self.folder / "stdout.txt", "wb") as stdout, open(self.folder / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(
-                argv(first_command()), cwd=folder, env=env, stdout=stdout, stderr=stderr, preexec_fn=LOWEST_PRIORITY
-            )
+                argv(first_command()), cwd=self.folder, env=env, stdout=stdout, stderr=stderr,
+                preexec_fn=LOWEST_PRIORITY,
+            )  # fmt: skip
 
     def wait(self) -> Path:
         """The folder, once the command has finished there (kept in the cache, whole or not at all: copied beside,
         then renamed into place; older trees' runs removed)."""
+        if self.process is None and not (self.folder / "train_output.txt").exists():
+            if self.locked(block=True) and not self.copied():  # another process held it: it trained, or it failed
+                self.start()
+        if self.process is not None:
+            self.keep()
+        return self.folder
+
+    def keep(self) -> None:
         import shutil
 
-        if self.process is not None:
-            code, self.process = self.process.wait(timeout=900), None
-            stdout, stderr = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout.txt", "stderr.txt"))
-            assert code == 0, stderr[-3000:]
-            (self.folder / "train_output.txt").write_text(stdout + stderr, encoding="utf-8")
-            for name in ("stdout.txt", "stderr.txt"):
-                (self.folder / name).unlink()
-            if self.kept is not None:
-                for old in self.kept.parent.iterdir():
+        code, self.process = self.process.wait(timeout=900), None
+        stdout, stderr = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout.txt", "stderr.txt"))
+        assert code == 0, stderr[-3000:]
+        (self.folder / "train_output.txt").write_text(stdout + stderr, encoding="utf-8")
+        for name in ("stdout.txt", "stderr.txt"):
+            (self.folder / name).unlink()
+        if self.kept is not None:
+            for old in self.kept.parent.iterdir():
+                if not old.name.startswith("."):
                     shutil.rmtree(old, ignore_errors=True)
-                partial = self.kept.with_name(f"{self.kept.name}.tmp-{os.getpid()}")
-                shutil.copytree(self.folder, partial)
-                os.replace(partial, self.kept)
-        return self.folder
+            partial = self.kept.with_name(f"{self.kept.name}.tmp-{os.getpid()}")
+            shutil.copytree(self.folder, partial)
+            os.replace(partial, self.kept)
+        self.stop()
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+        if self.lock is not None:
+            self.lock.close()  # and with it the lock
+            self.lock = None
 
 
 @pytest.fixture(scope="session", autouse=True)
