@@ -41,7 +41,7 @@ def example_ids(examples: list[tuple[str, str, str, str]]) -> list[str]:
     return [f"{name}: {code.strip().splitlines()[-1][:50]}" for name, _, code, _ in examples]
 
 
-def command(language: str, code: str) -> list[str]:
+def example_command(language: str, code: str) -> list[str]:
     return argv(code.strip()) if language == "bash" else [sys.executable, "-c", code]
 
 
@@ -79,7 +79,7 @@ def first_run_outputs(first_run) -> dict[str, subprocess.CompletedProcess]:
         by_document.setdefault(document, []).append((language, code))
 
     def one(examples: list[tuple[str, str]]) -> dict[str, subprocess.CompletedProcess]:
-        return {code: run(command(language, code), first_run) for language, code in examples}
+        return {code: run(example_command(language, code), first_run) for language, code in examples}
 
     with ThreadPoolExecutor(2) as pool:
         return {code: done for printed in pool.map(one, by_document.values()) for code, done in printed.items()}
@@ -99,7 +99,7 @@ def test_every_example_on_the_committed_model_prints_what_its_document_shows(
     tmp_path, document, language, code, expected
 ):
     (tmp_path / "examples").symlink_to(EXAMPLE_MODEL.parent, target_is_directory=True)  # as in a clone
-    done = run(command(language, code), tmp_path)
+    done = run(example_command(language, code), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert same_output(done.stdout, expected), f"printed:\n{done.stdout}\nshown:\n{expected}"
 
