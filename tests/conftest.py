@@ -357,7 +357,10 @@ class FirstRun:
         """The folder, once the command has finished there (kept in the cache, whole or not at all: copied beside,
         then renamed into place; older trees' runs removed)."""
         if self.process is None and not (self.folder / "train_output.txt").exists():
-            if self.locked(block=True) and not self.copied():  # another process held it: it trained, or it failed
+            self.locked(block=True)  # another process held it: it trained, or it failed
+            if self.copied():
+                self.release()  # for the next process that waits
+            else:
                 self.start()
         if self.process is not None:
             self.keep()
@@ -379,12 +382,15 @@ class FirstRun:
             partial = self.kept.with_name(f"{self.kept.name}.tmp-{os.getpid()}")
             shutil.copytree(self.folder, partial)
             os.replace(partial, self.kept)
-        self.stop()
+        self.release()
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+        self.release()
+
+    def release(self) -> None:
         if self.lock is not None:
             self.lock.close()  # and with it the lock
             self.lock = None
