@@ -310,11 +310,11 @@ LOWEST_PRIORITY = (lambda: os.nice(19)) if hasattr(os, "nice") else None
 
 class FirstRun:
     """The README's first command, training in a folder of its own in a background process from the session's start,
-    at the lowest CPU priority: it takes the cores the tests leave idle, and the tests that need it (ordered last by
-    `pytest_collection_modifyitems`) wait for it. A run kept in pytest's cache under `first_run_key` is copied instead,
-    so that the slow tier, run after the fast one on the same tree, does not train it again. Of the processes of one
-    session (pytest-xdist's workers), the one that holds the cache's lock trains; the others wait for the lock and copy
-    the run it kept (or train it, if it kept none)."""
+    on one thread (VANILLA_TRANSFORMER_FIRST_RUN_THREADS: more) at the lowest CPU priority: it takes the core the tests
+    leave idle, and the tests that need it (ordered last by `pytest_collection_modifyitems`) wait for it. A run kept in
+    pytest's cache under `first_run_key` is copied instead, so that the slow tier, run after the fast one on the same
+    tree, does not train it again. Of the processes of one session (pytest-xdist's workers), the one that holds the
+    cache's lock trains; the others wait for the lock and copy the run it kept (or train it, if it kept none)."""
 
     def __init__(self, folder: Path, kept: Path | None):
         self.folder, self.kept, self.process, self.lock = folder, kept, None, None
@@ -346,7 +346,10 @@ class FirstRun:
         return self.lock is not None
 
     def start(self) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # one thread by default: the tests keep about one core busy, and of two threads at the lowest priority the one
+        # they starve would hold the other at every parallel region. Where little else runs beside it, give it more.
+        threads = os.environ.get("VANILLA_TRANSFORMER_FIRST_RUN_THREADS", "1")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": threads}
         with open(self.folder / "stdout.txt", "wb") as stdout, open(self.folder / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(
                 argv(first_command()), cwd=self.folder, env=env, stdout=stdout, stderr=stderr,
