@@ -387,6 +387,14 @@ class FirstRun:
             os.replace(partial, self.kept)
         self.release()
 
+    def keep_when_done(self, wait: bool) -> None:
+        """Keeps the run once its command has finished well (if it has, or once it has with `wait`), so that a process
+        waiting on the lock copies it at once; a failed run is left to the tests that read it, which say why."""
+        if self.process is None or (not wait and self.process.poll() is None):
+            return
+        if self.process.wait(timeout=900) == 0:
+            self.keep()
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
@@ -399,6 +407,9 @@ class FirstRun:
             self.lock = None
 
 
+FIRST_RUN = pytest.StashKey[FirstRun]()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def first_run_training(request, tmp_path_factory):
     """Starts the README's first command at the session's start when a test of the session needs its run."""
@@ -408,8 +419,22 @@ def first_run_training(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     kept = cache.mkdir("first-run") / first_run_key() if cache is not None else None
     training = FirstRun(tmp_path_factory.mktemp("readme"), kept)
+    request.config.stash[FIRST_RUN] = training
     yield training
     training.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The first run is kept as soon as it is done, whichever test this process runs then: of pytest-xdist's workers,
+    the one that trains it need not be one that reads it. So a worker that still trains it after its last test (before
+    that test's teardown, which ends the session's fixtures) waits for it and keeps it, unless the session was cut
+    short."""
+    training = item.config.stash.get(FIRST_RUN, None)
+    if training is None:
+        return
+    cut_short = item.session.shouldfail or item.session.shouldstop
+    training.keep_when_done(wait=nextitem is None and bool(os.environ.get("PYTEST_XDIST_WORKER")) and not cut_short)
 
 
 @pytest.fixture(scope="session")
