@@ -310,14 +310,14 @@ LOWEST_PRIORITY = (lambda: os.nice(19)) if hasattr(os, "nice") else None
 
 class FirstRun:
     """The README's first command, training in a folder of its own in a background process from the session's start,
-    on one thread (VANILLA_TRANSFORMER_FIRST_RUN_THREADS: more) at the lowest CPU priority: it takes the core the tests
-    leave idle, and the tests that need it (ordered last by `pytest_collection_modifyitems`) wait for it. A run kept in
-    pytest's cache under `first_run_key` is copied instead, so that the slow tier, run after the fast one on the same
-    tree, does not train it again. Of the processes of one session (pytest-xdist's workers), the one that holds the
-    cache's lock trains; the others wait for the lock and copy the run it kept (or train it, if it kept none)."""
+    at the lowest CPU priority, on `threads` threads (None: torch's default): it takes the cores the tests leave idle,
+    and the tests that need it (ordered last by `pytest_collection_modifyitems`) wait for it. A run kept in pytest's
+    cache under `first_run_key` is copied instead, so that the slow tier, run after the fast one on the same tree, does
+    not train it again. Of the processes of one session (pytest-xdist's workers), the one that holds the cache's lock
+    trains; the others wait for the lock and copy the run it kept (or train it, if it kept none)."""
 
-    def __init__(self, folder: Path, kept: Path | None):
-        self.folder, self.kept, self.process, self.lock = folder, kept, None, None
+    def __init__(self, folder: Path, kept: Path | None, threads: int | None):
+        self.folder, self.kept, self.threads, self.process, self.lock = folder, kept, threads, None, None
         if not self.copied() and self.locked(block=False):
             self.start()
 
@@ -346,10 +346,9 @@ class FirstRun:
         return self.lock is not None
 
     def start(self) -> None:
-        # one thread by default: the tests keep about one core busy, and of two threads at the lowest priority the one
-        # they starve would hold the other at every parallel region. Where little else runs beside it, give it more.
-        threads = os.environ.get("VANILLA_TRANSFORMER_FIRST_RUN_THREADS", "1")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": threads}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)
         with open(self.folder / "stdout.txt", "wb") as stdout, open(self.folder / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(
                 argv(first_command()), cwd=self.folder, env=env, stdout=stdout, stderr=stderr,
@@ -408,17 +407,30 @@ class FirstRun:
 
 
 FIRST_RUN = pytest.StashKey[FirstRun]()
+# Beside this many other tests or more (the README's test command runs about 750), the first run trains on one thread:
+# they keep about one core busy, and of several threads at the lowest priority, the one they starve would hold the
+# others at every parallel region. Beside fewer, it takes torch's default threads, since it mostly trains alone.
+MANY_OTHER_TESTS = 100
+
+
+def reads_first_run(item) -> bool:
+    """Whether a test reads the README's first run and its skip markers let it run (not so the browser test where no
+    browser is installed)."""
+    from _pytest.skipping import evaluate_skip_marks  # pytest's own reading of skip and skipif
+
+    return "first_run" in item.fixturenames and evaluate_skip_marks(item) is None
 
 
 @pytest.fixture(scope="session", autouse=True)
 def first_run_training(request, tmp_path_factory):
-    """Starts the README's first command at the session's start when a test of the session needs its run."""
-    if not any("first_run" in item.fixturenames for item in request.session.items):
+    """Starts the README's first command at the session's start when a test the session will run reads its run."""
+    if not any(reads_first_run(item) for item in request.session.items):
         yield None
         return
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     kept = cache.mkdir("first-run") / first_run_key() if cache is not None else None
-    training = FirstRun(tmp_path_factory.mktemp("readme"), kept)
+    others = sum("first_run" not in item.fixturenames for item in request.session.items)
+    training = FirstRun(tmp_path_factory.mktemp("readme"), kept, 1 if others >= MANY_OTHER_TESTS else None)
     request.config.stash[FIRST_RUN] = training
     yield training
     training.stop()
