@@ -1,5 +1,5 @@
-"""The fused output projection and loss (`linear_cross_entropy`, the model's `skip_logits`) against the plain one, and
-the residual stream of `residual_in_fp32=False` under autocast."""
+"""The fused output projection and loss (`linear_cross_entropy`, the model's `skip_logits`) against the plain one, the
+residual stream of `residual_in_fp32=False` under autocast, and the output projection when decoding on the CPU."""
 
 import pytest
 import torch
@@ -162,3 +162,58 @@ def test_without_residual_in_fp32_the_stream_is_bf16_under_autocast_and_unchange
     bf16_stream.save_pretrained(tmp_path)
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
     assert reloaded.config.residual_in_fp32 is False and stream_dtypes(reloaded, batch) == {torch.bfloat16}
+
+
+class Operators(TorchDispatchMode):
+    """The ATen operators that run inside it, by name (`mkldnn._linear_pointwise.default`, `aten.mm.out`, ...)."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def project(head: nn.Linear, hidden: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """`project_to_vocabulary` without a gradient, as decoding runs it, and the operators it ran."""
+    with torch.no_grad(), Operators() as ops:
+        logits = kernels_vanilla_transformer.project_to_vocabulary(head, hidden)
+    return logits, ops.names
+
+
+@pytest.mark.skipif(not kernels_vanilla_transformer.ONEDNN_LINEAR, reason="torch has no oneDNN on this CPU")
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 32])
+def test_decoding_on_the_cpu_projects_through_onednn_to_float_rounding(bias, rows):
+    torch.manual_seed(rows)
+    head = nn.Linear(128, 8192, bias=bias)  # 2^20 weight elements: oneDNN's from there
+    hidden = torch.randn(rows, 1, 128)
+    logits, ops = project(head, hidden)
+    assert ops == ["mkldnn._linear_pointwise.default"]
+    assert logits.shape == (rows, 1, 8192)
+    torch.testing.assert_close(logits, head(hidden), rtol=1e-5, atol=1e-5)
+
+
+def test_a_smaller_weight_a_gradient_or_another_dtype_leave_the_plain_head():
+    head, hidden = nn.Linear(128, 8000), torch.randn(3, 2, 128)  # just under 2^20 weight elements
+    logits, ops = project(head, hidden)
+    assert torch.equal(logits, head(hidden)) and "mkldnn._linear_pointwise.default" not in ops
+    head = nn.Linear(128, 8192)
+    with Operators() as ops:
+        logits = kernels_vanilla_transformer.project_to_vocabulary(head, hidden)  # the weight wants its gradient
+    assert logits.requires_grad and "mkldnn._linear_pointwise.default" not in ops.names
+    logits, ops = project(head.to(torch.float64), hidden.to(torch.float64))
+    assert torch.equal(logits, head(hidden.to(torch.float64))) and "mkldnn._linear_pointwise.default" not in ops
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_without_onednn_the_projection_runs_a_vocabulary_block_at_a_time(bias, monkeypatch):
+    torch.manual_seed(5)
+    head = nn.Linear(64, 2 * kernels_vanilla_transformer.VOCABULARY_BLOCK_ROWS + 100, bias=bias)  # 3 blocks
+    hidden = torch.randn(4, 3, 64)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # as torch.backends.mkldnn.flags(enabled=False)
+    logits, ops = project(head, hidden)
+    assert ops.count("aten.addmm.out" if bias else "aten.mm.out") == 3
+    torch.testing.assert_close(logits, head(hidden), rtol=1e-5, atol=1e-5)
