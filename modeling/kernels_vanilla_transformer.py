@@ -81,8 +81,12 @@ class TokenCrossEntropy(torch.autograd.Function):
         grad = logits if ctx.in_place else torch.empty_like(logits)
         for rows in chunks(logits):
             p = torch.softmax(logits[rows], dim=-1, dtype=a.dtype)  # (rows, vocab)
-            torch.addcmul(-b[rows] / logits.shape[-1], p, a[rows] + b[rows], out=p)
-            grad[rows] = p.scatter_add_(-1, safe_labels[rows, None], -a[rows])
+            # written straight into the gradient's rows where it has the softmax's dtype, else cast into them
+            out = grad[rows] if grad.dtype == p.dtype else p
+            torch.addcmul(-b[rows] / logits.shape[-1], p, a[rows] + b[rows], out=out)
+            out.scatter_add_(-1, safe_labels[rows, None], -a[rows])
+            if out is p:
+                grad[rows] = p
         return grad, None, None, None
 
 
