@@ -229,9 +229,10 @@ def project_to_vocabulary(lm_head: nn.Linear, hidden_states: torch.Tensor) -> to
     d_model) weight is the largest of a step, and nn.Linear computes it badly: MKL's GEMM packs the whole weight again
     at every call, a pass over tens of MiB for a product of a few rows. So:
     - on an x86 CPU with a weight of at least ONEDNN_MIN_WEIGHT_ELEMENTS, the product runs through oneDNN's matmul,
-      which reads the weight as it is, a block at a time. Measured on 2 cores (AMD EPYC), 37000 x 512: 32 rows 19.2 ms
-      -> 9.4 ms, 5 rows 13.0 -> 5.5 ms, 160 rows (32 sentences, beam 5) 50.6 -> 32.2 ms; 8000 x 128, 32 rows 0.65 ->
-      0.58 ms. The same dot products, summed in another order: equal to float rounding, not bit for bit;
+      which reads the weight as it is, a block at a time. Measured on 2 cores (AMD EPYC), 37000 x 512: 1 row 7.2 ms
+      -> 3.8 ms, 5 rows 16.1 -> 5.4 ms, 32 rows 23.2 -> 13.2 ms, 160 rows (32 sentences, beam 5) 73.9 -> 31.8 ms;
+      8000 x 128, 32 rows 0.68 -> 0.59 ms. The same dot products, summed in another order: equal to float rounding,
+      not bit for bit;
     - under torch.compile (which cannot lower that call with a weight it has not packed itself), or where torch has
       no oneDNN, with more than two blocks of VOCABULARY_BLOCK_ROWS vocabulary entries, a block at a time, each
       block's product written straight into its columns of the logits (concatenated under torch.compile, which the
