@@ -214,9 +214,10 @@ ONEDNN_LINEAR = (
     and torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )
-# the output projection's weight elements from which oneDNN's kernel is the faster one: below, its overhead of about
-# 15 us a call costs more than it saves (measured on 2 cores: 4000 x 128 about even, 8000 x 128 and 1000 x 512 faster)
-ONEDNN_MIN_WEIGHT_ELEMENTS = 2**20
+# the output projection's weight elements from which oneDNN's kernel is as fast or faster: below, its overhead of
+# about 15 us a call costs more than it saves (measured on 2 cores, 1 to 160 rows: 2000 x 128 and 400 x 512 as fast or
+# slower, 4000 x 128 and 1000 x 512 as fast or faster, 8000 x 128 faster at every row count)
+ONEDNN_MIN_WEIGHT_ELEMENTS = 2**19
 # vocabulary rows of the output projection per pass where it is computed in blocks: 1024 rows of a d_model=512 weight
 # are 2 MiB, which stay in the cache while the kernel packs and multiplies them
 VOCABULARY_BLOCK_ROWS = 1024

@@ -188,19 +188,19 @@ def project(head: nn.Linear, hidden: torch.Tensor) -> tuple[torch.Tensor, list[s
 @pytest.mark.parametrize("rows", [1, 5, 32])
 def test_decoding_on_the_cpu_projects_through_onednn_to_float_rounding(bias, rows):
     torch.manual_seed(rows)
-    head = nn.Linear(128, 8192, bias=bias)  # 2^20 weight elements: oneDNN's from there
+    head = nn.Linear(128, 4096, bias=bias)  # 2^19 weight elements: oneDNN's from there
     hidden = torch.randn(rows, 1, 128)
     logits, ops = project(head, hidden)
     assert ops == ["mkldnn._linear_pointwise.default"]
-    assert logits.shape == (rows, 1, 8192)
+    assert logits.shape == (rows, 1, 4096)
     torch.testing.assert_close(logits, head(hidden), rtol=1e-5, atol=1e-5)
 
 
 def test_a_smaller_weight_a_gradient_or_another_dtype_leave_the_plain_head():
-    head, hidden = nn.Linear(128, 8000), torch.randn(3, 2, 128)  # just under 2^20 weight elements
+    head, hidden = nn.Linear(128, 4000), torch.randn(3, 2, 128)  # just under 2^19 weight elements
     logits, ops = project(head, hidden)
     assert torch.equal(logits, head(hidden)) and "mkldnn._linear_pointwise.default" not in ops
-    head = nn.Linear(128, 8192)
+    head = nn.Linear(128, 4096)
     with Operators() as ops:
         logits = kernels_vanilla_transformer.project_to_vocabulary(head, hidden)  # the weight wants its gradient
     assert logits.requires_grad and "mkldnn._linear_pointwise.default" not in ops.names
