@@ -1,14 +1,16 @@
-"""The kernels of the model written by hand rather than taken from PyTorch: the dropout of §5.4, the chunked
-cross-entropy behind the softmax of §3.4, the same fused with the final linear layer (the model's `skip_logits`), and
-the final linear layer of §3.4 through oneDNN or in vocabulary blocks when decoding on the CPU (their docstrings say
-what they do better than the library's own).
+"""The kernels of the model written by hand rather than taken from PyTorch: the dropout of §5.4, the attention of a
+decoding step on the CPU (§3.2.1), the chunked cross-entropy behind the softmax of §3.4, the same fused with the final
+linear layer (the model's `skip_logits`), and the final linear layer of §3.4 through oneDNN or in vocabulary blocks
+when decoding on the CPU (their docstrings say what they do better than the library's own).
 The modeling file imports them; training code imports `token_cross_entropy` from here."""
 
+import math
 import platform
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.utils import is_torchdynamo_compiling
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -30,6 +32,54 @@ class Dropout(nn.Dropout):
             return F.dropout(x, self.p, training=True)
         keep = torch.rand_like(x) >= self.p
         return x.mul(keep).mul_(1.0 / (1.0 - self.p))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.2.1 Scaled dot-product attention, a decoding step on the CPU
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def one_query_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, may_attend: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """softmax(q K^T / sqrt(d_k)) V for one query per sentence and head, as a decoding step asks: two batched matrix
+    products over the (batch * h) heads. query (batch, h, 1, d_k); key and value (batch, h, keys, d_k or d_v),
+    contiguous; `may_attend` None or the boolean mask SDPA takes (True: may attend), broadcasting to (batch, h, 1,
+    keys). A query that may see no key gets zeros, as from SDPA. Returns (batch, 1, h, d_v), as the library's
+    attention functions do."""
+    batch, heads, _, d_k = query.shape
+    keys, d_v = key.shape[-2], value.shape[-1]
+    scores = torch.bmm(query.reshape(batch * heads, 1, d_k), key.view(batch * heads, keys, d_k).transpose(1, 2))
+    scores = scores.mul_(scaling).view(batch, heads, 1, keys)
+    if may_attend is not None:
+        scores.masked_fill_(~may_attend, -math.inf)
+    weights = scores.softmax(-1)
+    if may_attend is not None:  # where every score is -inf the softmax gave NaN
+        weights.masked_fill_(~may_attend.any(-1, keepdim=True), 0.0)
+    output = torch.bmm(weights.view(batch * heads, 1, keys), value.view(batch * heads, keys, d_v))
+    return output.view(batch, heads, 1, d_v).transpose(1, 2)
+
+
+def sdpa_or_one_query(module: nn.Module, query, key, value, attention_mask, scaling: float, dropout=0.0, **kwargs):
+    """The library's SDPA attention function, except for a decoding step on the CPU: one query per sentence and head,
+    nothing wanting a gradient, no dropout, no mask or a boolean one, keys and values contiguous (as the cache keeps
+    them), not under torch.compile. There PyTorch's CPU kernel for SDPA goes through the (batch * h) heads one by one,
+    which costs more than the arithmetic at a beam search's batch; `one_query_attention` is two batched matrix
+    products instead. Measured on 2 cores (AMD EPYC), 160 rows (32 sentences, beam 5) x 8 heads of 64 over 32 keys:
+    1.98 ms -> 0.45 ms; 32 rows x 4 heads of 32 over 16 keys: equal. The same sums to float rounding. Returns (output
+    (batch, tgt_len, h, d_v), None)."""
+    if (
+        query.shape[-2] == 1
+        and query.device.type == "cpu"
+        and dropout == 0.0
+        and (attention_mask is None or attention_mask.dtype == torch.bool)
+        and key.is_contiguous()
+        and value.is_contiguous()
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
+        and not is_torchdynamo_compiling()
+    ):
+        return one_query_attention(query, key, value, attention_mask, scaling), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

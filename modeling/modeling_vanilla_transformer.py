@@ -57,6 +57,8 @@ from .kernels_vanilla_transformer import (
     is_plain_linear,
     linear_cross_entropy,
     project_to_vocabulary,
+    sdpa_attention_forward,
+    sdpa_or_one_query,
     token_cross_entropy,
 )
 
@@ -250,6 +252,13 @@ def attention_implementation(config: VanillaTransformerConfig, kwargs: dict) -> 
     return "eager" if kwargs.get("output_attentions") else config._attn_implementation
 
 
+def attention_function(config: VanillaTransformerConfig, kwargs: dict) -> Callable:
+    """The library's attention function for `attention_implementation`, its SDPA with a decoding step on the CPU taken
+    another way (`sdpa_or_one_query`)."""
+    attention = ALL_ATTENTION_FUNCTIONS.get_interface(attention_implementation(config, kwargs), eager_attention_forward)
+    return sdpa_or_one_query if attention is sdpa_attention_forward else attention
+
+
 def check_key_size(config: VanillaTransformerConfig, implementation: str | None) -> None:
     """Flash attention needs queries, keys and values of one size: a smaller d_k (`config.d_k`, Table 3 row B) is
     refused there, when the model is built or loaded with it or switched to it."""
@@ -268,7 +277,7 @@ class MultiHeadAttention(nn.Module):
     the encoder output). W^Q, W^K and W^V of all heads are stacked in one (3 d_model, d_model) projection, so
     self-attention projects its input once; cross-attention projects queries and keys/values separately. A study may
     make the queries and keys smaller (`config.d_k`, Table 3 row B) or leave out the 1/sqrt(d_k). Attention
-    itself is the library's interface for the implementation chosen (`attention_implementation`); returns the output
+    itself is the library's interface for the implementation chosen (`attention_function`); returns the output
     and the attention weights (None from the fused kernels), which the stacks record when asked for.
     """
 
@@ -321,10 +330,7 @@ class MultiHeadAttention(nn.Module):
         else:
             query, key, value = self.cross_attention_inputs(hidden_states, key_value_states, cache)
 
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            attention_implementation(self.config, kwargs), eager_attention_forward
-        )
-        output, weights = attention(
+        output, weights = attention_function(self.config, kwargs)(
             self,
             query,
             key,

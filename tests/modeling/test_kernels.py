@@ -4,6 +4,7 @@ residual stream of `residual_in_fp32=False` under autocast, and the output proje
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from vanilla_transformer.modeling import kernels_vanilla_transformer
 from vanilla_transformer.modeling.kernels_vanilla_transformer import linear_cross_entropy, token_cross_entropy
@@ -217,3 +218,58 @@ def test_without_onednn_the_projection_runs_a_vocabulary_block_at_a_time(bias, m
     logits, ops = project(head, hidden)
     assert ops.count("aten.addmm.out" if bias else "aten.mm.out") == 3
     torch.testing.assert_close(logits, head(hidden), rtol=1e-5, atol=1e-5)
+
+
+def heads(batch: int, heads: int, length: int, size: int) -> torch.Tensor:
+    return torch.randn(batch, heads, length, size)
+
+
+@pytest.mark.parametrize("d_v", [8, 12])  # d_k = d_v, as in the paper, and a smaller d_k (Table 3 row B)
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_one_query_attention_of_a_decoding_step_is_sdpas(d_v, masked):
+    torch.manual_seed(d_v)
+    query, key, value = heads(6, 4, 1, 8), heads(6, 4, 5, 8), heads(6, 4, 5, d_v)
+    may_attend = torch.rand(6, 1, 1, 5) > 0.4 if masked else None
+    if masked:
+        may_attend[0] = False  # a query that may see no key: zeros, as from SDPA
+        may_attend[1] = True
+    found = kernels_vanilla_transformer.one_query_attention(query, key, value, may_attend, 8**-0.5)
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=may_attend, scale=8**-0.5)
+    assert found.shape == (6, 1, 4, d_v)
+    torch.testing.assert_close(found, expected.transpose(1, 2), rtol=1e-5, atol=1e-6)
+    if masked:
+        assert torch.equal(found[0], torch.zeros(1, 4, d_v))
+
+
+def attention_ops(query, key, value, attention_mask=None) -> list[str]:
+    """The operators `sdpa_or_one_query` runs, without a gradient unless its inputs want one."""
+    module = nn.Module()
+    module.is_causal = False
+    with Operators() as ops:
+        kernels_vanilla_transformer.sdpa_or_one_query(module, query, key, value, attention_mask, scaling=0.5)
+    return ops.names
+
+
+def test_sdpa_takes_every_call_but_a_decoding_steps_on_the_cpu():
+    step = heads(3, 2, 1, 4), heads(3, 2, 7, 4), heads(3, 2, 7, 4)
+    with torch.no_grad():
+        assert attention_ops(*step).count("aten.bmm.default") == 2
+        assert attention_ops(*step, torch.ones(3, 1, 1, 7, dtype=torch.bool)).count("aten.bmm.default") == 2
+        for other in (
+            (heads(3, 2, 2, 4), *step[1:]),  # two queries
+            (step[0], heads(3, 7, 2, 4).transpose(1, 2), step[2]),  # keys not contiguous
+            (*step, torch.zeros(3, 1, 1, 7)),  # an additive mask
+        ):
+            assert "aten.bmm.default" not in attention_ops(*other)
+    assert "aten.bmm.default" not in attention_ops(step[0].requires_grad_(), *step[1:])  # a gradient to keep
+
+
+def test_a_decoding_step_through_the_cache_takes_the_one_query_attention():
+    model = tiny_model(seed=6)
+    assert model.config._attn_implementation == "sdpa"
+    source = torch.randint(3, 50, (2, 5))
+    with torch.no_grad(), Operators() as ops:
+        model(input_ids=source, decoder_input_ids=torch.ones(2, 1, dtype=torch.long), use_cache=True)
+    sdpa = [name for name in ops.names if "scaled_dot_product" in name]
+    assert len(sdpa) == 2  # the encoder's self-attention
+    assert ops.names.count("aten.bmm.default") == 2 * 2 * 2  # self- and cross-attention of 2 decoder layers
