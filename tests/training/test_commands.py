@@ -219,6 +219,22 @@ def test_translate_prints_the_same_text_through_either_engine(trained_folder, ex
     assert "--engine torch: " in capsys.readouterr().err
 
 
+def test_translate_keeps_its_freed_memory_where_the_torch_engine_decodes_on_the_cpu(
+    trained_folder, exported_folder, monkeypatch, capsys
+):
+    """The allocator's setting (`keep_freed_memory_mapped`, checked in fresh processes in test_train.py) is applied
+    before the model loads, for the torch engine on the CPU only; recorded here, since it is process-wide."""
+    applied = []
+    monkeypatch.setattr(
+        "vanilla_transformer.commands.process_settings.keep_freed_memory_mapped", lambda: applied.append(True)
+    )
+    assert main(["translate", "--model", str(exported_folder), "seven"]) == 0
+    assert applied == []  # CTranslate2's own allocator
+    assert main(["translate", "--model", str(trained_folder), "--device", "cpu", "seven"]) == 0
+    assert applied == [True]
+    capsys.readouterr()
+
+
 def test_translate_n_best_prints_each_candidate_with_its_score_for_either_engine(
     trained_folder, exported_folder, capsys
 ):

@@ -11,6 +11,7 @@ from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, Placement, Plac
 from ..inference.options import ENGINES
 from ..inference.translators import engine_of, load_translator
 from ..training.options.arguments import PositiveInt
+from .process_settings import apply_decoding_process_settings
 
 
 def add_engine_arguments(command: argparse.ArgumentParser) -> None:
@@ -89,6 +90,7 @@ def checked_engine(model: str, engine: str, placement: Placement) -> str:
 def translator_for(args: argparse.Namespace):
     """The translator of --model with the engine flags, or a `CommandError` naming the flag."""
     engine = engine_for(args)
+    apply_decoding_process_settings(engine, placement_of(args))
     try:
         return load_translator(args.model, engine, placement_of(args))
     except PlacementError as error:

@@ -11,6 +11,7 @@ import typing
 from ..errors import CommandError, MissingDependencyError
 from ..training.options.arguments import PositiveFloat, PositiveInt
 from .engine import checked_engine
+from .process_settings import apply_decoding_process_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SERVE_EXTRA = "the server needs FastAPI, uvicorn and friends: pip install 'vanilla-transformer[serve]'"
@@ -81,7 +82,7 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
-    checked_engine(args.model, args.engine, engine.placement)
+    apply_decoding_process_settings(checked_engine(args.model, args.engine, engine.placement), engine.placement)
     failures = []
 
     def stop_on_failure(error: BaseException) -> None:
