@@ -219,8 +219,8 @@ def test_translate_prints_the_same_text_through_either_engine(trained_folder, ex
     assert "--engine torch: " in capsys.readouterr().err
 
 
-def test_translate_keeps_its_freed_memory_where_the_torch_engine_decodes_on_the_cpu(
-    trained_folder, exported_folder, monkeypatch, capsys
+def test_decoding_commands_keep_their_freed_memory_where_the_torch_engine_runs_on_the_cpu(
+    trained_folder, exported_folder, tmp_path, monkeypatch, capsys
 ):
     """The allocator's setting (`keep_freed_memory_mapped`, checked in fresh processes in test_train.py) is applied
     before the model loads, for the torch engine on the CPU only; recorded here, since it is process-wide."""
@@ -232,6 +232,10 @@ def test_translate_keeps_its_freed_memory_where_the_torch_engine_decodes_on_the_
     assert applied == []  # CTranslate2's own allocator
     assert main(["translate", "--model", str(trained_folder), "--device", "cpu", "seven"]) == 0
     assert applied == [True]
+    test_file, out = trained_folder.parent / "test.jsonl", tmp_path / "scores.json"
+    evaluate = ["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--split", "test"]
+    assert main([*evaluate, "--num-beams", "1", "--output", str(out)]) == 0
+    assert applied == [True, True]
     capsys.readouterr()
 
 

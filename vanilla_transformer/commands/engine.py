@@ -63,8 +63,12 @@ def flag_error(error: PlacementError) -> CommandError:
 
 def engine_for(args: argparse.Namespace) -> str:
     """The engine that runs --model ("torch" or "ctranslate2"), its flags checked against it; a `CommandError`
-    naming the flag otherwise."""
-    return checked_engine(args.model, args.engine, placement_of(args))
+    naming the flag otherwise. The process then takes the decoding commands' setting for that engine
+    (`apply_decoding_process_settings`), before anything loads."""
+    placement = placement_of(args)
+    engine = checked_engine(args.model, args.engine, placement)
+    apply_decoding_process_settings(engine, placement)
+    return engine
 
 
 def checked_engine(model: str, engine: str, placement: Placement) -> str:
@@ -90,7 +94,6 @@ def checked_engine(model: str, engine: str, placement: Placement) -> str:
 def translator_for(args: argparse.Namespace):
     """The translator of --model with the engine flags, or a `CommandError` naming the flag."""
     engine = engine_for(args)
-    apply_decoding_process_settings(engine, placement_of(args))
     try:
         return load_translator(args.model, engine, placement_of(args))
     except PlacementError as error:
