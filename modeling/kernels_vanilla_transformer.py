@@ -62,15 +62,16 @@ def one_query_attention(
 
 def sdpa_or_one_query(module: nn.Module, query, key, value, attention_mask, scaling: float, dropout=0.0, **kwargs):
     """The library's SDPA attention function, except for a decoding step on the CPU: one query per sentence and head,
-    nothing wanting a gradient, no dropout, no mask or a boolean one, keys and values contiguous (as the cache keeps
-    them), not under torch.compile. There PyTorch's CPU kernel for SDPA goes through the (batch * h) heads one by one,
-    which costs more than the arithmetic at a beam search's batch; `one_query_attention` is two batched matrix
-    products instead. Measured on 2 cores (AMD EPYC), 160 rows (32 sentences, beam 5) x 8 heads of 64 over 32 keys:
-    1.98 ms -> 0.45 ms; 32 rows x 4 heads of 32 over 16 keys: equal. The same sums to float rounding. Returns (output
-    (batch, tgt_len, h, d_v), None)."""
+    in float32, nothing wanting a gradient, no dropout, no mask or a boolean one, keys and values contiguous (as the
+    cache keeps them), not under torch.compile. There PyTorch's CPU kernel for SDPA goes through the (batch * h)
+    heads one by one, which costs more than the arithmetic at a beam search's batch; `one_query_attention` is two
+    batched matrix products instead. Measured on 2 cores (AMD EPYC), 160 rows (32 sentences, beam 5) x 8 heads of
+    64 over 32 keys: 1.98 ms -> 0.45 ms; 32 rows x 4 heads of 32 over 16 keys: equal. The same sums to float
+    rounding. Returns (output (batch, tgt_len, h, d_v), None)."""
     if (
         query.shape[-2] == 1
         and query.device.type == "cpu"
+        and query.dtype == torch.float32
         and dropout == 0.0
         and (attention_mask is None or attention_mask.dtype == torch.bool)
         and key.is_contiguous()

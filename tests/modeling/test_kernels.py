@@ -259,6 +259,7 @@ def test_sdpa_takes_every_call_but_a_decoding_steps_on_the_cpu():
             (heads(3, 2, 2, 4), *step[1:]),  # two queries
             (step[0], heads(3, 7, 2, 4).transpose(1, 2), step[2]),  # keys not contiguous
             (*step, torch.zeros(3, 1, 1, 7)),  # an additive mask
+            tuple(t.to(torch.bfloat16) for t in step),  # bf16: SDPA's softmax sums in float32
         ):
             assert "aten.bmm.default" not in attention_ops(*other)
     assert "aten.bmm.default" not in attention_ops(step[0].requires_grad_(), *step[1:])  # a gradient to keep
