@@ -265,9 +265,10 @@ ONEDNN_LINEAR = (
     and torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )
-# the output projection's weight elements from which oneDNN's kernel is as fast or faster: below, its overhead of
-# about 15 us a call costs more than it saves (measured on 2 cores, 1 to 160 rows: 2000 x 128 and 400 x 512 as fast or
-# slower, 4000 x 128 and 1000 x 512 as fast or faster, 8000 x 128 faster at every row count)
+# the output projection's weight elements from which oneDNN's kernel pays: below, its overhead of about 15 us a call
+# costs more than it saves at a few rows (measured on 2 cores at 1, 5, 32 and 160 rows: 2000 x 128 and 400 x 512
+# as fast or slower at 1 and 5 rows; 4000 x 128 and 1000 x 512 faster at all but 5 rows of 4000 x 128; 8000 x 128
+# faster at all)
 ONEDNN_MIN_WEIGHT_ELEMENTS = 2**19
 # vocabulary rows of the output projection per pass where it is computed in blocks: 1024 rows of a d_model=512 weight
 # are 2 MiB, which stay in the cache while the kernel packs and multiplies them
