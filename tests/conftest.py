@@ -306,9 +306,6 @@ def first_run_key() -> str:
 
 # what a process runs before the command it starts, to take the lowest CPU priority (where the system has one)
 LOWEST_PRIORITY = (lambda: os.nice(19)) if hasattr(os, "nice") else None
-# How long a test waits for the first run to finish, in seconds: at the lowest priority it may train beside a whole
-# tier of other tests (`.ci/run` runs the other instruction set's beside the slow tier).
-FIRST_RUN_TIMEOUT = 1800
 
 
 class FirstRun:
@@ -374,7 +371,7 @@ class FirstRun:
     def keep(self) -> None:
         import shutil
 
-        code, self.process = self.process.wait(timeout=FIRST_RUN_TIMEOUT), None
+        code, self.process = self.process.wait(timeout=900), None
         stdout, stderr = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout.txt", "stderr.txt"))
         assert code == 0, stderr[-3000:]
         (self.folder / "train_output.txt").write_text(stdout + stderr, encoding="utf-8")
@@ -394,7 +391,7 @@ class FirstRun:
         waiting on the lock copies it at once; a failed run is left to the tests that read it, which say why."""
         if self.process is None or (not wait and self.process.poll() is None):
             return
-        if self.process.wait(timeout=FIRST_RUN_TIMEOUT) == 0:
+        if self.process.wait(timeout=900) == 0:
             self.keep()
 
     def stop(self) -> None:
