@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -161,6 +162,28 @@ def start_run(run: PlannedRun, launch: Launch, slot: int, log_dir: str) -> tuple
     return process, time.time()
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_deferred():
+    """SIGINT and SIGTERM that come inside the block are handled as it ends, by the handlers there were before it (in
+    the main thread; elsewhere Python delivers no signal). A stop that came while a run's process started would
+    otherwise leave that process unknown to the study, and so running on after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came = []
+    before = {number: signal.signal(number, lambda signum, frame: came.append(signum)) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        for number in came[:1]:  # the first stop; the handler that takes it ends the study
+            signal.raise_signal(number)
+
+
 def stop_runs(processes: list[subprocess.Popen]) -> None:
     """Stop the runs under way, each with all it started: SIGTERM, then SIGKILL to any not gone in 30 seconds."""
     for process in processes:
@@ -215,7 +238,8 @@ def train_runs(runs: list[PlannedRun], launch: Launch, log_dir: str, report: Cal
         while waiting or running:
             while waiting and free:
                 run, slot = waiting.pop(0), free.pop(0)
-                running[slot] = (run, *start_run(run, launch, slot, log_dir))
+                with stop_signals_deferred():  # a run's process, once started, is one that a stop stops
+                    running[slot] = (run, *start_run(run, launch, slot, log_dir))
             time.sleep(0.5)
             for slot, (run, process, started) in list(running.items()):
                 if process.poll() is not None:
