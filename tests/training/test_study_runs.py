@@ -19,26 +19,36 @@ def stop_exits():
     signal.signal(signal.SIGTERM, before)
 
 
-def test_a_stop_inside_the_block_is_handled_as_it_ends_by_the_handler_before_it():
+@pytest.fixture
+def own_handlers():
+    """Known handlers for both stop signals while the test runs (a process started in the background ignores SIGINT):
+    SIGTERM's records the signal, SIGINT's is Python's own, which raises KeyboardInterrupt."""
     handled = []
 
-    def handler(signum, frame):
+    def record(signum, frame):
         handled.append(signum)
 
-    before = signal.signal(signal.SIGTERM, handler)
-    try:
-        with stop_signals_deferred():
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGTERM)
-            assert handled == []
-        assert handled == [signal.SIGTERM]  # the first stop; a second is the same request
-        assert signal.getsignal(signal.SIGTERM) is handler  # and SIGINT's, Python's own, as they were
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, record)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield record, handled
+    for number, handler in before.items():
+        signal.signal(number, handler)
 
 
-def test_a_ctrl_c_inside_the_block_interrupts_as_it_ends():
+def test_a_stop_inside_the_block_is_handled_as_it_ends_by_the_handler_before_it(own_handlers):
+    record, handled = own_handlers
+    with stop_signals_deferred():
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        assert handled == []
+    assert handled == [signal.SIGTERM]  # the first stop; a second is the same request
+    assert signal.getsignal(signal.SIGTERM) is record  # both handlers as they were
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_inside_the_block_interrupts_as_it_ends(own_handlers):
+    finished_block = False
     with pytest.raises(KeyboardInterrupt):
         with stop_signals_deferred():
             signal.raise_signal(signal.SIGINT)
