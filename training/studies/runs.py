@@ -180,8 +180,8 @@ def stop_signals_deferred():
     finally:
         for number, handler in before.items():  # None: one that C code set, which Python cannot set again
             signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        for number in came[:1]:  # the first stop; the handler that takes it ends the study
-            signal.raise_signal(number)
+        if came:  # the first stop; the handler that takes it ends the study
+            signal.raise_signal(came[0])
 
 
 def stop_runs(processes: list[subprocess.Popen]) -> None:
