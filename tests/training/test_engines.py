@@ -4,7 +4,7 @@ accelerate config files (examples/accelerate/): FSDP2 and FSDP1, each with shard
 and ZeRO-3 (DS_ACCELERATOR=cpu). Under each, with the default shared embeddings and two micro-batches an update, a run
 trains, checkpoints, averages its last two checkpoints and writes a folder that loads and translates as the folder
 of one process accumulating the same batches does; resumed from its middle checkpoint it ends bit for bit where it
-ended. FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
+ended, and so does a run with dropout. FSDP as accelerate runs it on CUDA, unchanged, is a `gpu` test.
 
 DeepSpeed is an optional dependency (`pip install "vanilla-transformer[deepspeed]"`): without it its cases are
 skipped, saying so, unless VANILLA_TRANSFORMER_DEEPSPEED is `required` (as in CI)."""
@@ -44,7 +44,8 @@ ENGINES = {
     "zero3": ("zero3.yaml", [], ["-m", "vanilla_transformer.cli"], [], {"DS_ACCELERATOR": "cpu"}),
 }
 PORTS = {name: 29561 + index for index, name in enumerate(ENGINES)}
-RESUME_PORTS = {name: (29601 + 2 * index, 29602 + 2 * index) for index, name in enumerate(ENGINES)}
+RESUME_PORTS = {name: 29601 + index for index, name in enumerate(ENGINES)}
+DROPOUT_PORTS = (29621, 29622)  # a run with dropout and its resumption
 
 
 def flags(files) -> list[str]:
@@ -139,29 +140,45 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
     assert translations(out, sources) == translations(one_process, sources)
 
 
+def resumed_from_the_middle(engine: str, out: Path, arguments: list[str], folder: Path, port: int) -> Path:
+    """The run in `out` trained again into `folder` from its middle checkpoint (checkpoint-2), under `engine`."""
+    shutil.copytree(out / "checkpoints", folder / "checkpoints")
+    shutil.rmtree(folder / "checkpoints" / "checkpoint-4")
+    checkpoint = folder / "checkpoints" / "checkpoint-2"
+    finished = launch(engine, [*arguments, "--output-dir", str(folder), "--resume-from", str(checkpoint)], port)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "Resumed from" in finished.stdout
+    return folder
+
+
+def assert_ends_alike(out: Path, resumed: Path) -> None:
+    for name in ("checkpoints/checkpoint-4/model.safetensors", "model.safetensors"):
+        first, again = load_file(out / name), load_file(resumed / name)
+        assert all(torch.equal(first[key], again[key]) for key in first), name
+
+
 @pytest.mark.parametrize(
     "engine",
     [pytest.param(name, marks=NEEDS_DEEPSPEED if "zero" in name else ()) for name in ENGINES],
 )
-def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, files, tmp_path):
-    """With dropout: validation builds the whole copy of the weights between checkpoints, and must draw nothing from
-    the random generator that the dropout masks come from."""
-    out, resumed = tmp_path / "run", tmp_path / "resumed"
+def test_an_engine_resumes_its_middle_checkpoint_bit_for_bit(engine, engine_runs, files, tmp_path):
+    """The engine's own state (sharded weights and optimizer, or ZeRO's partitions), the schedule and the batches'
+    order come back: the run resumed from its middle checkpoint ends where the uninterrupted one ended."""
+    arguments = [*flags(files), "--gradient-accumulation-steps", "2"]
+    out = engine_runs(engine)
+    resumed = resumed_from_the_middle(engine, out, arguments, tmp_path / "resumed", RESUME_PORTS[engine])
+    assert_ends_alike(out, resumed)
+
+
+def test_a_run_with_dropout_resumes_its_middle_checkpoint_bit_for_bit(files, tmp_path):
+    """With dropout, the random generators come back too: the masks after the checkpoint are the uninterrupted run's.
+    Each process's generators are saved and loaded with the checkpoint the same way under every engine; one is run."""
+    out = tmp_path / "run"
     arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--dropout", "0.1"]
-    first_port, resumed_port = RESUME_PORTS[engine]
-    finished = launch(engine, [*arguments, "--output-dir", str(out)], first_port)
+    first_port, resumed_port = DROPOUT_PORTS
+    finished = launch("fsdp2", [*arguments, "--output-dir", str(out)], first_port)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    shutil.copytree(out / "checkpoints", resumed / "checkpoints")
-    shutil.rmtree(resumed / "checkpoints" / "checkpoint-4")
-    checkpoint = resumed / "checkpoints" / "checkpoint-2"
-    finished = launch(
-        engine, [*arguments, "--output-dir", str(resumed), "--resume-from", str(checkpoint)], resumed_port
-    )
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert "Resumed from" in finished.stdout
-    for name in ("checkpoints/checkpoint-4/model.safetensors", "model.safetensors"):
-        first, again = load_file(out / name), load_file(resumed / name)
-        assert all(torch.equal(first[key], again[key]) for key in first), name
+    assert_ends_alike(out, resumed_from_the_middle("fsdp2", out, arguments, tmp_path / "resumed", resumed_port))
 
 
 @NEEDS_DEEPSPEED
