@@ -4,7 +4,11 @@ once; train's own flags set the base run every variant changes."""
 from dataclasses import dataclass
 
 from ..options.argument_types import Checked, NonNegativeFloat, PositiveInt, option
-from .variants import STUDIES
+from .variants import BASE, STUDIES
+
+VARIANT_KEYS = tuple(
+    dict.fromkeys(variant.key for variants in STUDIES.values() for variant in variants if variant.key != "base")
+)
 
 
 @dataclass(frozen=True)
@@ -13,6 +17,12 @@ class StudyArguments(Checked):
 
     study: list[str] = option(
         list(STUDIES), help="the studies to run: Table 3's rows, the lessons, or both", choices=tuple(STUDIES)
+    )
+    variants: list[str] | None = option(
+        help=f"only these variants of the studies ({', '.join(VARIANT_KEYS)}); the base runs too, as each row compares "
+        "with it (default: all of them)",
+        choices=VARIANT_KEYS,
+        metavar="KEY",
     )
     seeds: PositiveInt = option(3, help="runs of each variant, with --seed and the seeds after it")
     study_dir: str | None = option(
@@ -34,5 +44,27 @@ class StudyArguments(Checked):
         "of the base runs' best greedy validation score)"
     )
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.variants is None:
+            return
+        unknown = [key for key in self.variants if key not in VARIANT_KEYS]
+        if unknown:
+            raise ValueError(
+                f"--variants {' '.join(unknown)}: no such variant; the variants are {', '.join(VARIANT_KEYS)}"
+            )
+        if not self.studies():
+            raise ValueError(
+                f"--variants {' '.join(self.variants)}: none of them is a variant of --study {' '.join(self.study)}"
+            )
 
-__all__ = ["StudyArguments"]
+    def studies(self) -> dict[str, tuple]:
+        """The --study lists, {name: variants}: each cut to its base and its --variants, a study with none of them
+        left out (without --variants, each whole)."""
+        if self.variants is None:
+            return {name: STUDIES[name] for name in self.study}
+        chosen = {name: tuple(v for v in STUDIES[name] if v.key in self.variants) for name in self.study}
+        return {name: (BASE, *variants) for name, variants in chosen.items() if variants}
+
+
+__all__ = ["StudyArguments", "VARIANT_KEYS"]

@@ -11,7 +11,6 @@ from .arguments import StudyArguments
 from .figures import draw_studies
 from .results import default_threshold, main_metric, reach, run_figures, variant_row, write_results
 from .runs import Launch, PlannedRun, plan_runs, train_runs, unique_runs
-from .variants import STUDIES
 
 
 class Progress:
@@ -34,8 +33,8 @@ class Progress:
 
 def run_study(base: dict, study: StudyArguments, studies: dict | None = None, write=None) -> list[str]:
     """Train the study's runs not finished yet and write its results; returns the paths written. `base` holds the
-    base run's options as train resolves them; `studies` ({name: variants}) replaces the named --study lists."""
-    studies = studies or {name: STUDIES[name] for name in study.study}
+    base run's options as train resolves them; `studies` ({name: variants}) replaces --study and --variants."""
+    studies = studies or study.studies()
     write = write or functools.partial(print, flush=True)  # each line as it comes, also into a file
     planned = plan_runs(base, studies, study.seeds, study.study_dir)
     runs = unique_runs(planned)

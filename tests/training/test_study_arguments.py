@@ -1,0 +1,50 @@
+"""`ablate`'s own flags (training/studies/arguments.py): which studies and which of their variants run."""
+
+import pytest
+from vanilla_transformer.training.studies.arguments import VARIANT_KEYS, StudyArguments
+from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
+
+from vanilla_transformer.cli import main
+
+
+def keys(studies: dict) -> dict[str, list[str]]:
+    return {name: [variant.key for variant in variants] for name, variants in studies.items()}
+
+
+def test_without_variants_each_study_runs_whole():
+    assert StudyArguments().studies() == STUDIES
+    assert StudyArguments(study=["lessons"]).studies() == {"lessons": LESSONS}
+
+
+def test_variants_keep_the_base_and_leave_out_a_study_without_any_of_them():
+    chosen = StudyArguments(variants=["no-decoder-mask", "heads-8", "no-residual"]).studies()
+    assert keys(chosen) == {"table3": ["base", "heads-8"], "lessons": ["base", "no-residual", "no-decoder-mask"]}
+    assert chosen["table3"][0] is BASE and chosen["lessons"][0] is BASE  # the variants' order is the study's
+    assert keys(StudyArguments(variants=["heads-8"]).studies()) == {"table3": ["base", "heads-8"]}
+    assert set(VARIANT_KEYS) == {variant.key for variant in TABLE3 + LESSONS} - {"base"}
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (dict(variants=["no-residuals"]), "--variants no-residuals: no such variant; the variants are heads-1, "),
+        (dict(study=["table3"], variants=["no-residual"]), "--variants no-residual: none of them is a variant of "
+         "--study table3"),
+    ],
+    ids=["unknown", "not-in-the-study"],
+)  # fmt: skip
+def test_variants_that_cannot_run_are_refused_naming_the_flag(given, message):
+    with pytest.raises(ValueError) as refused:
+        StudyArguments(**given)
+    assert str(refused.value).startswith(message)
+
+
+def test_the_command_refuses_them_with_its_usage(capsys):
+    for flags, message in (
+        (["--variants", "no-residuals"], "argument --variants: invalid choice: 'no-residuals'"),
+        (["--study", "table3", "--variants", "no-residual"], "--variants no-residual: none of them is a variant"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main(["ablate", *flags])
+        assert stopped.value.code == 2
+        assert f"vanilla-transformer ablate: error: {message}" in capsys.readouterr().err
