@@ -1,17 +1,20 @@
-"""Who sends the serve suite's requests: Debian's `hey` (a native load generator, on cores of its own) or the
-asyncio + httpx loops here, in the suite's process. Each load gives (start, latency, status) per answered request."""
+"""Who sends the serve suite's requests: Debian's `hey` (a native load generator) for the closed loops and
+`open_loop.py` for the open ones, each a process on cores of its own, or the asyncio + httpx loops here, in the
+suite's process. Each load gives (start, latency, status) per request."""
 
 import asyncio
 import csv
 import io
 import json
-import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 async def post(client, url: str, sentence: str, records: list) -> None:
@@ -56,38 +59,39 @@ async def open_loop(url: str, sentences: list[str], rate: float, duration: float
 
 @dataclass(frozen=True)
 class Generator:
-    """Who sends the requests: "hey" (Debian's hey, a native load generator, on its own `cores`) or "python" (the
-    asyncio + httpx loops above, in this process)."""
+    """Who sends the requests: "hey" (Debian's hey, a native load generator, for the closed loops and
+    `open_loop.py` for the open ones, each a process on its own `cores`) or "python" (the asyncio + httpx loops
+    above, in this process)."""
 
     name: str
-    cores: str | None = None  # taskset's list for hey; None: any core
+    cores: str | None = None  # taskset's list for the generator's processes; None: any core
     server_core: int | None = None  # the core left to the server
 
     def closed(self, url: str, sentences: list[str], clients: int, duration: float) -> list:
         if self.name == "python":
             return asyncio.run(closed_loop(url, sentences, clients, duration))
-        return self.hey(url, sentences, duration, ["-c", str(clients)])
+        return self.run(["hey", "-z", f"{duration:g}s", "-m", "POST", "-T", "application/json", "-D", "{body}", "-t",
+                         "120", "-o", "csv", "-c", str(clients), url], sentences)  # fmt: skip
 
-    def open(self, url: str, sentences: list[str], rate: float, duration: float, longest_wait: float) -> list:
-        """A request every 1/`rate` seconds. hey paces each of its workers (`-q` per worker) and a worker waits for
-        its answer, so there are enough workers that each one's interval is twice the longest an accepted request
-        can wait (`longest_wait` seconds: a full queue at the server's capacity)."""
+    def open(self, url: str, sentences: list[str], rate: float, duration: float) -> list:
+        """A request every 1/`rate` seconds, whatever the answers: `open_loop.py` in a process of its own (hey's
+        `-q` would send in bursts, each of its workers at once)."""
         if self.name == "python":
             return asyncio.run(open_loop(url, sentences, rate, duration))
-        workers = max(1, math.ceil(2 * rate * longest_wait))
-        return self.hey(url, sentences, duration, ["-c", str(workers), "-q", f"{rate / workers:.6f}"])
+        module = [sys.executable, "-m", "bench.serve.open_loop", url, f"{rate:.6f}", f"{duration:g}", "{body}"]
+        return self.run(module, sentences)
 
-    def hey(self, url: str, sentences: list[str], duration: float, flags: list[str]) -> list:
-        """(start, latency, status) of each answered request, from hey's CSV (it leaves failed connections out). hey
-        sends one body: the sentence of median length."""
+    def run(self, command: list[str], sentences: list[str]) -> list:
+        """(start, latency, status) of each request from the CSV that `command` writes (hey's, or open_loop's in the
+        same columns; hey leaves a failed connection out). The `{body}` argument is a file with the request's JSON:
+        the sentence of median length, the one body either sends."""
         sentence = sorted(sentences, key=len)[len(sentences) // 2]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:
             json.dump({"q": sentence, "source": "en", "target": "de"}, body)
         pinned = ["taskset", "-c", self.cores] if self.cores else []
-        command = [*pinned, "hey", "-z", f"{duration:g}s", "-m", "POST", "-T", "application/json", "-D", body.name,
-                   "-t", "120", "-o", "csv", *flags, url]  # fmt: skip
+        command = [*pinned, *(body.name if part == "{body}" else part for part in command)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPOSITORY)
         finally:
             os.unlink(body.name)
         rows = list(csv.DictReader(io.StringIO(done.stdout)))

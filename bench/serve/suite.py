@@ -1,9 +1,9 @@
-"""Serving under load: `vanilla-transformer serve` in its own process, driven over loopback by Debian's `hey` on cores
-of its own (`taskset`; else, or with `--generator python`, by an asyncio + httpx load generator in this process), for
-each engine, against two baselines measured in the same run: one request at a time
-(what LibreTranslate and OpenNMT-py's servers do; concurrency 1) and the engine translating the same sentences
-offline in batches of 32 (`generate()`, or CTranslate2's `translate_batch`). Writes the serve section of
-BENCHMARKS.md.
+"""Serving under load: `vanilla-transformer serve` in its own process, driven over loopback by Debian's `hey` (the
+closed loops) and `open_loop.py` (the open loops) on cores of their own (`taskset`; else, or with `--generator
+python`, by an asyncio + httpx load generator in this process), for each engine, against two baselines measured in
+the same run: one request at a time (what LibreTranslate and OpenNMT-py's servers do; concurrency 1) and the engine
+translating the same sentences offline in batches of 32 (`generate()`, or CTranslate2's `translate_batch`). Writes
+the serve section of BENCHMARKS.md.
 
     python -m bench serve                                   # both engines, 60 s per load, a 5-minute soak
     python -m bench serve --data DATA_DIR                   # Multi30k's validation sentences (else number words)
@@ -180,8 +180,7 @@ def measure_engine(engine: str, path: str, sentences: list[str], load: Generator
         capacity = max(row["throughput"] for row in results["closed"].values())
         results["capacity"] = capacity
         rss_before = memory.status_mib("VmRSS", server.pid)
-        longest_wait = QUEUE_REQUESTS / capacity  # a full queue, answered at the capacity
-        records = load.open(url + "/translate", sentences, 2 * capacity, duration, longest_wait)
+        records = load.open(url + "/translate", sentences, 2 * capacity, duration)
         results["overload"] = {
             **summary(records),
             "p99_by_third_ms": thirds_p99(records),
@@ -189,7 +188,7 @@ def measure_engine(engine: str, path: str, sentences: list[str], load: Generator
             "rss_after_mib": memory.status_mib("VmRSS", server.pid),
         }
         if soak:
-            records = load.open(url + "/translate", sentences, 0.7 * capacity, soak, longest_wait)
+            records = load.open(url + "/translate", sentences, 0.7 * capacity, soak)
             results["soak"] = {**summary(records), "seconds": soak}
         results["overload"]["server_p99_429_ms"] = server_p99_ms(url, "429")
         results["metrics_200"] = metric_total(
@@ -296,20 +295,22 @@ def prose(results: dict) -> list[str]:
     load = results.get("generator", {"name": "python", "cores": None})
     if load["name"] == "hey":
         generator = (
-            f"Debian's `hey`, a native load generator, pinned to core{'' if load['cores'].isdigit() else 's'} "
-            f"{load['cores']} with `taskset` while the server (its event loop and its engine's thread) runs on core "
-            f"{load.get('server_core', 0)}; "
+            "Debian's `hey`, a native load generator, for the closed loops and `bench/serve/open_loop.py` (HTTP/1.1 "
+            f"written on asyncio's streams, a process of its own) for the open ones, both pinned to "
+            f"core{'' if load['cores'].isdigit() else 's'} {load['cores']} with `taskset` while the server (its event "
+            f"loop and its engine's thread) runs on core {load.get('server_core', 0)}; "
             "every request sends the sentence of median length"
         )
         clock = (
-            "The load generator and the server have cores of their own. hey's open loops pace each worker (`-q`) "
-            "and a worker waits for its answer, so there are enough workers that each one's interval is twice the "
-            "longest an accepted request can wait. hey leaves a connection that failed out of its records. The "
-            "server's own time to answer a 429 is given beside the clients' (the bucket of its latency histogram "
-            "that holds the 99th percentile)."
+            "The load generator and the server have cores of their own. The open loops send each request when it is "
+            "due, at fixed intervals, whatever the answers, and time it from then (a request sent late counts its "
+            "lateness; a connection that failed is a status 0). hey's own pacing (`-q`) would not make one: it paces "
+            "each worker from their common start, so every worker sends at once, a burst per interval. hey leaves a "
+            "connection that failed out of its records. The server's own time to answer a 429 is given beside the "
+            "clients' (the bucket of its latency histogram that holds the 99th percentile)."
         )
     else:
-        generator = "the asyncio + httpx load generator in `bench/serve/suite.py`"
+        generator = "the asyncio + httpx load generator in `bench/serve/loads.py`"
         clock = (
             "On this machine's 2 cores the load generator, the server's event loop and the engine share the cores, "
             "CTranslate2 most (it releases the GIL while it translates). In the open loops the generator falls behind "
