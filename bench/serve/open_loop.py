@@ -27,7 +27,14 @@ class Connections:
         self.host, self.port, self.free = host, port, []
 
     async def take(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return self.free.pop() if self.free else await asyncio.open_connection(self.host, self.port)
+        """The connection used last of those free (the server closes one idle for a few seconds: one it closed is
+        dropped), else a new one."""
+        while self.free:
+            reader, writer = self.free.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(self.host, self.port)
 
     def give_back(self, connection, keep: bool) -> None:
         if keep:

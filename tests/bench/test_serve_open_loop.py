@@ -37,10 +37,17 @@ class Answers(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def server():
+class ClosingIdle(Answers):
+    """The same answers, and a connection idle for 0.1 s closed, as servers close idle kept-alive connections
+    (uvicorn after 5 s)."""
+
+    timeout = 0.1
+
+
+@pytest.fixture(params=[Answers])
+def server(request):
     Answers.arrivals = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), request.param)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/translate"
@@ -67,6 +74,12 @@ def test_requests_go_out_when_due_not_in_bursts(server, tmp_path):
     # 5 ms apart: no 20 ms holds more than a few (hey's paced workers would all send at once)
     assert max(sum(start <= t < start + 0.02 for t in arrived) for start in arrived) <= 6
     assert len({connection for _, connection in Answers.arrivals}) < 50  # connections kept alive and used again
+
+
+@pytest.mark.parametrize("server", [ClosingIdle], indirect=True)
+def test_a_connection_the_server_closed_is_not_used_again(server, tmp_path):
+    rows = open_loop(server, 5, 2.0, tmp_path)  # 0.2 s apart: each connection closed before the next request
+    assert len(rows) == 10 and {row[2] for row in rows} <= {"200", "429"}
 
 
 def test_a_connection_that_fails_is_a_status_0(tmp_path):
