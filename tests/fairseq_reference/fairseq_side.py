@@ -11,8 +11,14 @@ python fairseq_side.py reference MODEL_FOLDER BPE PAIRS OUT
     log-probabilities from fairseq's SequenceScorer, the scorer that `fairseq-generate --score-reference` runs,
     and its beam-5 translation of each source from the first PREFIX_TOKENS tokens of its target, as
     `fairseq-generate --prefix-size PREFIX_TOKENS` makes it (the generator's prefix_tokens).
+python fairseq_side.py interactive OUT ARGUMENTS...
+    fairseq-interactive ARGUMENTS, its own `cli_main` in this process, what it prints written to OUT.
+python fairseq_side.py steps JSON
+    The commands above, each `[command, *arguments]` in the JSON list, one after another in this one process (one
+    start-up of torch and fairseq for them all).
 """
 
+import contextlib
 import json
 import sys
 
@@ -89,5 +95,20 @@ def reference(folder: str, bpe: str, pairs_file: str, out: str) -> None:
         json.dump(result, handle)
 
 
+def interactive(out: str, *arguments: str) -> None:
+    from fairseq_cli.interactive import cli_main
+
+    sys.argv = ["fairseq-interactive", *arguments]
+    with open(out, "w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
+        cli_main()
+
+
+def steps(commands: str) -> None:
+    for command, *arguments in json.loads(commands):
+        COMMANDS[command](*arguments)
+
+
+COMMANDS = {"tokenize": tokenize, "reference": reference, "interactive": interactive, "steps": steps}
+
 if __name__ == "__main__":
-    {"tokenize": tokenize, "reference": reference}[sys.argv[1]](*sys.argv[2:])
+    COMMANDS[sys.argv[1]](*sys.argv[2:])

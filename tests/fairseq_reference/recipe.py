@@ -1,7 +1,8 @@
 """The fairseq reference, made by fairseq's own tools in the fairseq environment: the corpus Moses-tokenised, 400
 joint subword-nmt merges learned and applied, `fairseq-preprocess` with and without `--joined-dictionary`, five tiny
 models trained with `fairseq-train --cpu`, and for each what fairseq computes with it: its encodings and logits
-(`fairseq_side.py reference`) and its beam-5 translations of the held-out sentences (`fairseq-interactive`).
+(`fairseq_side.py reference`) and its beam-5 translations of the held-out sentences (fairseq-interactive's own
+`cli_main`), in one process a variant.
 
 Everything is written once into a folder named by a hash of this recipe (the sources of this package and the fairseq
 environment's path), and reused from there.
@@ -13,7 +14,7 @@ import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,53 +171,48 @@ def train_without_languages(python: Path, root: Path) -> None:
 
 
 def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> None:
-    """fairseq's encodings, logits and scores (reference.json) and beam-5 translations with their alignments
-    (interactive.txt, `--print-alignment`) of the test set."""
+    """What fairseq computes with the trained variant, in one process of the fairseq environment: its encodings,
+    logits and scores (reference.json), its beam-5 translations of the test set with their alignments
+    (interactive.txt, `--print-alignment`), and for the variants in CONSTRAINED, with each sentence's terms in each of
+    fairseq's modes (`constrained_steps`)."""
     folder = root / name
-    run(python, "python", HERE / "fairseq_side.py", "reference", folder, variant.bpe, root / "test.json",
-        folder / "reference.json", cwd=folder)  # fmt: skip
-    output = run(python, "fairseq-interactive", folder, "--path", folder / "checkpoint_last.pt", "--source-lang", "en",
-        "--target-lang", "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", folder / "bpecodes",
-        "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--print-alignment", "--input",
-        root / "raw" / "test.en", cwd=folder)  # fmt: skip
-    (folder / "interactive.txt").write_text(output, encoding="utf-8")
+    interactive = [str(folder), "--path", str(folder / "checkpoint_last.pt"), "--source-lang", "en", "--target-lang",
+                   "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", str(folder / "bpecodes"),
+                   "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50"]  # fmt: skip
+    steps = [
+        ["reference", str(folder), variant.bpe, str(root / "test.json"), str(folder / "reference.json")],
+        ["interactive", str(folder / "interactive.txt"), *interactive, "--print-alignment", "--input",
+         str(root / "raw" / "test.en")],
+    ]  # fmt: skip
+    for mode in CONSTRAINT_MODES if name in CONSTRAINED else ():
+        steps.append(constrained_step(root, folder, mode, interactive))
+    run(python, "python", HERE / "fairseq_side.py", "steps", json.dumps(steps), cwd=folder)
 
 
-def constrained_outputs(python: Path, root: Path, name: str, variant: Variant, mode: str) -> None:
+def constrained_step(root: Path, folder: Path, mode: str, interactive: list[str]) -> list[str]:
     """fairseq-interactive's beam-5 translations of the test set with each sentence's terms (`constraint_terms`),
-    given after the sentence, tab-separated, as `--constraints MODE` reads them (constrained-MODE.txt)."""
-    folder = root / name
+    given after the sentence, tab-separated, as `--constraints MODE` reads them (constrained-MODE.txt): the input
+    written, the step that translates it."""
     pairs = json.loads((root / "test.json").read_text(encoding="utf-8"))
     lines = "".join("\t".join([english, *constraint_terms(german, mode)]) + "\n" for english, german in pairs)
     (folder / f"constrained-{mode}.en").write_text(lines, encoding="utf-8")
-    output = run(python, "fairseq-interactive", folder, "--path", folder / "checkpoint_last.pt", "--source-lang", "en",
-        "--target-lang", "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", folder / "bpecodes",
-        "--beam", "5", "--cpu", "--batch-size", "50", "--buffer-size", "50", "--constraints", mode, "--input",
-        folder / f"constrained-{mode}.en", cwd=folder)  # fmt: skip
-    (folder / f"constrained-{mode}.txt").write_text(output, encoding="utf-8")
+    return ["interactive", str(folder / f"constrained-{mode}.txt"), *interactive, "--constraints", mode, "--input",
+            str(folder / f"constrained-{mode}.en")]  # fmt: skip
 
 
 def build(python: Path, root: Path) -> None:
-    """The whole reference into `root`: the data, then the fairseq runs two at a time (one thread each). A variant's
-    constrained translations are queued once it is trained, behind the variants' and the languages' training, so
-    that both threads stay busy to the end."""
+    """The whole reference into `root`: the data, then the fairseq runs two at a time (one thread each): each variant
+    trained, then what fairseq computes with it, and the languages' training."""
     prepare(python, root)
     (root / "test.json").write_text(json.dumps(corpus()["test"], ensure_ascii=False), encoding="utf-8")
 
+    def one(name: str) -> None:
+        train(python, root, name, VARIANTS[name])
+        fairseq_outputs(python, root, name, VARIANTS[name])
+
     with ThreadPoolExecutor(2) as pool:
-
-        def one(name: str) -> list[Future]:
-            train(python, root, name, VARIANTS[name])
-            constrained = [
-                pool.submit(constrained_outputs, python, root, name, VARIANTS[name], mode)
-                for mode in (CONSTRAINT_MODES if name in CONSTRAINED else ())
-            ]
-            fairseq_outputs(python, root, name, VARIANTS[name])
-            return constrained
-
-        variants = [pool.submit(one, name) for name in VARIANTS]
-        languages = pool.submit(train_without_languages, python, root)
-        for future in [*(later for variant in variants for later in variant.result()), languages]:
+        done = [pool.submit(one, name) for name in VARIANTS] + [pool.submit(train_without_languages, python, root)]
+        for future in done:
             future.result()
 
 
