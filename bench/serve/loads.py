@@ -17,8 +17,9 @@ from dataclasses import dataclass
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-async def post(client, url: str, sentence: str, records: list) -> None:
-    start = time.perf_counter()
+async def post(client, url: str, sentence: str, records: list, due: float | None = None) -> None:
+    """One request, timed from when it was `due` (an open loop's schedule; None: now)."""
+    start = time.perf_counter() if due is None else due
     try:
         response = await client.post(url, json={"q": sentence, "source": "en", "target": "de"})
         status = response.status_code
@@ -45,14 +46,16 @@ async def closed_loop(url: str, sentences: list[str], clients: int, duration: fl
 
 
 async def open_loop(url: str, sentences: list[str], rate: float, duration: float) -> list:
-    """A request every 1/`rate` seconds for `duration` seconds, whatever the answers."""
+    """A request every 1/`rate` seconds for `duration` seconds, whatever the answers, each timed from when it was
+    due (as `open_loop.py` times them)."""
     import httpx
 
     records, tasks, start = [], [], time.perf_counter()
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=1000)) as client:
         for i in range(int(rate * duration)):
-            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-            tasks.append(asyncio.create_task(post(client, url, sentences[i % len(sentences)], records)))
+            due = start + i / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(asyncio.create_task(post(client, url, sentences[i % len(sentences)], records, due)))
         await asyncio.gather(*tasks)
     return records
 

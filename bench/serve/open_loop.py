@@ -9,7 +9,8 @@ writes a CSV line per request to stdout: `offset` (when it was due, in seconds f
 then to its answer, in seconds: a request sent late counts its lateness) and `status-code` (0 for a connection that
 failed or a request without an answer within 120 s, as an error). HTTP/1.1 is written and read here on asyncio's
 streams, a small fraction of a millisecond a request, so that the generator keeps to its schedule at the server's
-rates. Only the standard library is imported.
+rates; an answer is read by its Content-Length, which the server's JSON answers have. Only the standard library is
+imported.
 """
 
 import asyncio
