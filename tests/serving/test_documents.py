@@ -1,8 +1,11 @@
 """Texts into sentences and back: the layout between sentences is kept verbatim; `translate` splits its lines."""
 
+import random
+
 import pytest
 
-from vanilla_transformer.serving.documents import split_document
+from vanilla_transformer.serving import documents
+from vanilla_transformer.serving.documents import PLAIN_SENTENCE, segmenter, split_document, split_sentences
 
 LAYOUTS = [
     "Hello there. How are you?\n\nFine.",
@@ -31,6 +34,42 @@ def test_sentences_are_split_by_the_rules_of_their_language():
     german = "Das ist z.B. ein Satz. Am 3. Oktober ging er heim."
     assert split_document(german, "de").sentences == ["Das ist z.B. ein Satz.", "Am 3. Oktober ging er heim."]
     assert split_document("One. Two.", "xx").sentences == ["One.", "Two."]  # no rules of its own: English's
+
+
+def plain_lines(count: int) -> list[str]:
+    """Lines of words (several scripts, abbreviations that a full stop would end), spaces and commas, with or
+    without a final mark; some are not plain (a list's item, a full stop inside, a space before the mark)."""
+    words = ["A", "man", "Mr", "Dr", "St", "No", "vs", "p", "iv", "ii", "x", "USA", "etc", "z", "B", "usw", "Nr"]
+    words += ["M", "Mme", "fig", "3", "22", "Straße", "été", "мир", "مرحبا", "नमस्ते", "你好", "こんにちは", "γεια", "Ճ"]
+    words += ["b)", "1)", "U.S.", "x.", "3.5", "—", "।", "؟"]  # not plain: the lines with them go to pysbd
+    ends = ["", ".", "!", "?", " .", ","]
+    draw = random.Random(0)
+    return [
+        draw.choice(["", " "]) + draw.choice([" ", ", ", ","]).join(draw.choices(words, k=draw.randint(1, 8)))
+        + draw.choice(ends) for _ in range(count)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("language", ["en", "de", "fr", "ar", "hi", "zh", "ja", "el", "hy", "xx"])
+def test_a_plain_line_is_the_one_sentence_pysbd_finds_there(language):
+    """Such a line is not given to pysbd: what it would give is the line itself."""
+    lines = [line for line in plain_lines(400) if PLAIN_SENTENCE.fullmatch(line.strip())]
+    assert len(lines) > 100
+    for line in lines:
+        by_pysbd = [sentence.strip() for sentence in segmenter(language).segment(line) if sentence.strip()]
+        assert split_sentences(line, language) == by_pysbd == [line.strip()], line
+
+
+def test_pysbd_splits_every_other_line(monkeypatch):
+    asked = []
+    asking = type("Asking", (), {"segment": staticmethod(lambda line: asked.append(line) or [])})()
+    monkeypatch.setattr(documents, "segmenter", lambda language: asking)
+    for line in ("A man is looking at one of his four flat screen computers.", "Zwei Hunde, ein Ball!"):
+        split_sentences(line, "en")
+    assert asked == []
+    for line in ("Mr. Smith went home.", "a) one b) two", "One.. Two", "Why ?", "x । y", "A - B", "It's", "Wait:"):
+        split_sentences(line, "en")
+    assert len(asked) == 8
 
 
 def test_translations_take_the_places_of_their_sentences():
