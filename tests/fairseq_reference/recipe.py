@@ -174,7 +174,7 @@ def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> No
     """What fairseq computes with the trained variant, in one process of the fairseq environment: its encodings,
     logits and scores (reference.json), its beam-5 translations of the test set with their alignments
     (interactive.txt, `--print-alignment`), and for the variants in CONSTRAINED, with each sentence's terms in each of
-    fairseq's modes (`constrained_steps`)."""
+    fairseq's modes (`constrained_step`)."""
     folder = root / name
     interactive = [str(folder), "--path", str(folder / "checkpoint_last.pt"), "--source-lang", "en", "--target-lang",
                    "de", "--tokenizer", "moses", "--bpe", variant.bpe, "--bpe-codes", str(folder / "bpecodes"),
@@ -184,16 +184,16 @@ def fairseq_outputs(python: Path, root: Path, name: str, variant: Variant) -> No
         ["interactive", str(folder / "interactive.txt"), *interactive, "--print-alignment", "--input",
          str(root / "raw" / "test.en")],
     ]  # fmt: skip
+    pairs = json.loads((root / "test.json").read_text(encoding="utf-8"))
     for mode in CONSTRAINT_MODES if name in CONSTRAINED else ():
-        steps.append(constrained_step(root, folder, mode, interactive))
+        steps.append(constrained_step(pairs, folder, mode, interactive))
     run(python, "python", HERE / "fairseq_side.py", "steps", json.dumps(steps), cwd=folder)
 
 
-def constrained_step(root: Path, folder: Path, mode: str, interactive: list[str]) -> list[str]:
+def constrained_step(pairs: list, folder: Path, mode: str, interactive: list[str]) -> list[str]:
     """fairseq-interactive's beam-5 translations of the test set with each sentence's terms (`constraint_terms`),
     given after the sentence, tab-separated, as `--constraints MODE` reads them (constrained-MODE.txt): the input
-    written, the step that translates it."""
-    pairs = json.loads((root / "test.json").read_text(encoding="utf-8"))
+    written, the step that translates it. `pairs`: the test set's (English, German) pairs."""
     lines = "".join("\t".join([english, *constraint_terms(german, mode)]) + "\n" for english, german in pairs)
     (folder / f"constrained-{mode}.en").write_text(lines, encoding="utf-8")
     return ["interactive", str(folder / f"constrained-{mode}.txt"), *interactive, "--constraints", mode, "--input",
