@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..common.report import ROOT
 
 
 async def post(client, url: str, sentence: str, records: list, due: float | None = None) -> None:
@@ -94,7 +94,7 @@ class Generator:
         pinned = ["taskset", "-c", self.cores] if self.cores else []
         command = [*pinned, *(body.name if part == "{body}" else part for part in command)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPOSITORY)
+            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
         finally:
             os.unlink(body.name)
         rows = list(csv.DictReader(io.StringIO(done.stdout)))
