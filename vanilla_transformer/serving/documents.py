@@ -43,8 +43,9 @@ def segmenter(language: str):
 
 def split_sentences(line: str, language: str) -> list[str]:
     """The sentences of one line of text, without their surrounding spaces."""
-    if PLAIN_SENTENCE.fullmatch(line.strip()):
-        return [line.strip()]
+    stripped = line.strip()
+    if PLAIN_SENTENCE.fullmatch(stripped):
+        return [stripped]
     return [sentence.strip() for sentence in segmenter(language).segment(line) if sentence.strip()]
 
 
