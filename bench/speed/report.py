@@ -4,6 +4,7 @@ scaling and profile tables, from the results the suite measured (or saved with -
 import os
 
 from ..common import report
+from ..common.profile import GROUPS, PROFILE_COLUMNS, profile_cells
 
 
 def write_markdown(results: dict, args, command: str) -> str:
@@ -121,17 +122,54 @@ def utilisation_lines(results: dict) -> list[str]:
         "## Hardware utilisation of the training step",
         "",
         "FLOPs of one forward+backward counted with `torch.utils.flop_counter.FlopCounterMode`, divided by the",
-        "measured step time (which also holds the optimizer), as a fraction of the measured matmul peak.",
+        "measured step time (which also holds the optimizer), as a fraction of the measured matmul peak. `library`:",
+        "the step timed above, each model's own loss, in a process as Python starts it. `training command`: the step",
+        "as `vanilla-transformer train` takes it on the CPU, in a fresh process with the command's process settings",
+        "(freed memory kept mapped, denormals flushed) and its criterion (label smoothing 0.1, the logits' gradient",
+        "written over them), the same model and batch (`bench/speed/command_step.py`). GEMM-only ceiling: the step's",
+        "FLOPs over its time in matrix products and attention alone (torch.profiler), the fraction of the peak it",
+        "would reach if everything around them were free.",
         "",
-        "| size | attention | GFLOP per step | step ms | GFLOP/s | fraction of peak | target >= 50% (base) |",
-        "|---|---|---|---|---|---|---|",
+        "| size | attention | step | GFLOP per step | step ms | GFLOP/s | fraction of peak | GEMM-only ceiling | "
+        "target >= 80% |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results["utilisation"]:
-        target = report.verdict(r["fraction"], 0.5) if r["size"] == "base" else "-"
+    for r, step in utilisation_rows(results):
+        ceiling = f"{100 * r['profile']['gemm_ceiling']:.0f}%" if r.get("profile") else "-"
         lines.append(
-            f"| {r['size']} | {r['attn']} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
-            f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {target} |"
+            f"| {r['size']} | {r['attn']} | {step} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
+            f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {ceiling} | "
+            f"{report.verdict(r['fraction'], 0.8)} |"
         )
+    return lines + time_by_group_lines(results)
+
+
+def utilisation_rows(results: dict) -> list[tuple[dict, str]]:
+    """Each size's library step, then its training command's step where measured: (row, the step's name)."""
+    commands = {(r["size"], r["attn"]): r for r in results.get("command_step", [])}
+    rows = []
+    for r in results["utilisation"]:
+        rows.append((r, "library"))
+        if (r["size"], r["attn"]) in commands:
+            rows.append((commands[r["size"], r["attn"]], "training command"))
+    return rows
+
+
+def time_by_group_lines(results: dict) -> list[str]:
+    """The profiled steps' time by group, ms per step under torch.profiler (`bench/common/profile.py`)."""
+    profiled = [(r, step) for r, step in utilisation_rows(results) if r.get("profile")]
+    if not profiled:
+        return []
+    lines = [
+        "",
+        "Where those steps' time goes (`bench/common/profile.py`: each operator's own time in ms per step under",
+        "torch.profiler, by what it does; idle: the step's time outside every operator, Python and the autograd",
+        "engine among it):",
+        "",
+        f"| size | step | {PROFILE_COLUMNS} |",
+        "|---|---|" + "---|" * (len(GROUPS) + 3),
+    ]
+    lines += [f"| {r['size']} | {step} | {profile_cells(r['profile'])} |" for r, step in profiled]
     return lines
 
 

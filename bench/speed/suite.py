@@ -20,6 +20,8 @@ import transformers
 
 from ..common import models, report
 from ..common.measure import TrainStep, compare, log_row, matmul_peak, seconds_per_call, training_batch, training_flops
+from ..common.profile import profile_step
+from .command_step import command_step_probe, command_step_row
 from .memory import memory_probe, peak_memory
 from .report import write_markdown
 
@@ -93,7 +95,7 @@ def batch_shapes(args) -> dict:
 
 def run(args) -> dict:
     """Every measurement the report shows, in the order they are taken."""
-    results = {"train": [], "generate": [], "memory": [], "utilisation": []}
+    results = {"train": [], "generate": [], "memory": [], "utilisation": [], "command_step": []}
     results["matmul_peak"] = matmul_peak(args.device, 1024 if args.quick else 2048)
     for size_name in args.sizes:
         for attn in args.attn:
@@ -120,7 +122,12 @@ def measure_attention(results: dict, args, size_name: str, attn: str) -> None:
     log_row(results["train"], train)
     first = attn == args.attn[0]
     if first:
-        results["utilisation"].append(utilisation_row(size_name, attn, device, batch, train["ours"], results))
+        utilisation = utilisation_row(size_name, attn, device, batch, train["ours"], results)
+        results["utilisation"].append(utilisation)
+        if not device.startswith("cuda"):  # the command's process settings are the CPU's
+            flops, peak = utilisation["flops"], results["matmul_peak"]
+            row = command_step_row(args, size_name, attn, flops, peak, *repeats_and_calls(args))
+            log_row(results["command_step"], row)
     sources = training_batch(size, (32, shape[1], 1), device)["input_ids"]
     for compiled in (False, True) if first and not args.no_compile else (False,):
         for beams in (1, 5):
@@ -156,14 +163,19 @@ def train_row(args, size_name: str, attn: str, batch: dict, shape: tuple[int, in
 
 
 def utilisation_row(size_name: str, attn: str, device: str, batch: dict, step: float, results: dict) -> dict:
-    """Our training step's counted FLOPs over its measured time, as a fraction of the measured matmul peak."""
-    flops = training_flops(models.build("vanilla", models.SIZES[size_name], attn, device), batch)
+    """Our training step's counted FLOPs over its measured time, as a fraction of the measured matmul peak, and the
+    step's profile (`profile_step`: its time by group and its GEMM-only ceiling, two steps under torch.profiler)."""
+    size, peak = models.SIZES[size_name], results["matmul_peak"]
+    flops = training_flops(models.build("vanilla", size, attn, device), batch)
+    profiled = TrainStep(models.build("vanilla", size, attn, device), batch)
+    profiled()  # the optimizer's state made
     return {
         "size": size_name,
         "attn": attn,
         "flops": flops,
         "step": step,
-        "fraction": flops / step / results["matmul_peak"],
+        "fraction": flops / step / peak,
+        "profile": profile_step(profiled, device, 2, flops, peak).as_dict(),
     }
 
 
@@ -228,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure nothing: write the report from the raw results a previous run saved with --json",
     )
     parser.add_argument("--memory-probe", nargs=4, metavar=("MODEL", "SIZE", "TASK", "ATTN"), help=argparse.SUPPRESS)
+    parser.add_argument("--command-step", nargs=4, metavar=("SIZE", "ATTN", "FLOPS", "PEAK"), help=argparse.SUPPRESS)
     return parser
 
 
@@ -236,6 +249,10 @@ def main(argv: list[str]) -> int:
     transformers.logging.set_verbosity_error()
     if args.memory_probe:
         memory_probe(*args.memory_probe, args.quick, args.device)
+        return 0
+    if args.command_step:
+        size_name, attn, flops, peak = args.command_step
+        command_step_probe(args, size_name, attn, int(flops), float(peak))
         return 0
     if args.report_from:
         results = report.read_json(args.report_from)

@@ -31,7 +31,13 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     greedy_compiled = [r for r in results["generate"] if r["compiled"] and r["beams"] == 1]
     assert greedy_compiled[0]["ours_compiled"] and greedy_compiled[0]["theirs_compiled"]
     assert all(r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] > 0 for r in results["train"] + results["generate"])
-    assert results["utilisation"][0]["flops"] > 0 and 0 < results["utilisation"][0]["fraction"]
+    # the library's step in this process and the training command's in its own, the same FLOPs, each profiled
+    (library,), (command,) = results["utilisation"], results["command_step"]
+    assert library["flops"] > 0 and command["flops"] == library["flops"]
+    for row in (library, command):
+        assert 0 < row["fraction"] < row["profile"]["gemm_ceiling"], row
+        assert row["profile"]["groups"]["GEMM and attention"] > 0 and row["profile"]["groups"]["loss"] > 0
+    assert "| numbers | sdpa | library |" in report and "| numbers | sdpa | training command |" in report
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
     for r in results["memory"]:  # the task's own memory is part of the peak, and a training step needs some
         assert r["probes"] == 1 and 0 < r["ours_added"] < r["ours"] and 0 < r["theirs_added"] < r["theirs"]

@@ -1,5 +1,6 @@
-"""The GPU suite's profile of a training step: each kernel in its group by its name (the kernels of the H200 trace
-that the GPU training issue names among them), and on a CPU trace the groups and idle adding up to the step."""
+"""A training step's profile, as the GPU and speed suites take it: each kernel in its group by its name (the kernels
+of the H200 trace that the GPU training issue names among them), and on a CPU trace the groups and idle adding up to
+the step."""
 
 import math
 
@@ -7,7 +8,7 @@ import pytest
 
 from bench.common import models
 from bench.common.measure import training_batch, training_flops
-from bench.gpu.profile import GROUPS, group_of, profile_step
+from bench.common.profile import GROUPS, group_of, profile_step
 from bench.gpu.step import Step
 from bench.gpu.suite import SIZES
 
