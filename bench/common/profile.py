@@ -23,10 +23,20 @@ RULES = (
     ("optimizer", ("adam", "multi_tensor_apply", "_foreach", "clip_grad", "lpnorm")),
     ("GEMM and attention", tuple(MATRIX.split())),
     ("fused elementwise and normalisation", tuple(FUSED.split())),
+    # drawn apart from the kernel that uses them: the CPU's dropout masks (a fused dropout kernel is fused above)
+    ("random numbers", ("uniform_", "bernoulli", "normal_", "random_", "philox")),
     ("copies and casts", tuple(COPIES.split())),
     ("fused elementwise and normalisation", tuple(ELEMENTWISE.split())),
 )
-GROUPS = ("GEMM and attention", "fused elementwise and normalisation", "loss", "optimizer", "copies and casts", "other")
+GROUPS = (
+    "GEMM and attention",
+    "fused elementwise and normalisation",
+    "loss",
+    "optimizer",
+    "copies and casts",
+    "random numbers",
+    "other",
+)
 # the profiler's own ranges: steps and the optimizer's record_function around its step, not kernels
 RANGES = ("ProfilerStep", "Optimizer.step", "Optimizer.zero_grad", "## ", "Torch-Compiled Region")
 

@@ -33,6 +33,11 @@ NAMES = {
     "aten::_to_copy": "copies and casts",
     "aten::_fused_adam_": "optimizer",
     "aten::threshold_backward": "fused elementwise and normalisation",
+    "aten::uniform_": "random numbers",
+    "aten::bernoulli_": "random numbers",
+    "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>": (
+        "fused elementwise and normalisation"
+    ),
     "aten::empty_strided": "other",
 }
 
@@ -50,7 +55,7 @@ def test_a_cpu_steps_groups_and_idle_add_up_to_the_step():
     found = profile_step(step, "cpu", 2, flops, peak=1e12)
     assert set(found.groups) == {*GROUPS, "idle"}
     assert math.isclose(sum(found.groups.values()), found.step_ms, rel_tol=1e-6)
-    for group in ("GEMM and attention", "fused elementwise and normalisation", "loss", "optimizer"):
+    for group in ("GEMM and attention", "fused elementwise and normalisation", "loss", "optimizer", "random numbers"):
         assert found.groups[group] > 0, group
     gemm_seconds = found.groups["GEMM and attention"] / 1e3
     assert found.gemm_ceiling == pytest.approx(flops / gemm_seconds / 1e12)
