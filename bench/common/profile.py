@@ -72,9 +72,13 @@ def profile_step(step, device: str, steps: int, flops: int, peak: float) -> Step
     busy = device_busy(events) if cuda else operator_busy(events)
     groups = {group: busy.get(group, 0.0) / steps / 1e3 for group in GROUPS}
     groups["idle"] = max(0.0, wall / steps / 1e3 - sum(groups.values()))
+    return StepProfile(wall / steps / 1e3, groups, gemm_ceiling(flops, groups, peak))
+
+
+def gemm_ceiling(flops: int, groups: dict, peak: float) -> float:
+    """The step's FLOPs over its GEMM and attention time (`groups`, ms per step), as a share of `peak` (FLOP/s)."""
     gemm_seconds = groups["GEMM and attention"] / 1e3
-    ceiling = flops / gemm_seconds / peak if gemm_seconds > 0 else float("nan")
-    return StepProfile(wall / steps / 1e3, groups, ceiling)
+    return flops / gemm_seconds / peak if gemm_seconds > 0 else float("nan")
 
 
 def wall_us(events) -> float:

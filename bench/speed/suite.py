@@ -20,12 +20,14 @@ import transformers
 
 from ..common import models, report
 from ..common.measure import TrainStep, compare, log_row, matmul_peak, seconds_per_call, training_batch, training_flops
-from ..common.profile import profile_step
+from ..common.profile import gemm_ceiling, profile_step
 from .command_step import command_step_probe, command_step_row
 from .memory import memory_probe, peak_memory
 from .report import write_markdown
 
 SUITE = "speed"
+# the square matmuls whose fastest is the machine's peak: on 2 CPU cores 1024 has run faster than 2048 and 4096
+PEAK_SIZES, QUICK_PEAK_SIZES = (1024, 2048, 4096), (512, 1024)
 
 
 def profile_table(step, rows: int = 12) -> str:
@@ -96,7 +98,7 @@ def batch_shapes(args) -> dict:
 def run(args) -> dict:
     """Every measurement the report shows, in the order they are taken."""
     results = {"train": [], "generate": [], "memory": [], "utilisation": [], "command_step": []}
-    results["matmul_peak"] = matmul_peak(args.device, 1024 if args.quick else 2048)
+    results["matmul_peak"], results["peak_sizes"] = machine_peak(args), peak_sizes(args)
     for size_name in args.sizes:
         for attn in args.attn:
             measure_attention(results, args, size_name, attn)
@@ -111,7 +113,27 @@ def run(args) -> dict:
         scale_size = "tiny" if "tiny" in args.sizes else args.sizes[0]
         results["scaling"] = scaling(models.SIZES[scale_size], args.attn[0], args.device, args.quick)
         plot_scaling(results["scaling"], args.plot, f"Training step time, {scale_size} size, {args.attn[0]} attention")
+    at_the_peak(results, max(results["matmul_peak"], machine_peak(args)))
     return results
+
+
+def peak_sizes(args) -> tuple[int, ...]:
+    return QUICK_PEAK_SIZES if args.quick else PEAK_SIZES
+
+
+def machine_peak(args) -> float:
+    """The machine's matmul peak: the fastest of square products of `peak_sizes`."""
+    return max(matmul_peak(args.device, n) for n in peak_sizes(args))
+
+
+def at_the_peak(results: dict, peak: float) -> None:
+    """The utilisation rows' fractions and GEMM-only ceilings as shares of `peak`, the best the run measured (at its
+    start and its end: the machine's speed drifts over a run of half an hour, and a peak measured once at a slow
+    moment would let a step's GEMMs run above it)."""
+    results["matmul_peak"] = peak
+    for row in results["utilisation"] + results["command_step"]:
+        row["fraction"] = row["flops"] / row["step"] / peak
+        row["profile"]["gemm_ceiling"] = gemm_ceiling(row["flops"], row["profile"]["groups"], peak)
 
 
 def measure_attention(results: dict, args, size_name: str, attn: str) -> None:
