@@ -4,7 +4,7 @@ alternately, at one size and mode: tokens/s, the speed-up, the peak memory, and 
 import functools
 
 from ..common.measure import compare, log_row, training_batch
-from ..common.profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
+from ..common.step_profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 

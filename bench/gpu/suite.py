@@ -28,7 +28,7 @@ import transformers
 
 from ..common import models, report
 from ..common.measure import compare, log_row, matmul_peak, training_batch
-from ..common.profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
+from ..common.step_profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
 from .changes import change_lines, change_rows
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
@@ -276,9 +276,9 @@ def profile_lines(rows: list[dict]) -> list[str]:
     profiled = [(r, name) for r in rows for name in ("ours", "theirs") if r.get(f"{name}_profile")]
     if not profiled:
         return []
-    lines = ["", "Where a training step's time goes (`bench/common/profile.py`: a torch.profiler trace of the step, "
-             "each kernel's time in ms per step by what it does; idle: the step's time in which no kernel ran; the "
-             "GEMM-only ceiling: the step's FLOPs over its GEMM and attention time alone, as a share of the peak):",
+    lines = ["", "Where a training step's time goes (`bench/common/step_profile.py`: a torch.profiler trace of the "
+             "step, each kernel's time in ms per step by what it does; idle: the step's time in which no kernel ran; "
+             "the GEMM-only ceiling: the step's FLOPs over its GEMM and attention time alone, as a share of the peak):",
              "", f"| size | mode | model | {PROFILE_COLUMNS} |",
              "|---|---|---|---|" + "---|" * (len(GROUPS) + 2)]  # fmt: skip
     for row, name in profiled:

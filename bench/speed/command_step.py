@@ -16,7 +16,7 @@ import torch
 
 from ..common import models, report
 from ..common.measure import TrainStep, seconds_per_call, training_batch
-from ..common.profile import profile_step
+from ..common.step_profile import profile_step
 
 LABEL_SMOOTHING = 0.1  # the training command's default (§5.4)
 

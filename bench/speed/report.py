@@ -4,7 +4,7 @@ scaling and profile tables, from the results the suite measured (or saved with -
 import os
 
 from ..common import report
-from ..common.profile import GROUPS, PROFILE_COLUMNS, profile_cells
+from ..common.step_profile import GROUPS, PROFILE_COLUMNS, profile_cells
 
 
 def write_markdown(results: dict, args, command: str) -> str:
@@ -164,15 +164,15 @@ def utilisation_rows(results: dict) -> list[tuple[dict, str]]:
 
 
 def time_by_group_lines(results: dict) -> list[str]:
-    """The profiled steps' time by group, ms per step under torch.profiler (`bench/common/profile.py`)."""
+    """The profiled steps' time by group, ms per step under torch.profiler (`bench/common/step_profile.py`)."""
     profiled = [(r, step) for r, step in utilisation_rows(results) if r.get("profile")]
     if not profiled:
         return []
     lines = [
         "",
-        "Where those steps' time goes (`bench/common/profile.py`: each operator's own time in ms per step under",
-        "torch.profiler, by what it does; idle: the step's time outside every operator, Python and the autograd",
-        "engine among it):",
+        "Where those steps' time goes (`bench/common/step_profile.py`: each operator's own time in ms per step",
+        "under torch.profiler, by what it does; idle: the step's time outside every operator, Python and the",
+        "autograd engine among it):",
         "",
         f"| size | step | {PROFILE_COLUMNS} |",
         "|---|---|" + "---|" * (len(GROUPS) + 3),

@@ -20,7 +20,7 @@ import transformers
 
 from ..common import models, report
 from ..common.measure import TrainStep, compare, log_row, matmul_peak, seconds_per_call, training_batch, training_flops
-from ..common.profile import gemm_ceiling, profile_step
+from ..common.step_profile import gemm_ceiling, profile_step
 from .command_step import command_step_probe, command_step_row
 from .memory import memory_probe, peak_memory
 from .report import write_markdown

@@ -4,6 +4,7 @@ memory read back, and the section written into the report after the GPU suite's.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from bench.common import report
 
@@ -25,3 +26,11 @@ def test_the_suite_measures_every_process_and_writes_its_section(tmp_path):
     text = out.read_text()
     assert text.index(report.GPU_MARKER) < text.index(report.ENGINES_MARKER)
     assert "| ddp | examples/accelerate/ddp.yaml |" in text and f"--train-args={tiny}" in text
+
+
+def test_no_shared_module_hides_a_standard_library_module():
+    """The suite's training processes (`bench/engines/process.py`) put `bench/common/` first on `sys.path`, to import
+    `memory.py`: a module there named as one of the standard library's (`profile`, which cProfile imports, and
+    through it transformers' GenerationMixin) would be imported in its place."""
+    shared = {path.stem for path in (Path(report.ROOT) / "bench" / "common").glob("*.py")}
+    assert not shared & set(sys.stdlib_module_names)

@@ -8,7 +8,7 @@ import pytest
 
 from bench.common import models
 from bench.common.measure import training_batch, training_flops
-from bench.common.profile import GROUPS, group_of, profile_step
+from bench.common.step_profile import GROUPS, group_of, profile_step
 from bench.gpu.step import Step
 from bench.gpu.suite import SIZES
 
