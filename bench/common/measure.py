@@ -34,9 +34,12 @@ class TrainStep:
         self.model, self.batch = model.train(), batch
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
+    def loss(self) -> torch.Tensor:
+        """The forward pass and the loss to differentiate: the model's own mean cross-entropy."""
+        return self.model(**self.batch, use_cache=False).loss
+
     def __call__(self):
-        loss = self.model(**self.batch, use_cache=False).loss
-        loss.backward()
+        self.loss().backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

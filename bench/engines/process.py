@@ -9,12 +9,12 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [os.path.join(ROOT, "tests", "training"), os.path.join(ROOT, "bench", "common")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "training"), ROOT]
 
 import fsdp_on_cpu  # noqa: E402,F401  (the lift applies on import)
-from memory import peak_rss_mib  # noqa: E402
 from vanilla_transformer.training.run import loop  # noqa: E402
 
+from bench.common.memory import peak_rss_mib  # noqa: E402
 from vanilla_transformer.cli import main  # noqa: E402
 
 peaks = {}

@@ -31,17 +31,14 @@ class CommandStep(TrainStep):
         super().__init__(model, batch)
         self.criterion = TranslationCriterion(LABEL_SMOOTHING)
 
-    def __call__(self):
+    def loss(self) -> torch.Tensor:
         loss, sample_size, _ = self.criterion(self.model, self.batch)
-        (loss / sample_size).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        return loss / sample_size
 
 
 def command_step_row(args, size_name: str, attn: str, flops: int, peak: float, repeats: int, calls: int) -> dict:
     """The command's step at one size, measured by `command_step_probe` in a fresh process: its time per step (the
-    median over `repeats` of `calls` steps), its share of `peak` and its profile."""
+    median over `repeats` of `calls` steps) and its profile (`peak`: the one its GEMM-only ceiling is a share of)."""
     flags = ["--command-step", size_name, attn, str(flops), str(peak), "--device", args.device]
     flags += ["--repeats", str(repeats), "--steps", str(calls), *(["--quick"] if args.quick else [])]
     done = subprocess.run(
@@ -52,7 +49,7 @@ def command_step_row(args, size_name: str, attn: str, flops: int, peak: float, r
         cwd=report.ROOT,
     )
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"size": size_name, "attn": attn, "flops": flops, **measured, "fraction": flops / measured["step"] / peak}
+    return {"size": size_name, "attn": attn, "flops": flops, **measured}
 
 
 def command_step_probe(args, size_name: str, attn: str, flops: int, peak: float) -> None:

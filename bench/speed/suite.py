@@ -185,19 +185,18 @@ def train_row(args, size_name: str, attn: str, batch: dict, shape: tuple[int, in
 
 
 def utilisation_row(size_name: str, attn: str, device: str, batch: dict, step: float, results: dict) -> dict:
-    """Our training step's counted FLOPs over its measured time, as a fraction of the measured matmul peak, and the
-    step's profile (`profile_step`: its time by group and its GEMM-only ceiling, two steps under torch.profiler)."""
-    size, peak = models.SIZES[size_name], results["matmul_peak"]
-    flops = training_flops(models.build("vanilla", size, attn, device), batch)
-    profiled = TrainStep(models.build("vanilla", size, attn, device), batch)
+    """Our training step's counted FLOPs, its measured time and its profile (`profile_step`: its time by group and
+    its GEMM-only ceiling, two steps under torch.profiler); `at_the_peak` makes them shares of the run's peak."""
+    model = models.build("vanilla", models.SIZES[size_name], attn, device)
+    flops = training_flops(model, batch)
+    profiled = TrainStep(model, batch)
     profiled()  # the optimizer's state made
     return {
         "size": size_name,
         "attn": attn,
         "flops": flops,
         "step": step,
-        "fraction": flops / step / peak,
-        "profile": profile_step(profiled, device, 2, flops, peak).as_dict(),
+        "profile": profile_step(profiled, device, 2, flops, results["matmul_peak"]).as_dict(),
     }
 
 

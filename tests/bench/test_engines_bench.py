@@ -29,8 +29,8 @@ def test_the_suite_measures_every_process_and_writes_its_section(tmp_path):
 
 
 def test_no_shared_module_hides_a_standard_library_module():
-    """The suite's training processes (`bench/engines/process.py`) put `bench/common/` first on `sys.path`, to import
-    `memory.py`: a module there named as one of the standard library's (`profile`, which cProfile imports, and
-    through it transformers' GenerationMixin) would be imported in its place."""
+    """The shared modules are named apart from the standard library's: a process with `bench/common/` on `sys.path`
+    would import one in place of the other (a `profile.py` there hides the module cProfile imports, and through it
+    transformers' GenerationMixin fails to import)."""
     shared = {path.stem for path in (Path(report.ROOT) / "bench" / "common").glob("*.py")}
     assert not shared & set(sys.stdlib_module_names)
