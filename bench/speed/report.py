@@ -142,14 +142,15 @@ def utilisation_lines(results: dict) -> list[str]:
         "target >= 80% |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r, step in utilisation_rows(results):
+    rows = utilisation_rows(results)
+    for r, step in rows:
         ceiling = f"{100 * r['profile']['gemm_ceiling']:.0f}%" if r.get("profile") else "-"
         lines.append(
             f"| {r['size']} | {r['attn']} | {step} | {r['flops'] / 1e9:.1f} | {1000 * r['step']:.0f} | "
             f"{r['flops'] / r['step'] / 1e9:.1f} | {100 * r['fraction']:.0f}% | {ceiling} | "
             f"{report.verdict(r['fraction'], 0.8)} |"
         )
-    return lines + time_by_group_lines(results)
+    return lines + time_by_group_lines(rows)
 
 
 def utilisation_rows(results: dict) -> list[tuple[dict, str]]:
@@ -163,9 +164,10 @@ def utilisation_rows(results: dict) -> list[tuple[dict, str]]:
     return rows
 
 
-def time_by_group_lines(results: dict) -> list[str]:
-    """The profiled steps' time by group, ms per step under torch.profiler (`bench/common/step_profile.py`)."""
-    profiled = [(r, step) for r, step in utilisation_rows(results) if r.get("profile")]
+def time_by_group_lines(rows: list[tuple[dict, str]]) -> list[str]:
+    """The profiled steps' time by group (`rows`: `utilisation_rows`), ms per step under torch.profiler
+    (`bench/common/step_profile.py`)."""
+    profiled = [(r, step) for r, step in rows if r.get("profile")]
     if not profiled:
         return []
     lines = [
