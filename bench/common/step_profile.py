@@ -14,13 +14,18 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 MATRIX = "gemm cutlass xmma nvjet cublas aten::mm aten::addmm aten::bmm matmul flash fmha cudnn attention sdpa"
-FUSED = "triton_ cpp_fused layer_norm dropout masked_fill"
+FUSED = "layer_norm dropout masked_fill"
 COPIES = "copy memcpy memset cast fill zero_ aten::to contiguous aten::cat"
 ELEMENTWISE = "elementwise reduce add mul relu threshold where div sub sum mean exp sqrt pow neg"
 # (group, substrings of a kernel's or an operator's name, lower-cased); the first group with a match takes it
 RULES = (
-    ("loss", ("cross_entropy", "log_softmax", "nll_loss", "logsumexp")),
+    # log_softmax's CUDA kernels are cunn_SoftMaxForward/Backward<..., LogSoftMax...Epilogue>: only a loss takes it
+    ("loss", ("cross_entropy", "log_softmax", "logsoftmax", "nll_loss", "logsumexp")),
     ("optimizer", ("adam", "multi_tensor_apply", "_foreach", "clip_grad", "lpnorm")),
+    # the compiler's kernels: its GEMM templates (max-autotune's), else fused elementwise work, whatever aten
+    # operator they are named after (a kernel that pads the attention mask for sdpa is named after sdpa)
+    ("GEMM and attention", ("triton_tem_",)),
+    ("fused elementwise and normalisation", ("triton_", "cpp_fused")),
     ("GEMM and attention", tuple(MATRIX.split())),
     ("fused elementwise and normalisation", tuple(FUSED.split())),
     # drawn apart from the kernel that uses them: the CPU's dropout masks (a fused dropout kernel is fused above)
@@ -88,10 +93,12 @@ def wall_us(events) -> float:
 
 
 def device_busy(events) -> dict:
-    """Microseconds of CUDA kernel time per group (overlapping kernels on several streams counted once each)."""
+    """Microseconds of CUDA kernel time per group (overlapping kernels on several streams counted once each). The
+    ranges that the profiler mirrors on the GPU's timeline for a `record_function` (user annotations: the compiled
+    region's, the optimizer's) span kernels and are not kernels themselves."""
     busy = {}
     for event in events:
-        if event.device_type == DeviceType.CUDA:
+        if event.device_type == DeviceType.CUDA and not event.is_user_annotation:
             group = group_of(event.name)
             busy[group] = busy.get(group, 0.0) + event.time_range.elapsed_us()
     return busy

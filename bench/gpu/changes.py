@@ -8,10 +8,14 @@ from ..common.step_profile import GROUPS, PROFILE_COLUMNS, profile_cells, profil
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 
+def changes_mode(args) -> tuple[str, str | None]:
+    """The mode the changes are measured in, and its compile backend: compiled, unless only eager is asked."""
+    return ("compiled", args.compile_backend) if "compiled" in args.modes else ("eager", None)
+
+
 def change_rows(args, size_name: str, size: dict, peak: float):
-    """Each of --changes against the plain step, in --modes' last mode (compiled, unless only eager is asked): a
-    row as each is measured."""
-    mode, backend = ("compiled", args.compile_backend) if "compiled" in args.modes else ("eager", None)
+    """Each of --changes against the plain step, in `changes_mode`: a row as each is measured."""
+    mode, backend = changes_mode(args)
     shape = (max(1, args.max_tokens // args.length), args.length, args.length)
     batch = training_batch(size, shape, args.device)
     plain, plain_peak = built_with_peak(

@@ -46,7 +46,9 @@ class Step:
 
     def __init__(self, kind: str, size: dict, device: str, batch: dict, backend: str | None, change: Change = PLAIN):
         self.model = models.build(kind, size, "sdpa", device, dropout=size["dropout"], **change.config).train()
-        self.forward = torch.compile(self.model, backend=backend) if backend else self.model
+        # static shapes: every step compiles the same forward, and dynamo would compile a step of another batch
+        # size (the changes' twice the tokens) with a symbolic batch dimension after the first one
+        self.forward = torch.compile(self.model, backend=backend, dynamic=False) if backend else self.model
         self.batch, self.device_type, self.keywords = batch, torch.device(device).type, change.forward
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True, **change.optimizer

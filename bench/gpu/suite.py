@@ -29,7 +29,7 @@ import transformers
 from ..common import models, report
 from ..common.measure import compare, log_row, matmul_peak, training_batch
 from ..common.step_profile import GROUPS, PROFILE_COLUMNS, profile_cells, profile_step
-from .changes import change_lines, change_rows
+from .changes import change_lines, change_rows, changes_mode
 from .step import CHANGES, Step, built_with_peak, release, step_flops
 
 SUITE = "gpu"
@@ -70,24 +70,20 @@ def card_peak(device: str, given: float | None) -> tuple[float, str]:
     return measured, f"{measured / 1e12:.3f} TFLOP/s, this machine's measured bf16 matmul peak"
 
 
-def train_rows(args, size_name: str, peak: float) -> list[dict]:
-    """Eager and compiled training steps of both models at one size."""
+def train_row(args, size_name: str, mode: str, peak: float) -> dict:
+    """Both models' training steps at one size in one mode (eager, or compiled with --compile-backend)."""
     size, length = SIZES[size_name], args.length
     shape = (max(1, args.max_tokens // length), length, length)
     batch = training_batch(size, shape, args.device)
     flops = {kind: step_flops(kind, size, args.device, batch) for kind in ("vanilla", "marian")}
-    rows = []
-    for mode, backend in (("eager", None), ("compiled", args.compile_backend)):
-        if mode not in args.modes:
-            continue
-        row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend, flops, peak)}
-        for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
-            seconds = row[f"{name}_ms"] / 1e3
-            row[f"{name}_tok_s"], row[f"{name}_mfu"] = shape[0] * shape[2] / seconds, flops[kind] / seconds / peak
-            if row.get(f"{name}_profile"):  # the MFU against what the GEMMs alone would allow
-                row[f"{name}_of_ceiling"] = row[f"{name}_mfu"] / row[f"{name}_profile"]["gemm_ceiling"]
-        log_row(rows, row)
-    return rows
+    backend = args.compile_backend if mode == "compiled" else None
+    row = {"size": size_name, "mode": mode, "batch": shape, **timed_steps(args, size, batch, backend, flops, peak)}
+    for name, kind in (("ours", "vanilla"), ("theirs", "marian")):
+        seconds = row[f"{name}_ms"] / 1e3
+        row[f"{name}_tok_s"], row[f"{name}_mfu"] = shape[0] * shape[2] / seconds, flops[kind] / seconds / peak
+        if row.get(f"{name}_profile"):  # the MFU against what the GEMMs alone would allow
+            row[f"{name}_of_ceiling"] = row[f"{name}_mfu"] / row[f"{name}_profile"]["gemm_ceiling"]
+    return row
 
 
 def timed_steps(args, size: dict, batch: dict, backend: str | None, flops: dict, peak: float) -> dict:
@@ -174,7 +170,10 @@ def translate_rows(args, folder: str) -> list[dict]:
 
 
 def run(args, measured=lambda results: None) -> dict:
-    """Every size's rows; `measured(results)` after each size, so that a run stopped at a time limit keeps them."""
+    """Every row, in the order that matters where the machine is lent for a few minutes (the training issue's
+    targets and decisions first), and `measured(results)` after each, so that a run stopped at a time limit keeps
+    what it measured: compiled training at each size, the first size's followed by the candidate changes; then
+    eager training; then generation; then the translate command."""
     peak, peak_source = card_peak(args.device, args.peak_tflops)
     results = {
         "card": report.machine(args.device, torch_threads=True),
@@ -185,14 +184,24 @@ def run(args, measured=lambda results: None) -> dict:
         "translate": [],
         "changes": [],
     }
-    for size_name in args.sizes:
-        results["train"] += train_rows(args, size_name, peak)
-        results["generate"] += generate_rows(args, size_name)
-        measured(results)
-    for size_name in args.change_sizes:
+
+    def add_changes(size_name: str) -> None:
         for row in change_rows(args, size_name, SIZES[size_name], peak):
             results["changes"].append(row)
             measured(results)
+
+    for mode in [mode for mode in ("compiled", "eager") if mode in args.modes]:
+        for size_name in args.sizes:
+            log_row(results["train"], train_row(args, size_name, mode, peak))
+            measured(results)
+            if mode == changes_mode(args)[0] and size_name in args.change_sizes:
+                add_changes(size_name)
+        if mode == changes_mode(args)[0]:
+            for size_name in [name for name in args.change_sizes if name not in args.sizes]:
+                add_changes(size_name)
+    for size_name in args.sizes:
+        results["generate"] += generate_rows(args, size_name)
+        measured(results)
     if args.device.startswith("cuda") and args.translate_sentences:
         with tempfile.TemporaryDirectory() as folder:
             results["translate"] = translate_rows(args, folder)
@@ -245,7 +254,8 @@ def section(results: dict, args, command: str) -> str:
         "| peak GiB ours | Marian |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results["train"]:
+    train = sorted(results["train"], key=lambda r: (list(SIZES).index(r["size"]), r["mode"] != "eager"))
+    for r in train:
         memory = [f"{r[key]:.1f}" if r[key] is not None else "-" for key in ("ours_peak_gib", "theirs_peak_gib")]
         lines.append(
             f"| {r['size']} | {r['mode']} | {' x '.join(map(str, r['batch']))} | {r['ours_tok_s']:.0f} | "
@@ -267,7 +277,7 @@ def section(results: dict, args, command: str) -> str:
         for r in results["translate"]:
             lines.append(f"| {r['engine']} | {r['device']} | {r['device_s']:.1f} | {r['cpu']} | {r['cpu_s']:.1f} | "
                          f"{r['ratio']:.2f}x |")  # fmt: skip
-    lines += profile_lines(results["train"]) + change_lines(results.get("changes", []))
+    lines += profile_lines(train) + change_lines(results.get("changes", []))
     return "\n".join(lines + target_lines(results["train"])) + "\n"
 
 

@@ -4,8 +4,10 @@ The suite replaces its section of BENCHMARKS.md and keeps the other suites' sect
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,7 +44,11 @@ def test_smoke_setting_replaces_its_section_and_keeps_the_other_suites_sections(
     assert "- base, compiled: MFU against the GEMM-only ceiling at least 0.8x: not measured (no compiled" in report
     assert "| smoke | eager | ours |" in report and "| smoke | compiled | Marian |" in report  # the profile table
     results = json.loads((out / "gpu.json").read_text())
-    assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "eager"), ("smoke", "compiled")]
+    # measured in the order a lent machine's few minutes want: compiled training, the changes, eager, generation
+    assert [(r["size"], r["mode"]) for r in results["train"]] == [("smoke", "compiled"), ("smoke", "eager")]
+    logged = [json.loads(line) for line in (out / "gpu-bench.log").read_text().splitlines() if line.startswith("{")]
+    kinds = [row.get("mode") if "ours_ms" in row else "change" if "change" in row else "other" for row in logged]
+    assert kinds == ["compiled", *["change"] * len(CHANGES), "eager", "other", "other"]  # then generate's two
     assert [r["beams"] for r in results["generate"]] == [1, 5]
     for row in results["train"]:
         assert row["ours_tok_s"] > 0 and row["theirs_tok_s"] > 0 and 0 < row["ours_mfu"] and 0 < row["theirs_mfu"]
@@ -76,6 +82,12 @@ def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_fol
     tests = (out / "gpu-tests.log").read_text()
     expected = "passed" if torch.cuda.is_available() else "skipped"
     assert f" {expected}" in tests and " failed" not in tests and " error" not in tests
+    # the modules that hold gpu tests, and only those, collected
+    ran = {line.split("::")[0] for line in tests.splitlines() if line.startswith("tests/") and "::" in line}
+    marked = re.compile(r"^\s*@pytest\.mark\.gpu\b", re.MULTILINE)
+    tests_folder = Path(ROOT, "tests")
+    holding = {str(p.relative_to(ROOT)) for p in tests_folder.rglob("test_*.py") if marked.search(p.read_text())}
+    assert ran == holding and "tests/inference/test_devices.py" in ran
     copy = (out / "BENCHMARKS.md").read_text(encoding="utf-8")
     assert copy.count(GPU_MARKER) == 1
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in copy

@@ -39,6 +39,15 @@ NAMES = {
         "fused elementwise and normalisation"
     ),
     "aten::empty_strided": "other",
+    # eager CUDA's log_softmax forward and backward
+    "void (anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, (anonymous namespace)::"
+    "LogSoftMaxForwardEpilogue>(float*, float const*, int)": "loss",
+    "void (anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, (anonymous namespace)::"
+    "LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, long)": "loss",
+    # compiled kernels named after the aten operator they feed: fused elementwise work, not attention
+    "triton_poi_fused__scaled_dot_product_efficient_attention_constant_pad_nd_7": "fused elementwise and normalisation",
+    "cpp_fused__scaled_dot_product_flash_attention_for_cpu_clone_2": "fused elementwise and normalisation",
+    "triton_tem_fused_addmm_4": "GEMM and attention",
 }
 
 
@@ -59,3 +68,23 @@ def test_a_cpu_steps_groups_and_idle_add_up_to_the_step():
         assert found.groups[group] > 0, group
     gemm_seconds = found.groups["GEMM and attention"] / 1e3
     assert found.gemm_ceiling == pytest.approx(flops / gemm_seconds / 1e12)
+
+
+def test_the_ranges_mirrored_on_the_gpu_are_not_counted_as_kernel_time():
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from bench.common.step_profile import device_busy
+
+    def event(name, microseconds, annotation=False, device=DeviceType.CUDA):
+        span = SimpleNamespace(elapsed_us=lambda: microseconds)
+        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation, time_range=span)
+
+    events = [
+        event("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 30.0),
+        event("triton_poi_fused_add_copy_view_3", 5.0),
+        event("CompiledFunction", 100.0, annotation=True),  # spans the two kernels above
+        event("aten::mm", 40.0, device=DeviceType.CPU),
+    ]
+    assert device_busy(events) == {"GEMM and attention": 30.0, "fused elementwise and normalisation": 5.0}
