@@ -154,19 +154,26 @@ def translate_rows(args, folder: str) -> list[dict]:
     models = {"torch": str(EXAMPLE_MODEL), "ctranslate2": export_ctranslate2(str(EXAMPLE_MODEL), f"{folder}/ct2")}
     rows = []
     for engine, device_flags, cpu_flags in TRANSLATE_RUNS:
-        seconds = {}
+        row = {"engine": engine, "device": " ".join(device_flags[1::2]), "cpu": "cpu float32"}
         for where, flags in (("device", device_flags), ("cpu", cpu_flags)):
             command = [sys.executable, "-m", "vanilla_transformer", "translate", "--model", models[engine], "--input",
                        str(sentences), "--num-beams", "5", "--batch-size", "256", *flags]  # fmt: skip
-            start = time.perf_counter()
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-            seconds[where] = time.perf_counter() - start
-        row = {"engine": engine, "device": " ".join(device_flags[1::2]), "cpu": "cpu float32"}
-        row.update(
-            {"device_s": seconds["device"], "cpu_s": seconds["cpu"], "ratio": seconds["cpu"] / seconds["device"]}
-        )
+            row[f"{where}_s"], row[f"{where}_error"] = timed_command(command)
+        if row["device_s"] and row["cpu_s"]:
+            row["ratio"] = row["cpu_s"] / row["device_s"]
         log_row(rows, row)
     return rows
+
+
+def timed_command(command: list[str]) -> tuple[float | None, str | None]:
+    """A command's wall clock in seconds, or None and the last line it wrote to stderr where it failed (the
+    CTranslate2 wheel's CUDA on a machine with another, say): the suite goes on to the next row."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return time.perf_counter() - start, None
 
 
 def run(args, measured=lambda results: None) -> dict:
@@ -275,10 +282,16 @@ def section(results: dict, args, command: str) -> str:
                   "| engine | on the card | seconds | on the CPU | seconds | speed-up |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for r in results["translate"]:
-            lines.append(f"| {r['engine']} | {r['device']} | {r['device_s']:.1f} | {r['cpu']} | {r['cpu_s']:.1f} | "
-                         f"{r['ratio']:.2f}x |")  # fmt: skip
+            device, cpu = (seconds_cell(r, where) for where in ("device", "cpu"))
+            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else "-"
+            lines.append(f"| {r['engine']} | {r['device']} | {device} | {r['cpu']} | {cpu} | {ratio} |")
     lines += profile_lines(train) + change_lines(results.get("changes", []))
     return "\n".join(lines + target_lines(results["train"])) + "\n"
+
+
+def seconds_cell(row: dict, where: str) -> str:
+    """A translate row's seconds on the card or the CPU, or why that run failed."""
+    return f"{row[f'{where}_s']:.1f}" if row[f"{where}_s"] else f"failed: {row[f'{where}_error']}"
 
 
 def profile_lines(rows: list[dict]) -> list[str]:

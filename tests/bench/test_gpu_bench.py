@@ -93,3 +93,16 @@ def test_the_gpu_checks_script_runs_the_gpu_tests_and_the_benchmark_into_its_fol
     assert "- command: `python -m bench gpu --smoke --compile-backend aot_eager`" in copy
     assert [r["size"] for r in json.loads((out / "gpu.json").read_text())["train"]] == ["smoke", "smoke"]
     assert open(REPORT, encoding="utf-8").read() == before
+
+
+def test_a_translate_run_that_fails_is_a_row_saying_why_and_the_suite_goes_on():
+    from bench.gpu.suite import seconds_cell, timed_command
+
+    seconds, error = timed_command([sys.executable, "-c", "print('done')"])
+    assert seconds > 0 and error is None
+    failing = "import sys; print('loading', file=sys.stderr); sys.exit('error: --device cuda: no such library')"
+    seconds, error = timed_command([sys.executable, "-c", failing])
+    assert seconds is None and error == "error: --device cuda: no such library"
+    row = {"device_s": None, "device_error": error, "cpu_s": 12.25, "cpu_error": None}
+    assert seconds_cell(row, "device") == "failed: error: --device cuda: no such library"
+    assert seconds_cell(row, "cpu") == "12.2"

@@ -143,6 +143,18 @@ def test_each_engine_declares_what_it_can_do(exported_example):
         assert torch_engine.translate(["seven"], options)[0][0].text == "sieben"
 
 
+def test_a_ctranslate2_translator_that_cannot_decode_on_its_card_is_named_as_the_devices_problem(exported_example):
+    import ctranslate2
+
+    from vanilla_transformer.inference.translators import runs_on_cuda
+
+    translator = ctranslate2.Translator(exported_example, device="cpu")
+    runs_on_cuda(translator, Placement(device="cuda"), ctranslate2.__version__)  # decodes: nothing raised
+    translator.unload_model()  # its next decoding step fails in CTranslate2, as a missing CUDA library makes it
+    with pytest.raises(PlacementError, match=r"device='cuda:1': CTranslate2 .* cannot run on this machine's CUDA"):
+        runs_on_cuda(translator, Placement(device="cuda:1"), ctranslate2.__version__)
+
+
 def test_alignments_come_from_the_tokens_the_search_wrote():
     translator = load_translator(str(EXAMPLE_MODEL), placement=Placement(device="cpu"))
     found = translator.translate(SENTENCES[:20], num_beams=5, alignment=True)
@@ -192,8 +204,12 @@ def test_translate_evaluate_and_score_on_cuda_in_bfloat16_agree_with_float32(tmp
 def test_the_ctranslate2_engine_runs_on_cuda_in_float16(exported_example, capsys):
     lines = {}
     for flags in (["--device", "cpu"], ["--device", "cuda", "--compute-type", "float16"]):
-        assert main(["translate", "--model", exported_example, *flags, *SENTENCES]) == 0
-        lines[flags[1]] = capsys.readouterr().out.splitlines()
+        status = main(["translate", "--model", exported_example, *flags, *SENTENCES])
+        output = capsys.readouterr()
+        if status != 0 and "cannot run on this machine's CUDA" in output.err:  # a wheel for another CUDA version
+            pytest.skip(output.err.strip())
+        assert status == 0, output.err
+        lines[flags[1]] = output.out.splitlines()
     same = sum(a == b for a, b in zip(lines["cpu"], lines["cuda"]))
     print(f"ctranslate2 on cuda in float16: the CPU's float32 translation of {same} of {len(SENTENCES)} sentences")
     assert same >= 0.98 * len(SENTENCES)

@@ -24,7 +24,7 @@ from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctr
 from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align, align_tokens
 from .decoding import decode
-from .devices import DEFAULT_PLACEMENT, Placement
+from .devices import DEFAULT_PLACEMENT, Placement, PlacementError
 from .options import (
     CTRANSLATE2,
     ENGINES,
@@ -285,6 +285,8 @@ class CTranslate2Translator(Translator):
             folder, device=device, device_index=index, compute_type=placement.compute_type,
             inter_threads=placement.inter_threads, intra_threads=placement.threads or 0,
         )  # fmt: skip
+        if device == "cuda":
+            runs_on_cuda(self.translator, placement, ctranslate2.__version__)
         self.inter_threads = placement.inter_threads
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.generation_config = GenerationConfig.from_pretrained(folder)
@@ -394,6 +396,17 @@ class CTranslate2Translator(Translator):
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
+
+
+def runs_on_cuda(translator, placement: Placement, version: str) -> None:
+    """One decoding step on the card, which loads the CUDA libraries CTranslate2 was built against: its wheels are
+    built for one CUDA major version (4.x: 12), and on a machine with another its first matrix product fails. Named
+    as the device's problem here, rather than part-way through a translation."""
+    try:
+        translator.translate_batch([["</s>"]], max_decoding_length=1)
+    except RuntimeError as error:
+        reason = f"CTranslate2 {version} cannot run on this machine's CUDA ({error}); the CPU can (--device cpu)"
+        raise PlacementError("device", placement.device, reason) from error
 
 
 def engine_of(path: str, engine: str = "auto") -> str:
