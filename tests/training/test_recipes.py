@@ -130,8 +130,10 @@ def test_a_gpu_set_starts_its_six_runs_resumes_what_was_cut_and_scores_the_held_
     (out / "en_de_gpu_dropout_seed1" / "checkpoints" / "checkpoint-100").mkdir(parents=True)
     (out / "en_de_gpu_bpe_seed2").mkdir(parents=True)
     (out / "en_de_gpu_bpe_seed2" / "eval_results.json").write_text('{"length_penalty": 1.2}')
+    (out / "en_de_gpu_bpe_seed2.log").write_text("trained\n")
+    record = tmp_path / "record.tar.gz"
     done = subprocess.run(["bash", SETS, "2", str(data), str(out)], text=True, capture_output=True,
-                          env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable})  # fmt: skip
+                          env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "RECORD": str(record)})  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     runs = [line for line in lines if "multi30k.sh" in line]
@@ -141,5 +143,8 @@ def test_a_gpu_set_starts_its_six_runs_resumes_what_was_cut_and_scores_the_held_
     scored = [line for line in lines if " evaluate " in line]
     assert len(scored) == 6 and all("test_2017_mscoco.jsonl" in line for line in scored)
     assert "--length-penalty 1.2" in scored[-1] and "--num-beams 5" in scored[-1]
+    # the record of the runs in one archive: what each run has written of its log, results, card and scores
+    bundled = f"tar -czf {record} -C {out} en_de_gpu_bpe_seed2.log en_de_gpu_bpe_seed2/eval_results.json"
+    assert lines[-1] == bundled
     refused = subprocess.run(["bash", SETS, "4", str(data), str(out)], text=True, capture_output=True)
     assert refused.returncode == 2 and "SET 4: expected 1, 2 or 3" in refused.stderr

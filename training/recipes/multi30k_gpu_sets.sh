@@ -12,6 +12,9 @@
 # checkpoints resumes from its last (--resume-from). Then every finished model is scored on the held-out sets found in
 # DATA_DIR (test_2017_flickr.jsonl, test_2017_mscoco.jsonl) with beam 5 and the length penalty its run chose, into
 # OUT/NAME/held_out_test_2017_*.json. DRY_RUN=1 prints the commands instead of running them.
+#
+# RECORD=FILE.tar.gz: at the end, what the record of the runs needs, in one archive (a lent machine sends back a few
+# files only, and not the model folders): each run's log, eval_results.json, card (README.md) and held-out scores.
 set -euo pipefail
 SET=${1:?usage: multi30k_gpu_sets.sh SET DATA_DIR OUT}
 DATA=${2:?usage: multi30k_gpu_sets.sh SET DATA_DIR OUT}
@@ -61,4 +64,13 @@ for name in "${NAMES[@]}"; do
       --output "$OUT/$name/held_out_$split.json" || status=1
   done
 done
+if [[ -n "${RECORD:-}" ]]; then
+  records=()
+  for name in "${NAMES[@]}"; do
+    for file in "$name.log" "$name/eval_results.json" "$name/README.md" "$name"/held_out_*.json; do
+      [[ -f "$OUT/$file" ]] && records+=("$file")
+    done
+  done
+  if (( ${#records[@]} )); then run tar -czf "$RECORD" -C "$OUT" "${records[@]}"; fi
+fi
 exit "$status"
