@@ -430,3 +430,15 @@ def test_translating_with_an_imported_folder_warns_of_no_length_clash(imported, 
     assert main(["translate", "--model", case.folder, "--batch-size", "1", "--num-beams", "2", *texts]) == 0
     printed = capfd.readouterr()
     assert len(printed.out.splitlines()) == 3 and "seem to have been set" not in printed.err
+
+
+def test_an_import_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_path):
+    from vanilla_transformer.importing import CheckpointImportError, import_checkpoint
+
+    source = tmp_path / "opus" / "marian"
+    source.mkdir(parents=True)
+    (source / "config.json").write_text("{}")
+    for out in (source, tmp_path / "opus"):
+        with pytest.raises(CheckpointImportError, match=f"{out} holds {source}, which is being read"):
+            import_checkpoint(source, "marian", out=out, overwrite=True)
+    assert (source / "config.json").read_text() == "{}"

@@ -6,10 +6,20 @@ import shutil
 import tempfile
 
 
-def check_writable(out: str, overwrite: bool, error_type: type[Exception]) -> None:
-    """`out` must be new or an empty folder, unless `overwrite`; raises `error_type` naming it otherwise."""
+def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
+    """`out` must be new or an empty folder, unless `overwrite`; and never the folder or file being read
+    (`reading`: a path, or anything else, such as a model object, which is not checked) or a folder that holds it,
+    since `out` is replaced whole. Raises `error_type` naming it otherwise."""
+    if isinstance(reading, (str, os.PathLike)) and os.path.exists(reading) and holds(out, reading):
+        raise error_type(f"{out} holds {reading}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
         raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
+
+
+def holds(folder: str, path) -> bool:
+    """Whether `path` is `folder` or lies inside it (links resolved)."""
+    folder, path = os.path.realpath(folder), os.path.realpath(path)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
         raise CheckpointImportError(f"languages: a {kind} source names its own; they are given for fairseq only.")
     source = str(source)
     if out is not None:
-        check_writable(str(out), overwrite, CheckpointImportError)
+        check_writable(str(out), overwrite, CheckpointImportError, reading=source)
     options = {"languages": tuple(languages)} if languages is not None else {}
     model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)
     try:

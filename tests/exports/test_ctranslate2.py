@@ -173,6 +173,24 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".export-")] == []  # no staging folder left
 
 
+@pytest.mark.parametrize("where", ["the model folder", "a folder above it"])
+def test_an_export_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_path, capsys, where):
+    from vanilla_transformer.cli import main
+
+    folder = tmp_path / "runs" / "model"
+    tiny_model().save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    out = folder if where == "the model folder" else tmp_path / "runs"
+    before = sorted(os.listdir(folder))
+    with pytest.raises(ExportError, match=f"{out} holds {folder}, which is being read: write to another folder"):
+        export_ctranslate2(str(folder), out, overwrite=True)
+    capsys.readouterr()
+    for to in ("ctranslate2", "space"):  # refused before the model loads
+        assert main(["export", "--model", str(folder), "--to", to, "--out", str(out), "--overwrite"]) == 2
+        assert capsys.readouterr().err.strip() == f"error: --out {out} holds --model {folder}: write to another folder"
+    assert sorted(os.listdir(folder)) == before
+
+
 def test_a_tokenizer_smaller_than_the_embedding_table_exports_with_placeholder_rows(tmp_path):
     """Every loader's one tokenizer rule is at most vocab_size tokens. The rows past the tokenizer's last id get
     placeholder tokens in the exported vocabulary, and the export still translates as generate()."""

@@ -99,6 +99,37 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     assert "--split validation" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("{test}", "--output {test} is --test-file: write the results to another file"),
+        ("{tmp}/no-folder/r.json", "--output {tmp}/no-folder/r.json: its folder {tmp}/no-folder does not exist"),
+        ("{tmp}", "--output {tmp}: is a folder; expected a file name"),
+    ],
+    ids=["the test file", "a missing folder", "a folder"],
+)
+def test_evaluate_refuses_an_output_it_cannot_write_before_evaluating(
+    trained_folder, tmp_path, capsys, output, message
+):
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_bytes((trained_folder.parent / "test.jsonl").read_bytes())
+    before = test_file.read_bytes()
+    names = {"test": test_file, "tmp": tmp_path}
+    argv = [
+        "evaluate",
+        "--model",
+        str(trained_folder),
+        "--test-file",
+        str(test_file),
+        "--output",
+        output.format(**names),
+    ]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == f"error: {message.format(**names)}" and out == ""  # refused before any translation
+    assert test_file.read_bytes() == before
+
+
 def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder, capsys):
     sentence = long_sentence()
     assert len(AutoTokenizer.from_pretrained(trained_folder)(sentence)["input_ids"]) >= 200

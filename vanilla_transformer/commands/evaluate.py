@@ -5,8 +5,10 @@ training stack's evaluation as those dataclasses."""
 
 import argparse
 import json
+import os
 from typing import TYPE_CHECKING
 
+from ..corpus.output import check_output_file, write_atomically
 from ..errors import CommandError
 from ..inference.devices import Placement
 from ..inference.options import SearchOptions
@@ -41,6 +43,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from ..training.data.loading import DataError
 
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
+    if args.output:
+        check_results_file(args.output, data)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
             metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
@@ -51,9 +55,17 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
-            with open(args.output, "w") as handle:
-                json.dump(metrics, handle, indent=2)
+            write_atomically(args.output, json.dumps(metrics, indent=2))
     return 0
+
+
+def check_results_file(output: str, data: DataArguments) -> None:
+    """--output, before anything is evaluated: a file that can be written, and none of the data's files."""
+    check_output_file("--output", output)
+    for flag, path in (("--train-file", data.train_file), ("--validation-file", data.validation_file),
+                       ("--test-file", data.test_file)):  # fmt: skip
+        if path and os.path.abspath(path) == os.path.abspath(output):
+            raise CommandError(f"--output {output} is {flag}: write the results to another file", exit_code=2)
 
 
 def split_of(data: DataArguments, split: str, seed: int) -> "datasets.Dataset":

@@ -6,6 +6,7 @@ import os
 
 from ..errors import CommandError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
+from ..folders import holds
 from ..model_folder import load_model_folder
 
 
@@ -32,6 +33,8 @@ def export_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    if os.path.exists(args.model) and holds(args.out, args.model):  # before the model loads
+        raise CommandError(f"--out {args.out} holds --model {args.model}: write to another folder", exit_code=2)
     if args.to == "space":
         return export_space(args.model, args.out, args.quantization, args.overwrite)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")

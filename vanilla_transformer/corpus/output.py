@@ -67,6 +67,18 @@ class StandardOutput:
         return self.skipped
 
 
+def check_output_file(flag: str, path: str) -> None:
+    """That the file `flag` names can be written (its folder exists and is writable, it is not a folder), checked
+    before any work is done; an OutputError names the flag, the file and what is wrong."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OutputError(f"{flag} {path}: its folder {directory} does not exist")
+    if os.path.isdir(path):
+        raise OutputError(f"{flag} {path}: is a folder; expected a file name")
+    if not os.access(directory, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise OutputError(f"{flag} {path}: not writable")
+
+
 def write_atomically(path: str, text: str) -> None:
     """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
     temporary = f"{path}.tmp"
@@ -95,15 +107,7 @@ class Parts:
 
     def open(self) -> None:
         """Check that FILE can be written, then start the part or resume it; an OutputError names the problem."""
-        directory = os.path.dirname(os.path.abspath(self.output))
-        if not os.path.isdir(directory):
-            raise OutputError(f"--output {self.output}: its folder {directory} does not exist")
-        if os.path.isdir(self.output):
-            raise OutputError(f"--output {self.output}: is a folder; expected a file name")
-        if not os.access(directory, os.W_OK | os.X_OK) or (
-            os.path.exists(self.output) and not os.access(self.output, os.W_OK)
-        ):
-            raise OutputError(f"--output {self.output}: not writable")
+        check_output_file("--output", self.output)
         os.makedirs(self.folder, exist_ok=True)
         journal = self.read_journal(self.share.rank)
         if journal is not None and (journal["lengths"] or journal["finished"]):

@@ -112,7 +112,7 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
         raise SpaceExportError(
             f"the model changes Figure 1 ({changed}, a study's switches); the demo shows the paper's"
         )
-    check_writable(out, overwrite, SpaceExportError)
+    check_writable(out, overwrite, SpaceExportError, reading=model_or_folder)
     with staged_folder(out) as staging:
         model.save_pretrained(os.path.join(staging, "model"))
         tokenizer.save_pretrained(os.path.join(staging, "model"))
