@@ -107,6 +107,28 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
     assert err.startswith("usage: vanilla-transformer train ") and "--streaming" in err.splitlines()[-1]
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["translate", "--model", "m", "--length-penalty", "nan", "x"], "--length-penalty: expected a finite number"),
+        (["translate", "--model", "m", "--max-len-a", "inf", "x"], "--max-len-a: expected a finite number >= 0"),
+        (["translate", "--model", "m", "--repetition-penalty", "inf", "x"], "--repetition-penalty: expected a finite"),
+        (["evaluate", "--model", "m", "--length-penalty", "inf"], "--length-penalty: expected a finite number"),
+        (["train", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
+        (["train", "--tune-length-penalty", "1.0", "nan"], "--tune-length-penalty: expected a finite number"),
+        (["serve", "m", "--port", "99999"], "--port: expected a port from 1 to 65535, got 99999"),
+        (["serve", "m", "--timeout", "-1"], "--timeout: expected a finite number > 0"),
+        (["serve", "m", "--max-wait-ms", "-5"], "--max-wait-ms: expected a finite number >= 0"),
+        (["serve", "m", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
+    ],
+    ids=lambda value: " ".join(value[:1] + value[-2:]) if isinstance(value, list) else None,
+)
+def test_a_number_no_search_or_server_can_use_is_refused_by_its_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_every_command_but_serve_works_without_the_serve_extra():
     """The parser of `serve` reads its settings without FastAPI: a machine without the serve extra runs the others."""
     probe = (

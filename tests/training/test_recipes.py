@@ -132,8 +132,8 @@ def test_a_gpu_set_starts_its_six_runs_resumes_what_was_cut_and_scores_the_held_
     (out / "en_de_gpu_bpe_seed2" / "eval_results.json").write_text('{"length_penalty": 1.2}')
     (out / "en_de_gpu_bpe_seed2.log").write_text("trained\n")
     record = tmp_path / "record.tar.gz"
-    done = subprocess.run(["bash", SETS, "2", str(data), str(out)], text=True, capture_output=True,
-                          env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "RECORD": str(record)})  # fmt: skip
+    environment = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "RECORD": str(record)}
+    done = subprocess.run(["bash", SETS, "2", str(data), str(out)], text=True, capture_output=True, env=environment)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     runs = [line for line in lines if "multi30k.sh" in line]

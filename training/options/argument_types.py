@@ -39,8 +39,8 @@ class Probability(float):
 class PositiveFloat(float):
     def __new__(cls, value):
         number = float(value)
-        if not number > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+        if not 0 < number < math.inf:
+            raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
         return number
 
 
@@ -52,7 +52,23 @@ class NonNegativeFloat(float):
         return number
 
 
-CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat)
+class FiniteFloat(float):
+    def __new__(cls, value):
+        number = float(value)
+        if not math.isfinite(number):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {value}")
+        return number
+
+
+class Port(int):
+    def __new__(cls, value):
+        number = int(value)
+        if not 1 <= number <= 65535:
+            raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {value}")
+        return number
+
+
+CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat, FiniteFloat, Port)
 
 
 class ArgumentsError(ValueError):

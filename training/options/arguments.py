@@ -17,6 +17,7 @@ from .argument_types import (
     ArgumentParser,
     ArgumentsError,
     Checked,
+    FiniteFloat,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -267,7 +268,7 @@ class GenerationArguments(Checked):
     _argument_group_name = "evaluation (beam search)"
 
     num_beams: PositiveInt = option(5, help="beam size; 1 is greedy search")
-    length_penalty: float | None = option(
+    length_penalty: FiniteFloat | None = option(
         help="beam score = log p / length^alpha (default: the model's generation config; 1.0 for a new model)"
     )
     eval_batch_size: PositiveInt = option(64, help="sentences per evaluation batch")
@@ -275,7 +276,7 @@ class GenerationArguments(Checked):
 
 @dataclass(frozen=True)
 class EvaluationArguments(GenerationArguments):
-    tune_length_penalty: list[float] | None = option(
+    tune_length_penalty: list[FiniteFloat] | None = option(
         help="at the end, decode the validation split with each length penalty and keep the one with the best BLEU "
         "(lowercased with --lowercase) for the test split and the saved generation config",
         metavar="ALPHA",

@@ -9,7 +9,14 @@ import threading
 import typing
 
 from ..errors import CommandError, MissingDependencyError
-from ..training.options.arguments import PositiveFloat, PositiveInt
+from ..training.options.argument_types import (
+    FiniteFloat,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+)
 from .engine import checked_engine
 from .process_settings import apply_decoding_process_settings
 
@@ -23,7 +30,7 @@ def serve_command_parser(subparsers) -> argparse.ArgumentParser:
     serve = subparsers.add_parser("serve", help="a translation server with LibreTranslate's API")
     serve.add_argument("model", metavar="MODEL", help="a model folder or an exported CTranslate2 folder")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
-    serve.add_argument("--port", type=PositiveInt, default=5000, help="the port to listen on")
+    serve.add_argument("--port", type=Port, default=5000, help="the port to listen on")
     settings_flags(serve, EngineSettings, skip=("model",))
     settings_flags(serve, ServerSettings)
     serve.add_argument("--api-keys", metavar="FILE", help="only these keys may translate (403), each at its rate")
@@ -38,9 +45,11 @@ def settings_flags(parser: argparse.ArgumentParser, settings, skip=()) -> None:
         if setting.name in skip:
             continue
         kinds = [kind for kind in typing.get_args(setting.type) or (setting.type,) if kind is not type(None)]
-        kind = kinds[0]
+        kind = {int: int, float: FiniteFloat}.get(kinds[0], kinds[0])
         if setting.metadata.get("positive"):
             kind = PositiveInt if kind is int else PositiveFloat
+        elif setting.metadata.get("non_negative"):
+            kind = NonNegativeInt if kind is int else NonNegativeFloat
         parser.add_argument(
             "--" + setting.name.replace("_", "-"), type=kind, default=setting.default,
             choices=setting.metadata.get("choices"), help=setting.metadata["help"],

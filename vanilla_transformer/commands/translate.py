@@ -10,7 +10,7 @@ from ..errors import CommandError
 from ..inference.options import Guards, OptionError, SearchOptions
 from ..inference.translators import UnsupportedError
 from ..model_folder import card_languages
-from ..training.options.arguments import PositiveInt
+from ..training.options.argument_types import FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
 from .corpus import add_corpus_arguments, run_job
 from .engine import add_engine_arguments, translator_for
 
@@ -32,7 +32,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     translate.add_argument("--num-beams", type=PositiveInt, default=5, help="beam size; 1 is greedy search")
     translate.add_argument(
         "--length-penalty",
-        type=float,
+        type=FiniteFloat,
         help="beam score = log p / length^alpha (default: the model's generation config)",
     )
     translate.add_argument("--max-length", type=PositiveInt, default=256, help="most new tokens per sentence")
@@ -80,7 +80,7 @@ def add_guard_arguments(translate: argparse.ArgumentParser) -> None:
     guards = translate.add_argument_group("guards on the output, as fairseq's and CTranslate2's")
     guards.add_argument(
         "--max-len-a",
-        type=float,
+        type=NonNegativeFloat,
         default=0.0,
         help="with --max-len-b: each sentence's limit is a * its source tokens (</s> included) + b new tokens, "
         "at most --max-length",
@@ -91,7 +91,7 @@ def add_guard_arguments(translate: argparse.ArgumentParser) -> None:
     )
     guards.add_argument(
         "--repetition-penalty",
-        type=float,
+        type=PositiveFloat,
         help="divide the probability of tokens already written by this (CTRL's; default: the model's, else 1)",
     )
 

@@ -3,6 +3,7 @@
 batched and n-best lists made distinct."""
 
 import functools
+import math
 from dataclasses import dataclass, field, replace
 
 ENGINES = ("auto", "torch", "ctranslate2")  # auto: ctranslate2 for an exported folder, torch for a model folder
@@ -28,6 +29,16 @@ class OptionError(ValueError):
 GUARDS = ("no_repeat_ngram_size", "repetition_penalty")
 
 
+def check_finite(name: str, value: float, at_least: float | None = None, above: float | None = None) -> None:
+    """An OptionError naming option `name` unless `value` is a finite number (and at least `at_least`, or above
+    `above`): NaN and infinity compare as no number should, and would pass a plain range check."""
+    if not math.isfinite(value):
+        raise OptionError((name,), f"{name} ({value}) must be a finite number")
+    if (at_least is not None and value < at_least) or (above is not None and value <= above):
+        bound = f">= {at_least:g}" if at_least is not None else f"> {above:g}"
+        raise OptionError((name,), f"{name} ({value}) must be {bound}")
+
+
 class SentenceError(ValueError):
     """A ValueError about one of the sentences given: its `index` (0-based) and the `reason`."""
 
@@ -48,6 +59,11 @@ class Guards:
     max_len_b: int | None = None
     no_repeat_ngram_size: int | None = None
     repetition_penalty: float | None = None
+
+    def __post_init__(self):
+        check_finite("max_len_a", self.max_len_a, at_least=0.0)
+        if self.repetition_penalty is not None:
+            check_finite("repetition_penalty", self.repetition_penalty, above=0.0)
 
     def limits(self, source_lengths: list[int], max_length: int) -> list[int]:
         if self.max_len_b is None and not self.max_len_a:
@@ -136,6 +152,10 @@ class SearchOptions:
                 raise OptionError((name,), f"{name} ({value}) must be at least 1")
         if self.num_beams is not None:
             check_search(self.num_beams, self.n_best)
+        if self.length_penalty is not None:
+            check_finite("length_penalty", self.length_penalty)
+        if self.patience is not None:
+            check_finite("patience", self.patience, above=0.0)
         if self.terms is not None and self.prefix is not None:
             raise ValueError("terms and prefix together: give one of them")
 

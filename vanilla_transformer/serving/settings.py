@@ -10,7 +10,8 @@ from ..inference.options import ENGINES, SearchOptions
 
 def setting(default, help: str, **flag):
     """A field of the server's settings with its flag's help (and `choices`, or `positive` for a number that must be
-    above 0): the one place its default is written, which `serve`'s flags read."""
+    above 0, `non_negative` for one that may be 0; any other number must be finite): the one place its default is
+    written, which `serve`'s flags read."""
     return field(default=default, metadata={"help": help, **flag})
 
 
@@ -52,13 +53,13 @@ class ServerSettings:
     help (`serve` makes its flags from these fields)."""
 
     max_batch_tokens: int = setting(4096, "source tokens per batch", positive=True)
-    max_wait_ms: float = setting(10.0, "the longest a batch's first sentence waits for others")
+    max_wait_ms: float = setting(10.0, "the longest a batch's first sentence waits for others", non_negative=True)
     max_queue_tokens: int = setting(65536, "source tokens waiting beyond which 429", positive=True)
     max_queue_requests: int = setting(1024, "unanswered requests beyond which 429", positive=True)
     max_chars: int = setting(20000, "characters of one request (413 beyond)", positive=True)
-    max_alternatives: int = setting(4, "the most `alternatives` a request may ask")
-    timeout: float = setting(60.0, "seconds a request may wait (504 beyond)")
-    drain_timeout: float = setting(30.0, "seconds to answer the queued requests on SIGTERM")
+    max_alternatives: int = setting(4, "the most `alternatives` a request may ask", non_negative=True)
+    timeout: float = setting(60.0, "seconds a request may wait (504 beyond)", positive=True)
+    drain_timeout: float = setting(30.0, "seconds to answer the queued requests on SIGTERM", non_negative=True)
     read_timeout: float = setting(15.0, "seconds a client may take to send a request's headers (then 408 and the "
                                   "connection closed), and again its body (408)", positive=True)  # fmt: skip
     keep_alive_timeout: float = setting(5.0, "seconds an idle connection stays open between requests (behind a "
