@@ -117,6 +117,7 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
         (["train", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
         (["train", "--tune-length-penalty", "1.0", "nan"], "--tune-length-penalty: expected a finite number"),
         (["serve", "m", "--port", "99999"], "--port: expected a port from 1 to 65535, got 99999"),
+        (["demo", "--model", "m", "--port", "70000"], "--port: expected a port from 1 to 65535, got 70000"),
         (["serve", "m", "--timeout", "-1"], "--timeout: expected a finite number > 0"),
         (["serve", "m", "--max-wait-ms", "-5"], "--max-wait-ms: expected a finite number >= 0"),
         (["serve", "m", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),

@@ -55,3 +55,34 @@ def test_plot_reads_a_run_that_is_still_writing(tmp_path):
 def test_plot_of_a_folder_that_is_not_a_run_names_it(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) != 0
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_a_record_without_an_updates_fields_or_not_utf8_is_named_by_file_and_line(tmp_path, capsys):
+    run = write_run(tmp_path / "run", steps=3)
+    metrics = run / "metrics.jsonl"
+    good = metrics.read_bytes()
+    cases = {
+        b'{"step": 4, "loss": 2.0}\n': "no nll_loss, lr; an update's record has step, loss, nll_loss, lr",
+        b'["step"]\n': "no step, loss, nll_loss, lr; an update's record has step, loss, nll_loss, lr",
+        b"\xff\xfe\n": "not UTF-8 (invalid start byte at byte 0)",
+    }
+    for extra, message in cases.items():
+        metrics.write_bytes(good + extra)
+        assert main(["plot", str(run)]) == 2
+        assert capsys.readouterr().err == f"error: {metrics} line 4: {message}\n"
+    assert not (run / "training_curves.png").exists()
+
+
+def test_plot_refuses_an_out_it_cannot_write_before_drawing(tmp_path, capsys):
+    run = write_run(tmp_path / "run", steps=3)
+    cases = {
+        str(tmp_path / "no-folder" / "c.png"): f"its folder {tmp_path / 'no-folder'} does not exist",
+        str(tmp_path): "is a folder; expected a file name",
+        str(tmp_path / "curves"): "expected a .png file name",
+    }
+    for out, message in cases.items():
+        assert main(["plot", str(run), "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and out in err and err.strip().endswith(message), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]

@@ -6,28 +6,46 @@ import os
 
 from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
 
+# what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
+RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
+
 
 def read_metrics(run_dir: str) -> list[dict]:
+    """The records of the run's metrics.jsonl; a ValueError names the file and line of one that is not a record
+    of a training run's update. A line that does not parse stops the reading: a run still in progress may be
+    writing its last line."""
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir}: no metrics.jsonl, so this is not a training run folder.")
     records = []
-    with open(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a run still in progress may be writing its last line
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path} line {number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
+            if missing:
+                raise ValueError(f"{path} line {number}: no {', '.join(missing)}; an update's record has "
+                                 f"{', '.join(RECORD_FIELDS)}")  # fmt: skip
+            records.append(record)
     return records
 
 
 def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str | None:
     """Write `training_curves.png` (or `out`) for the run in `run_dir`; works while the run is in progress.
 
-    Raises `ValueError` if `run_dir` is not a run folder, and `MissingDependencyError` without matplotlib (unless
-    `quiet`, which then returns None)."""
+    Raises `ValueError` if `run_dir` is not a run folder or `out` not a PNG file's name, and
+    `MissingDependencyError` without matplotlib (unless `quiet`, which then returns None). The image is written
+    beside `out` and renamed over it: a failure leaves no half-written file."""
+    if out is not None and os.path.splitext(out)[1].lower() != ".png":
+        raise ValueError(f"{out}: expected a .png file name")
     try:
         import matplotlib
 
@@ -69,6 +87,12 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         ax.grid(alpha=0.3)
     fig.tight_layout()
     out = out or os.path.join(run_dir, "training_curves.png")
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    partial = f"{out}.partial.png"
+    try:
+        fig.savefig(partial, dpi=100)
+        os.replace(partial, out)
+    finally:
+        plt.close(fig)
+        if os.path.exists(partial):
+            os.remove(partial)
     return out

@@ -15,8 +15,11 @@ def plot_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def plot_command(args: argparse.Namespace) -> int:
+    from ..corpus.output import check_output_file
     from ..training.report.plots import plot_run
 
-    with reported_as(2, ValueError):  # not a run folder
+    if args.out is not None:
+        check_output_file("--out", args.out)
+    with reported_as(2, ValueError):  # not a run folder, or --out not a PNG file's name
         print(plot_run(args.run_dir, args.out))
     return 0
