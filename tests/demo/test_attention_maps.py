@@ -84,3 +84,14 @@ def test_without_matplotlib_the_message_says_what_to_install(trained_folder, tmp
     with pytest.raises(MissingDependencyError, match=r"pip install 'vanilla-transformer\[plots\]'"):
         write_attention_figures(maps, str(tmp_path / "figures"))
     assert not (tmp_path / "figures").exists()
+
+
+def test_the_command_refuses_an_out_it_cannot_write_into_before_loading_the_model(tmp_path, capsys):
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    argv = ["attention", "--model", str(tmp_path / "no-model"), "--source", "seven", "--out"]
+    assert main([*argv, str(existing)]) == 2
+    assert capsys.readouterr().err == f"error: --out {existing}: is a file; expected a folder\n"
+    assert existing.read_text() == "mine"
+    assert main([*argv, str(existing / "figures")]) == 2
+    assert capsys.readouterr().err == f"error: --out {existing / 'figures'}: not writable\n"

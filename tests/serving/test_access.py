@@ -45,3 +45,10 @@ def test_each_key_has_its_requests_per_minute():
     assert ring.admit("alpha", now=60.5) == "ok"
     assert all(ring.admit("beta", now=float(t)) == "ok" for t in range(100))
     assert ring.admit("gamma") == ring.admit(None) == "forbidden"
+
+
+def test_a_key_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_bytes(b"alpha 60\nbeta\n\xffgamma\n")
+    with pytest.raises(KeyFileError, match=r"keys.txt, line 3: not UTF-8 \(invalid start byte\)"):
+        read_key_file(str(path))

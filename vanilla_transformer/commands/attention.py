@@ -2,6 +2,7 @@
 
 import argparse
 
+from ..corpus.output import check_output_folder
 from ..model_folder import load_model_folder
 from ..training.options.arguments import PositiveInt
 
@@ -21,6 +22,7 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
 def attention_command(args: argparse.Namespace) -> int:
     from ..demo.attention_maps import attention_maps, write_attention_figures
 
+    check_output_folder("--out", args.out)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
     maps = attention_maps(
         model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length

@@ -79,6 +79,18 @@ def check_output_file(flag: str, path: str) -> None:
         raise OutputError(f"{flag} {path}: not writable")
 
 
+def check_output_folder(flag: str, path: str) -> None:
+    """That the folder `flag` names can be written into, made with its parents where it does not exist yet; an
+    OutputError names the flag, the folder and what is wrong."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{flag} {path}: is a file; expected a folder")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: not writable")
+
+
 def write_atomically(path: str, text: str) -> None:
     """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
     temporary = f"{path}.tmp"

@@ -26,10 +26,15 @@ class KeyFileError(ValueError):
 def read_key_file(path: str) -> dict[str, int | None]:
     """{key: requests per minute, or None for no limit}."""
     try:
-        with open(path, encoding="utf-8-sig") as handle:
-            lines = handle.read().splitlines()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise KeyFileError(f"{path}: {error.strerror}") from error
+    try:
+        lines = data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        number = data.count(b"\n", 0, error.start) + 1
+        raise KeyFileError(f"{path}, line {number}: not UTF-8 ({error.reason})") from None
     keys = {}
     for number, line in enumerate(lines, 1):
         fields = line.split("#", 1)[0].split()
