@@ -349,6 +349,25 @@ def test_a_model_folder_of_a_type_no_importer_reads_names_the_kinds_that_can_be(
         load_model_folder(str(folder))
 
 
+def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, tmp_path, capsys):
+    empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
+    empty.mkdir()
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (no_tokenizer / name).write_bytes((trained_folder / name).read_bytes())
+    expected = {
+        empty: f"{empty}: no config.json, so not a model folder",
+        missing: f"{missing}: no such folder",
+        no_tokenizer: f"{no_tokenizer}: could not load a model folder: ",
+    }
+    for folder, message in expected.items():
+        with pytest.raises(ModelFolderError, match=message):
+            load_model_folder(str(folder))
+        assert main(["translate", "--model", str(folder), "seven"]) == 1
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --model {message}") and len(error.strip().splitlines()) == 1, error
+
+
 def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):
     from vanilla_transformer.demo.app import Demo, import_gradio, run_translation
 

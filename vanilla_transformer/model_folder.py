@@ -2,6 +2,7 @@
 model's positions (one truncation rule, with its warning, for every caller)."""
 
 import os
+import re
 import sys
 
 from .configuration import check_tokenizer_matches
@@ -22,8 +23,9 @@ def load_model_folder(path: str, where: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
-    except (OSError, ValueError) as error:
-        raise ModelFolderError(f"{where}: could not load a model folder: {error}") from error
+    except (OSError, ValueError) as error:  # the library's message, which can run over several lines, on one
+        what = "could not load a model folder" if os.path.exists(path) else "no such folder, nor a Hub model it finds"
+        raise ModelFolderError(f"{where}: {what}: {' '.join(str(error).split())}") from error
     try:
         check_tokenizer_matches(model.config, tokenizer, where)
     except ValueError as error:
@@ -58,13 +60,21 @@ def importable() -> dict[str, str]:
     return {importer.model_type: kind for kind, importer in IMPORTERS.items() if importer.model_type}
 
 
+# a Hub repository's name, "name" or "owner/name", which from_pretrained looks up when no such folder exists
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
 def check_model_type(path, where: str) -> None:
     """A folder (or Hub repository) of another model type fails here, in one line naming the import that brings it
-    in, rather than deep inside the library; a fairseq checkpoint file likewise. Nothing is said about a folder
-    without a config.json: loading it reports what is missing."""
+    in, rather than deep inside the library; a fairseq checkpoint file likewise; so do a folder without a
+    config.json and a path that is no folder and cannot be a Hub name."""
     from transformers import PreTrainedConfig
 
     path = str(path)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise ModelFolderError(f"{where}: no config.json, so not a model folder")
+    if not os.path.exists(path) and not HUB_NAME.fullmatch(path):
+        raise ModelFolderError(f"{where}: no such folder")
     if os.path.isfile(path) and path.endswith(".pt"):
         raise ModelFolderError(
             f"{where}: a checkpoint file, not a model folder; if it is a fairseq Transformer, bring it in with: "

@@ -227,3 +227,17 @@ def test_what_cannot_be_exported_is_named():
     with pytest.raises(ExportError, match=r"changes the architecture \(\{'residual': False\}"):
         export_ctranslate2(without_residuals, "unused", tokenizer=tokenizer)
     assert not os.path.exists("unused")
+
+
+def test_an_export_whose_model_bin_is_cut_short_is_named_by_the_command(exported_folder, tmp_path, capsys):
+    import shutil
+
+    from vanilla_transformer.cli import main
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported_folder, damaged)
+    (damaged / "model.bin").write_bytes((damaged / "model.bin").read_bytes()[:500])
+    assert main(["translate", "--model", str(damaged), "seven"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --model {damaged}: could not load it for --engine ctranslate2: {damaged}: ")
+    assert "CTranslate2 could not load it" in err and len(err.splitlines()) == 1

@@ -84,3 +84,20 @@ def test_a_size_flag_that_disagrees_with_the_folder_is_named(imported_fairseq):
         resolve(args)
     resolved = resolve(TrainArguments.from_options(init_from=str(folder), max_steps=1))
     assert resolved.model.d_model == 16 and resolved.tokenizer.tokenizer_name == str(folder)
+
+
+@pytest.mark.parametrize("damage", ["no weights", "cut weights"])
+def test_a_folder_whose_weights_cannot_be_read_is_named_by_init_from(imported_fairseq, tmp_path, capsys, damage):
+    import shutil
+
+    folder, data = tmp_path / "damaged", imported_fairseq[1]
+    shutil.copytree(imported_fairseq[0], folder)
+    weights = folder / "model.safetensors"
+    if damage == "no weights":
+        weights.unlink()
+    else:
+        weights.write_bytes(weights.read_bytes()[:1000])
+    flags = ["--train-file", str(data), "--source-lang", "en", "--target-lang", "de", "--init-from", str(folder)]
+    assert train(*flags, "--output-dir", str(tmp_path / "run"), "--max-steps", "1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: --init-from {folder}: could not load its model: ")

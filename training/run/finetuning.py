@@ -60,7 +60,10 @@ def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
 def model_from_folder(folder: str, overrides: dict, tokenizer) -> VanillaTransformerForConditionalGeneration:
     """The folder's model with the run's settings of its configuration (dropout rates, the residual stream's
     dtype), checked against the tokenizer the run encodes with."""
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **overrides)
+    try:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **overrides)
+    except OSError as error:  # no weights, or weights that cannot be read
+        raise ArgumentsError(f"--init-from {folder}: could not load its model: {error}") from error
     try:
         check_tokenizer_matches(model.config, tokenizer, folder)
     except ValueError as error:

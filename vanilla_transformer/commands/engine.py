@@ -101,4 +101,5 @@ def translator_for(args: argparse.Namespace):
     except ModelFolderError as error:  # already names the folder and what is wrong with it
         raise ModelFolderError(f"--model {error} (--engine {engine})") from error
     except (OSError, ValueError) as error:
-        raise ModelFolderError(f"--model {args.model}: could not load it for --engine {engine}: {error}") from error
+        message = " ".join(str(error).split())  # on one line
+        raise ModelFolderError(f"--model {args.model}: could not load it for --engine {engine}: {message}") from error

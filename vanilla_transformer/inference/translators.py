@@ -281,10 +281,13 @@ class CTranslate2Translator(Translator):
         placement.check_ctranslate2()
         device, index = placement.ctranslate2_device(ctranslate2)
         placement.check_compute_type(ctranslate2, device)
-        self.translator = ctranslate2.Translator(
-            folder, device=device, device_index=index, compute_type=placement.compute_type,
-            inter_threads=placement.inter_threads, intra_threads=placement.threads or 0,
-        )  # fmt: skip
+        try:
+            self.translator = ctranslate2.Translator(
+                folder, device=device, device_index=index, compute_type=placement.compute_type,
+                inter_threads=placement.inter_threads, intra_threads=placement.threads or 0,
+            )  # fmt: skip
+        except RuntimeError as error:  # a model.bin cut short or damaged, say
+            raise ValueError(f"{folder}: CTranslate2 could not load it: {error}") from error
         if device == "cuda":
             runs_on_cuda(self.translator, placement, ctranslate2.__version__)
         self.inter_threads = placement.inter_threads
