@@ -349,6 +349,17 @@ def test_a_model_folder_of_a_type_no_importer_reads_names_the_kinds_that_can_be(
         load_model_folder(str(folder))
 
 
+def test_a_folder_of_another_type_than_the_import_reads_is_named_before_reading(imported, trained_folder, tmp_path):
+    marian = imported["marian-shared"].source
+    with pytest.raises(CheckpointImportError, match=f"{marian}: a 'marian' model folder, not a 'fsmt' one; import it "
+                       "with --from marian"):  # fmt: skip
+        import_checkpoint(marian, "fsmt", out=tmp_path / "out")
+    with pytest.raises(CheckpointImportError, match="'vanilla_transformer' model folder, not a 'marian' one; it is a "
+                       "model folder of this package already"):  # fmt: skip
+        import_checkpoint(trained_folder, "marian", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, tmp_path, capsys):
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
     empty.mkdir()

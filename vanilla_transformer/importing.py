@@ -19,6 +19,7 @@ Marian and FSMT models are read through their own transformers classes (weights 
 """
 
 import copy
+import json
 import os
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
@@ -43,6 +44,25 @@ def generation_settings(source_generation_config, config: VanillaTransformerConf
     return generation_config
 
 
+def check_source_type(source: str, kind: str) -> None:
+    """A model folder of another type than `kind` reads is named before it is read (it failed deep in the reading,
+    on the first field that did not fit)."""
+    expected = IMPORTERS[kind].model_type
+    config = os.path.join(source, "config.json")
+    if expected is None or not os.path.isfile(config):
+        return
+    try:
+        with open(config, encoding="utf-8") as handle:
+            found = json.load(handle).get("model_type")
+    except (OSError, ValueError, AttributeError) as error:
+        raise CheckpointImportError(f"{config}: not a model's configuration ({error})") from error
+    if found != expected:
+        others = [name for name, importer in IMPORTERS.items() if importer.model_type == found]
+        hint = f"; import it with --from {others[0]}" if others else ""
+        hint = "; it is a model folder of this package already" if found == "vanilla_transformer" else hint
+        raise CheckpointImportError(f"{source}: a {found!r} model folder, not a {expected!r} one{hint}")
+
+
 def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, overwrite: bool = False, languages=None):
     """Import `source` (see the module's docstring for what each `kind` reads) as a
     `VanillaTransformerForConditionalGeneration` with its tokenizer; with `out`, also write them as a model folder
@@ -56,6 +76,7 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
     source = str(source)
     if out is not None:
         check_writable(str(out), overwrite, CheckpointImportError, reading=source)
+    check_source_type(source, kind)
     options = {"languages": tuple(languages)} if languages is not None else {}
     model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)
     try:
