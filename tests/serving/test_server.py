@@ -170,3 +170,21 @@ def test_bad_terms_get_their_status_and_an_error_naming_them(server, fields, sta
         status, message = 400, "no lexically constrained search"  # well-formed terms: the engine refuses them all
     response = server.post(q=SENTENCES[0], source="en", target="de", **fields)
     assert response.status_code == status and message in error_of(response)
+
+
+def test_an_address_the_server_cannot_listen_on_is_named_before_the_model_loads(capsys):
+    import socket
+
+    from tests.documents import EXAMPLE_MODEL
+    from vanilla_transformer.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(EXAMPLE_MODEL), "--port", str(port)]) == 2
+        error = capsys.readouterr().err
+        assert error == f"error: --host 127.0.0.1 --port {port}: cannot listen there: Address already in use\n"
+    assert main(["serve", str(EXAMPLE_MODEL), "--host", "no-such-host.invalid"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --host no-such-host.invalid: ") and len(error.splitlines()) == 1

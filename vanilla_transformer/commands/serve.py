@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import os
 import signal
+import socket
 import threading
 import typing
 
@@ -62,6 +63,23 @@ def settings_from(args: argparse.Namespace, settings, **given):
                     **given)  # fmt: skip
 
 
+def check_address(host: str, port: int) -> None:
+    """That the server can listen on --host and --port, tried before anything loads: a name that does not resolve
+    or an address in use is named here (uvicorn would exit while the model loads, and the process abort)."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise CommandError(f"--host {host}: {error.strerror}", exit_code=2) from error
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise CommandError(f"--host {host} --port {port}: cannot listen there: {error.strerror}", 2) from error
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """The server, until SIGTERM or SIGINT: a stop signal that comes while it starts ends it at once, exit status 0."""
     stopped = threading.Event()
@@ -86,6 +104,7 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
         raise MissingDependencyError(f"{SERVE_EXTRA} ({error})") from error
     if not os.path.isdir(args.model):
         raise CommandError(f"MODEL {args.model}: no such folder (a model folder or a CTranslate2 export)", 2)
+    check_address(args.host, args.port)
     try:
         keys = KeyRing(read_key_file(args.api_keys)) if args.api_keys else None
     except KeyFileError as error:
