@@ -142,3 +142,9 @@ def test_the_manuals_table_of_the_study_switches_is_made_from_their_one_declarat
         flag = switch_flag(name, switch).replace(" N", " 4").split()
         assert f"`{switch_flag(name, switch)}`" in switch_table()
         assert getattr(build_parser().parse_args(["train", *flag]), name) == (4 if switch.off is None else switch.off)
+
+
+def test_a_tracker_accelerate_does_not_know_is_named_by_report_to():
+    with pytest.raises(ArgumentsError, match="--report-to bogus: expected none or Accelerate's all, .*tensorboard"):
+        resolve(TrainArguments.from_options(report_to=["tensorboard", "bogus"]))
+    assert resolve(TrainArguments.from_options(report_to=["none"])).checkpoints.report_to == ["none"]

@@ -163,6 +163,9 @@ def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(t
 def test_missing_empty_and_undecodable_files_are_named(tmp_path):
     with pytest.raises(DataError, match=r"--train-file .*nope.jsonl: no such file"):
         load_raw_datasets(data_args(train_file=str(tmp_path / "nope.jsonl")), SEED)
+    (tmp_path / "folder.jsonl").mkdir()
+    with pytest.raises(DataError, match=r"--train-file .*folder.jsonl: a folder; expected a file"):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "folder.jsonl")), SEED)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DataError, match="empty"):

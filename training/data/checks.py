@@ -23,6 +23,8 @@ class DataError(ValueError):
 def check_file(flag: str, path: str) -> str:
     """The `datasets` builder that reads the file given to `flag`; a `DataError` if there is no such file, it is
     empty, or its extension is not one of FILE_BUILDERS."""
+    if os.path.isdir(path):
+        raise DataError(f"{flag} {path}: a folder; expected a file.")
     if not os.path.isfile(path):
         raise DataError(f"{flag} {path}: no such file.")
     extension = os.path.splitext(path)[1].lower()

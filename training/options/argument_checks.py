@@ -39,8 +39,19 @@ def check_outputs(hub, evaluation, checkpoints, data) -> None:
         raise ArgumentsError("--tune-averaging compares the average with the last update: give --average-checkpoints N")
     if checkpoints.tune_averaging and data.train_file and not data.validation_file:
         raise ArgumentsError("--tune-averaging picks on the validation split: give --validation-file")
+    check_trackers(checkpoints.report_to)
     if checkpoints.average_checkpoints > checkpoints.keep_checkpoints:
         raise ArgumentsError(
             f"--average-checkpoints {checkpoints.average_checkpoints} needs at least as many kept checkpoints "
             f"(--keep-checkpoints {checkpoints.keep_checkpoints})"
         )
+
+
+def check_trackers(report_to: list[str]) -> None:
+    """--report-to: 'none', or trackers that the installed Accelerate knows by name."""
+    from accelerate.utils import LoggerType
+
+    known = [tracker.value for tracker in LoggerType]
+    unknown = [name for name in report_to if name not in ("none", *known)]
+    if unknown:
+        raise ArgumentsError(f"--report-to {' '.join(unknown)}: expected none or Accelerate's {', '.join(known)}")
