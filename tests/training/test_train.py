@@ -454,6 +454,7 @@ def test_resume_from_something_that_is_not_a_checkpoint(tmp_path, data_files, ca
         )
         assert code == 2
         assert f"--resume-from {target}: {message}" in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()  # the folder the run made is gone with it
 
 
 def test_missing_data_file_is_named(tmp_path, capsys):
@@ -469,6 +470,7 @@ def test_missing_data_file_is_named(tmp_path, capsys):
     )
     assert code == 2
     assert "absent.jsonl: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys):
@@ -477,6 +479,17 @@ def test_length_filter_that_leaves_nothing_is_named(tmp_path, data_files, capsys
     code = train_cli(data_files, tmp_path / "run", *flags)
     assert code == 2
     assert "no training pair is left after length filtering (--max-source-length 1" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nor the tokenizer trained before the failure
+
+
+def test_a_failed_run_leaves_a_folder_it_did_not_make_as_it_was(tmp_path, data_files, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    flags = [f for f in TINY_MODEL_FLAGS]
+    flags[flags.index("--max-source-length") + 1] = "1"
+    assert train_cli(data_files, out, *flags) == 2
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_files, capsys, monkeypatch):

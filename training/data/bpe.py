@@ -90,8 +90,8 @@ def load_tokenizer(name_or_path: str, what: str = "--tokenizer-name"):
         return AutoTokenizer.from_pretrained(name_or_path)
     except Exception as error:
         where = "folder" if os.path.isdir(name_or_path) else "name"
-        message = f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {error}"
-        raise ValueError(message) from error
+        reason = " ".join(str(error).split())  # the library's message, which can run over several lines, on one
+        raise ValueError(f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {reason}") from error
 
 
 def bpe_sample(train, sample_size: int | None, seed: int = 0):

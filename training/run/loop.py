@@ -19,7 +19,7 @@ from .checkpoints import CheckpointWriteError, list_checkpoints, save_checkpoint
 from .engines import deepspeed_boundary, engine_record, full_weights
 from .finish import end_process_group, finish, upload, write_final_model
 from .resume_checks import built_with
-from .startup import setup_run
+from .startup import removed_if_unstarted, setup_run
 from .state import Run, TrainingStopped, log_metrics
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -245,8 +245,9 @@ def checkpoint_due(run: Run) -> bool:
 def train(args: TrainArguments) -> dict:
     """Train a tokenizer and a model as `args` say, evaluate it, write the model folder and upload it if asked;
     returns the final evaluation results."""
-    run = setup_run(args)
-    run_updates(run)
+    with removed_if_unstarted(args.run.output_dir):
+        run = setup_run(args)
+        run_updates(run)
     unwrapped, results = finish(run)
     accelerator = run.accelerator
     if accelerator.is_main_process:  # the card states the length penalty the model was evaluated and saved with

@@ -2,6 +2,7 @@
 prepared by accelerate and restored from a checkpoint when resuming. `setup_run` is the one place that reads the whole
 `TrainArguments`; it hands each piece the group it needs, and the `Run` the groups the loop and the finish read."""
 
+import contextlib
 import math
 import os
 import shutil
@@ -52,6 +53,20 @@ def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None
             pass
     except OSError as error:
         raise ValueError(f"--output-dir {output_dir}: cannot write there ({error.strerror or error}).") from error
+
+
+@contextlib.contextmanager
+def removed_if_unstarted(output_dir: str):
+    """--output-dir left as it was when the run fails before it has written any of a run's files: a folder that the
+    run made is removed again (by the first process), with what it held (a tokenizer trained before the failure)."""
+    made = not os.path.exists(output_dir)
+    try:
+        yield
+    except BaseException:
+        started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
+        if made and not started and os.environ.get("RANK", "0") == "0":
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
 
 
 def clear_output_dir(output_dir: str) -> None:
