@@ -179,8 +179,8 @@ def timed_command(command: list[str]) -> tuple[float | None, str | None]:
 def run(args, measured=lambda results: None) -> dict:
     """Every row, in the order that matters where the machine is lent for a few minutes (the training issue's
     targets and decisions first), and `measured(results)` after each, so that a run stopped at a time limit keeps
-    what it measured: compiled training at each size, the first size's followed by the candidate changes; then
-    eager training; then generation; then the translate command."""
+    what it measured: compiled training at each size, each of --change-sizes' (base by default) followed by the
+    candidate changes; then eager training; then generation; then the translate command."""
     peak, peak_source = card_peak(args.device, args.peak_tflops)
     results = {
         "card": report.machine(args.device, torch_threads=True),

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The wheels a lent GPU machine lacks, downloaded here, where a package index is reachable, for that machine, which
-# has none: its image holds torch, transformers, accelerate, safetensors, tokenizers, sacrebleu, pyarrow, httpx and
-# pytest, but not the packages below. bench/gpu/checks.sh installs what it finds in the folder (.whl/ by default).
+# has none. bench/gpu/checks.sh installs what it finds in the folder (.whl/ by default).
 #
 #   bash bench/gpu/wheels.sh SET [DIR]
 #
@@ -10,35 +9,52 @@
 # SET training: what `vanilla-transformer train` and `evaluate` import (datasets, pysbd: about 1 MB), for the
 #             Multi30k runs (training/recipes/multi30k_gpu_sets.sh), whose data travels beside them.
 #
-# Each package at the version installed in this environment ($PYTHON, default python3), the one the tests passed
-# with here; built for the lent machine's Python (PYTHON_VERSION, default 3.12) on x86-64 Linux. DIR (default .whl)
-# is emptied of earlier wheels first: two versions of one package stop the install there. DRY_RUN=1 prints the pip
-# command instead of running it.
+# Each package of the set and everything it requires, at the version installed in this environment ($PYTHON,
+# default python3), the one the tests passed with here, except what the machine's image holds (IMAGE below: torch
+# and the libraries around it, several of them too large to carry); built for the lent machine's Python
+# (PYTHON_VERSION, default 3.12) on x86-64 Linux. DIR is emptied of earlier wheels first: two versions of one package
+# stop the install there. DRY_RUN=1 prints the pip command instead of running it.
 set -euo pipefail
 set_name=${1:?usage: bash bench/gpu/wheels.sh checks|training [DIR]}
 dir=${2:-.whl}
 python=${PYTHON:-python3}
-training=(datasets dill multiprocess pysbd)
-serving=(fastapi starlette pydantic pydantic_core annotated-types typing-inspection uvicorn httptools python-multipart)
+IMAGE="torch transformers accelerate safetensors tokenizers huggingface-hub numpy pandas pyarrow fsspec filelock
+packaging pyyaml tqdm requests httpx anyio click h11 xxhash jinja2 markupsafe sacrebleu pytest"
 case "$set_name" in
-    training) packages=("${training[@]}") ;;
-    checks) packages=("${training[@]}" "${serving[@]}" libretranslatepy ctranslate2) ;;
+    training) packages=(datasets pysbd) ;;
+    checks) packages=(datasets pysbd fastapi uvicorn httptools python-multipart libretranslatepy ctranslate2) ;;
     *) echo "wheels.sh: SET $set_name: expected checks or training" >&2; exit 2 ;;
 esac
 
-# NAME==VERSION of each, as installed here; a package missing here is named and stops the script
-found=$("$python" - "${packages[@]}" <<'EOF'
+# NAME==VERSION of each package and of what it requires, as installed here; one missing here stops the script
+found=$("$python" - "$IMAGE" "${PYTHON_VERSION:-3.12}" "${packages[@]}" <<'EOF'
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, requires, version
 
-missing = []
-for name in sys.argv[1:]:
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+image = {canonicalize_name(name) for name in sys.argv[1].split()}
+target = {"python_version": sys.argv[2], "python_full_version": f"{sys.argv[2]}.0", "sys_platform": "linux",
+          "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+          "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+pins, missing, todo = {}, [], list(sys.argv[3:])
+while todo:
+    name = canonicalize_name(todo.pop(0))
+    if name in pins or name in image or name in missing:
+        continue
     try:
-        print(f"{name}=={version(name)}")
+        pins[name] = version(name)
     except PackageNotFoundError:
         missing.append(name)
+        continue
+    for text in requires(name) or []:
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate(target):
+            todo.append(requirement.name)
 if missing:
     sys.exit(f"wheels.sh: not installed here, so no version to fetch: {', '.join(missing)}")
+print("\n".join(f"{name}=={pins[name]}" for name in sorted(pins)))
 EOF
 )
 mapfile -t pins <<< "$found"

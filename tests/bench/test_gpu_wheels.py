@@ -3,6 +3,7 @@ installed here, for the lent machine's Python, and a set it does not know refuse
 download: the tests run without an index)."""
 
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -33,6 +34,24 @@ def test_each_package_is_fetched_at_the_version_installed_here_for_the_lent_mach
     fetched = pins(done)
     assert fetched and all(fetched[name] == version(name) for name in fetched)
     assert {"datasets", "pysbd"} <= set(fetched)
+
+
+def test_everything_a_fetched_package_requires_is_fetched_or_on_the_machines_image():
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    script = open(os.path.join(ROOT, "bench", "gpu", "wheels.sh")).read()
+    image = {canonicalize_name(name) for name in re.search(r'IMAGE="([^"]*)"', script).group(1).split()}
+    fetched = {canonicalize_name(name) for name in pins(wheels("checks"))}
+    for name in fetched:
+        for text in requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"python_version": "3.12", "extra": ""}):
+                assert canonicalize_name(requirement.name) in fetched | image, f"{name} requires {text}"
+    assert {"opentelemetry-api", "annotated-doc", "typing-extensions"} <= fetched  # fastapi's, pydantic's
+    assert not fetched & image
 
 
 def test_the_training_set_is_part_of_the_checks_set():

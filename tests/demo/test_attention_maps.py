@@ -93,5 +93,6 @@ def test_the_command_refuses_an_out_it_cannot_write_into_before_loading_the_mode
     assert main([*argv, str(existing)]) == 2
     assert capsys.readouterr().err == f"error: --out {existing}: is a file; expected a folder\n"
     assert existing.read_text() == "mine"
-    assert main([*argv, str(existing / "figures")]) == 2
-    assert capsys.readouterr().err == f"error: --out {existing / 'figures'}: not writable\n"
+    figures = existing / "figures"
+    assert main([*argv, str(figures)]) == 2
+    assert capsys.readouterr().err == f"error: --out {figures}: cannot be made, since {existing} is a file\n"

@@ -108,6 +108,11 @@ def test_values_given_in_python_are_checked_as_flags_are():
         TrainArguments.from_options(max_tokens=0)
     with pytest.raises(ValueError, match=r"--dropout: expected a value in \[0, 1\), got 1.5"):
         TrainArguments.from_options(dropout=1.5)
+    with pytest.raises(ValueError, match="--length-penalty: expected a finite number, got nan"):
+        TrainArguments.from_options(length_penalty=float("nan"))
+    with pytest.raises(ValueError, match="--tune-length-penalty: expected a finite number, got inf"):
+        TrainArguments.from_options(tune_length_penalty=[0.6, float("inf")])  # each of a list's values
+    assert TrainArguments.from_options(tune_length_penalty=(0.6, 1.0)).evaluation.tune_length_penalty == [0.6, 1.0]
     arguments = TrainArguments.from_options(max_tokens=512, dropout=0.25)
     # plain values for checkpoints
     assert type(arguments.optimisation.max_tokens) is int and type(arguments.model.dropout) is float

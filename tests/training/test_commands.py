@@ -130,6 +130,23 @@ def test_evaluate_refuses_an_output_it_cannot_write_before_evaluating(
     assert test_file.read_bytes() == before
 
 
+def test_evaluate_refuses_a_link_to_the_test_file_and_writes_to_a_stream(trained_folder, tmp_path, capsys):
+    import os
+
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_bytes((trained_folder.parent / "test.jsonl").read_bytes())
+    link = tmp_path / "results.json"
+    link.symlink_to(test_file)
+    evaluate = ["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--num-beams", "1"]
+    assert main([*evaluate, "--output", str(link)]) == 2
+    assert f"--output {link} is --test-file" in capsys.readouterr().err
+    reading, writing = os.pipe()  # a stream, as /dev/stdout is: written to, not replaced
+    with os.fdopen(reading) as pipe:
+        assert main([*evaluate, "--output", f"/proc/self/fd/{writing}"]) == 0
+        os.close(writing)
+        assert json.loads(pipe.read()) == json.loads(capsys.readouterr().out)
+
+
 def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder, capsys):
     sentence = long_sentence()
     assert len(AutoTokenizer.from_pretrained(trained_folder)(sentence)["input_ids"]) >= 200

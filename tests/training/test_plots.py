@@ -78,11 +78,14 @@ def test_plot_refuses_an_out_it_cannot_write_before_drawing(tmp_path, capsys):
     cases = {
         str(tmp_path / "no-folder" / "c.png"): f"its folder {tmp_path / 'no-folder'} does not exist",
         str(tmp_path): "is a folder; expected a file name",
-        str(tmp_path / "curves"): "expected a .png file name",
+        str(tmp_path / "curves"): "expected an image file name ending in ",  # matplotlib's formats follow
     }
     for out, message in cases.items():
         assert main(["plot", str(run), "--out", out]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("error: ") and out in err and err.strip().endswith(message), err
+        assert err.startswith(f"error: --out {out}: {message}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.svg")]) == 0  # any format matplotlib writes
+    assert (tmp_path / "curves.svg").read_text().lstrip().startswith("<?xml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.svg", "run"]  # and no temporary file left

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import math
 import types
+import typing
 from dataclasses import field
 
 from transformers import HfArgumentParser
@@ -138,9 +139,12 @@ class Checked:
         for item in dataclasses.fields(self):
             kinds = item.type.__args__ if isinstance(item.type, types.UnionType) else (item.type,)
             kind = next((k for k in kinds if k in CHECKED_TYPES), None)
+            listed = next((typing.get_args(k)[0] for k in kinds if typing.get_origin(k) is list), None)
             value = getattr(self, item.name)
-            if kind is not None and value is not None:
-                try:
-                    object.__setattr__(self, item.name, kind(value))
-                except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
-                    raise ValueError(f"{flag_name(item.name)}: {error}") from None
+            if value is None or (kind is None and listed not in CHECKED_TYPES):
+                continue
+            try:
+                checked = kind(value) if kind is not None else [listed(element) for element in value]
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+                raise ValueError(f"{flag_name(item.name)}: {error}") from None
+            object.__setattr__(self, item.name, checked)

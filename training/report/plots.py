@@ -3,6 +3,7 @@ metrics.jsonl."""
 
 import json
 import os
+import tempfile
 
 from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
 
@@ -41,11 +42,9 @@ def read_metrics(run_dir: str) -> list[dict]:
 def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str | None:
     """Write `training_curves.png` (or `out`) for the run in `run_dir`; works while the run is in progress.
 
-    Raises `ValueError` if `run_dir` is not a run folder or `out` not a PNG file's name, and
+    Raises `ValueError` if `run_dir` is not a run folder or `out` not an image file's name (.png, .svg, .pdf...), and
     `MissingDependencyError` without matplotlib (unless `quiet`, which then returns None). The image is written
     beside `out` and renamed over it: a failure leaves no half-written file."""
-    if out is not None and os.path.splitext(out)[1].lower() != ".png":
-        raise ValueError(f"{out}: expected a .png file name")
     try:
         import matplotlib
 
@@ -55,6 +54,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         if quiet:
             return None
         raise MissingDependencyError(MISSING_MATPLOTLIB) from None
+    check_image_name(out)
     records = read_metrics(run_dir)
     steps = [r["step"] for r in records]
     evals = [r for r in records if "validation_bleu" in r]
@@ -87,7 +87,8 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         ax.grid(alpha=0.3)
     fig.tight_layout()
     out = out or os.path.join(run_dir, "training_curves.png")
-    partial = f"{out}.partial.png"
+    handle, partial = tempfile.mkstemp(suffix=os.path.splitext(out)[1], dir=os.path.dirname(os.path.abspath(out)))
+    os.close(handle)
     try:
         fig.savefig(partial, dpi=100)
         os.replace(partial, out)
@@ -96,3 +97,13 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         if os.path.exists(partial):
             os.remove(partial)
     return out
+
+
+def check_image_name(out: str | None, where: str = "") -> None:
+    """A ValueError, its message starting with `where` (the flag), unless `out` (None: the run folder's PNG) ends
+    as an image format matplotlib writes."""
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if out is not None and os.path.splitext(out)[1].lower().lstrip(".") not in formats:
+        raise ValueError(f"{where}{out}: expected an image file name ending in .{', .'.join(sorted(formats))}")

@@ -55,17 +55,33 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output:
-            write_atomically(args.output, json.dumps(metrics, indent=2))
+            write_results(args.output, json.dumps(metrics, indent=2))
     return 0
 
 
+def is_stream(path: str) -> bool:
+    """A device or a pipe (/dev/stdout, a named pipe): written as it is, not replaced."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+
+
 def check_results_file(output: str, data: DataArguments) -> None:
-    """--output, before anything is evaluated: a file that can be written, and none of the data's files."""
+    """--output, before anything is evaluated: a file that can be written (or a stream), and none of the data's."""
+    if is_stream(output):
+        return
     check_output_file("--output", output)
     for flag, path in (("--train-file", data.train_file), ("--validation-file", data.validation_file),
                        ("--test-file", data.test_file)):  # fmt: skip
-        if path and os.path.abspath(path) == os.path.abspath(output):
+        if path and os.path.realpath(path) == os.path.realpath(output):
             raise CommandError(f"--output {output} is {flag}: write the results to another file", exit_code=2)
+
+
+def write_results(output: str, text: str) -> None:
+    """The results in --output: a file is replaced whole (written beside it and renamed), a stream written to."""
+    if is_stream(output):
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        write_atomically(output, text)
 
 
 def split_of(data: DataArguments, split: str, seed: int) -> "datasets.Dataset":

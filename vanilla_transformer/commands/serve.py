@@ -67,17 +67,19 @@ def check_address(host: str, port: int) -> None:
     """That the server can listen on --host and --port, tried before anything loads: a name that does not resolve
     or an address in use is named here (uvicorn would exit while the model loads, and the process abort)."""
     try:
-        family, kind, protocol, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
         raise CommandError(f"--host {host}: {error.strerror}", exit_code=2) from error
-    with socket.socket(family, kind, protocol) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            probe.bind(address)
-        except OSError as error:
-            raise CommandError(f"--host {host} --port {port}: cannot listen there: {error.strerror}", 2) from error
+    for family, kind, protocol, _, address in addresses:  # each, as asyncio binds them
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio sets them
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                message = f"--host {host} --port {port}: cannot listen there: {error.strerror}"
+                raise CommandError(message, exit_code=2) from error
 
 
 def serve_command(args: argparse.Namespace) -> int:

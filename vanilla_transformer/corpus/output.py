@@ -80,14 +80,16 @@ def check_output_file(flag: str, path: str) -> None:
 
 
 def check_output_folder(flag: str, path: str) -> None:
-    """That the folder `flag` names can be written into, made with its parents where it does not exist yet; an
-    OutputError names the flag, the folder and what is wrong."""
+    """That the folder `flag` names can be written into, or made (with its parents) where it does not exist yet;
+    an OutputError names the flag, the folder and what is wrong."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{flag} {path}: is a file; expected a folder")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+    if not os.path.isdir(existing):
+        raise OutputError(f"{flag} {path}: cannot be made, since {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise OutputError(f"{flag} {path}: not writable")
 
 
