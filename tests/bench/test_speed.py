@@ -35,7 +35,10 @@ def test_smallest_benchmark_setting_writes_its_report(tmp_path):
     (library,), (command,) = results["utilisation"], results["command_step"]
     assert library["flops"] > 0 and command["flops"] == library["flops"]
     for row in (library, command):
-        assert 0 < row["fraction"] < row["profile"]["gemm_ceiling"], row
+        # the profiled step's share of the peak stays under its GEMM-only ceiling (its GEMMs take part of its time);
+        # the timed step's share is measured apart, and on a loaded machine can come out either side of it
+        profiled_share = row["flops"] / (row["profile"]["step_ms"] / 1e3) / results["matmul_peak"]
+        assert 0 < row["fraction"] and 0 < profiled_share <= row["profile"]["gemm_ceiling"], row
         assert row["profile"]["groups"]["GEMM and attention"] > 0 and row["profile"]["groups"]["loss"] > 0
     assert "| numbers | sdpa | library |" in report and "| numbers | sdpa | training command |" in report
     assert {r["task"] for r in results["memory"]} == {"train", "beam5"}
