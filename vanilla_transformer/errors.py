@@ -4,6 +4,11 @@
 MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
 
 
+def one_line(error: BaseException) -> str:
+    """A library's error message, which can run over several lines, on one: for an error this package names."""
+    return " ".join(str(error).split())
+
+
 class CommandError(Exception):
     """A failure that the command line reports as `error: <message>` and exit status `exit_code`."""
 

@@ -6,7 +6,7 @@ import re
 import sys
 
 from .configuration import check_tokenizer_matches
-from .errors import ModelFolderError
+from .errors import ModelFolderError, one_line
 from .importers import IMPORTERS, KINDS
 
 
@@ -23,9 +23,9 @@ def load_model_folder(path: str, where: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
-    except (OSError, ValueError) as error:  # the library's message, which can run over several lines, on one
+    except (OSError, ValueError) as error:
         what = "could not load a model folder" if os.path.exists(path) else "no such folder, nor a Hub model it finds"
-        raise ModelFolderError(f"{where}: {what}: {' '.join(str(error).split())}") from error
+        raise ModelFolderError(f"{where}: {what}: {one_line(error)}") from error
     try:
         check_tokenizer_matches(model.config, tokenizer, where)
     except ValueError as error:

@@ -14,6 +14,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from ...errors import one_line
 from ..options.arguments import DataArguments, TokenizerArguments
 from .streaming import stream_bpe_texts, stream_identity
 
@@ -90,8 +91,8 @@ def load_tokenizer(name_or_path: str, what: str = "--tokenizer-name"):
         return AutoTokenizer.from_pretrained(name_or_path)
     except Exception as error:
         where = "folder" if os.path.isdir(name_or_path) else "name"
-        reason = " ".join(str(error).split())  # the library's message, which can run over several lines, on one
-        raise ValueError(f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {reason}") from error
+        message = f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {one_line(error)}"
+        raise ValueError(message) from error
 
 
 def bpe_sample(train, sample_size: int | None, seed: int = 0):

@@ -5,7 +5,7 @@ model folder, CTranslate2 for an exported one), with every error naming its flag
 import argparse
 import os
 
-from ..errors import CommandError, ModelFolderError
+from ..errors import CommandError, ModelFolderError, one_line
 from ..exports.ctranslate2 import import_ctranslate2
 from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, Placement, PlacementError
 from ..inference.options import ENGINES
@@ -101,5 +101,5 @@ def translator_for(args: argparse.Namespace):
     except ModelFolderError as error:  # already names the folder and what is wrong with it
         raise ModelFolderError(f"--model {error} (--engine {engine})") from error
     except (OSError, ValueError) as error:
-        message = " ".join(str(error).split())  # on one line
-        raise ModelFolderError(f"--model {args.model}: could not load it for --engine {engine}: {message}") from error
+        message = f"--model {args.model}: could not load it for --engine {engine}: {one_line(error)}"
+        raise ModelFolderError(message) from error
