@@ -3,7 +3,9 @@ processes it is split over."""
 
 import types
 
+import pytest
 import torch
+from vanilla_transformer.training.run.loop import NonFiniteLoss, finite_totals
 
 from ..conftest import two_processes
 
@@ -120,3 +122,34 @@ def test_two_processes_give_the_update_one_process_accumulates(tmp_path):
     assert two["gradients"].keys() == accumulated.keys()
     for name in accumulated:
         torch.testing.assert_close(two["gradients"][name], accumulated[name], rtol=1e-4, atol=1e-6)
+
+
+def test_a_non_finite_loss_stops_the_update_before_its_last_backward_pass():
+    """The update's losses are checked once, before the backward pass that could apply it; the error names the first
+    micro-batch's loss that is not finite."""
+    c = common()
+    short, long = c.pairs()
+    model = c.tiny_model()
+    group = [c.make_batch(model, [s for s, _ in part], [t for _, t in part]) for part in (short, long, short)]
+    criterion, overflows = c.TranslationCriterion(label_smoothing=0.1), iter([1.0, float("inf"), float("nan")])
+
+    def overflowing(model, batch):
+        loss, sample_size, logging = criterion(model, batch)
+        factor = next(overflows)
+        return loss * factor, sample_size, {**logging, "loss": logging["loss"] * factor}
+
+    overflowing.sample_size = criterion.sample_size
+    accelerator = c.Accelerator(cpu=True, gradient_accumulation_steps=3)
+    backward_passes, backward = [], accelerator.backward
+    accelerator.backward = lambda loss, **kwargs: (backward_passes.append(loss.item()), backward(loss, **kwargs))
+    with pytest.raises(NonFiniteLoss, match="the loss became inf") as raised:
+        c.accumulate_gradients(accelerator, model, overflowing, group)
+    assert raised.value.value == float("inf")
+    assert len(backward_passes) == 2  # the first two micro-batches' only
+
+
+def test_an_update_with_finite_losses_sums_its_micro_batches():
+    rows = torch.tensor([[2.0, 1.5, 3.0], [4.0, 3.5, 5.0]])
+    torch.testing.assert_close(finite_totals(rows), torch.tensor([6.0, 5.0, 8.0]))
+    with pytest.raises(NonFiniteLoss, match="nan"):
+        finite_totals(torch.tensor([[2.0, 1.5, 3.0], [float("nan"), 3.5, 5.0]]))

@@ -64,8 +64,9 @@ class NonFiniteLoss(ArithmeticError):
 
 def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> torch.Tensor:
     """The gradients of one update over its micro-batches `group`, accumulated in the parameters' `.grad`; returns
-    (loss sum, NLL sum, target tokens) over all micro-batches and processes. Raises `NonFiniteLoss` before any
-    backward pass of a micro-batch whose loss is not finite.
+    (loss sum, NLL sum, target tokens) over all micro-batches and processes. Raises `NonFiniteLoss`, naming the first
+    micro-batch's loss that is not finite, before the last micro-batch's backward pass: the only one that can apply
+    the update (DeepSpeed's engine steps inside it; otherwise the loop steps after it).
 
     fairseq's normalisation: the update's summed loss over its total target tokens, counted over all its micro-batches
     and processes before the first forward pass, so that a micro-batch weighs by its tokens. Gradients are
@@ -73,22 +74,33 @@ def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> to
     documents accumulation that a loop controls itself), and each micro-batch's summed loss is scaled so that DDP's
     average over the processes (and accelerate's division by its own accumulation steps, where an `Accelerator` is
     given them) is undone: with one process and one micro-batch it is exactly the batch's loss over its tokens.
+
+    The totals stay on the device until that check, the update's one wait for it: on a GPU the host keeps queueing
+    the micro-batches' work instead of waiting for each one's loss.
     """
     sample_size = accelerator.reduce(sum(criterion.sample_size(batch) for batch in group), reduction="sum")
     scale = accelerator.gradient_accumulation_steps * accelerator.num_processes
-    totals = torch.zeros(3)
+    micro = []
     for index, batch in enumerate(group):
         last = index == len(group) - 1
         with contextlib.nullcontext() if last else accelerator.no_sync(model), deepspeed_boundary(accelerator, last):
             loss, _, logging = criterion(model, batch)
-            micro = accelerator.reduce(
-                torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()]), reduction="sum"
-            )
-            if not torch.isfinite(micro[0]):
-                raise NonFiniteLoss(micro[0].item())
+            figures = torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()])
+            micro.append(accelerator.reduce(figures, reduction="sum"))
+            if last:
+                totals = finite_totals(torch.stack(micro).cpu())
             accelerator.backward(loss / sample_size if scale == 1 else loss * scale / sample_size)
-        totals += micro.cpu()
     return totals
+
+
+def finite_totals(micro: torch.Tensor) -> torch.Tensor:
+    """The sums over an update's micro-batches of their (loss, NLL, target tokens) rows `micro`; raises
+    `NonFiniteLoss` with the first loss that is NaN or infinite."""
+    losses = micro[:, 0]
+    bad = ~torch.isfinite(losses)
+    if bad.any():
+        raise NonFiniteLoss(losses[bad][0].item())
+    return micro.sum(dim=0)
 
 
 def train_update(run: Run, group: list[dict]) -> tuple[torch.Tensor, dict]:
