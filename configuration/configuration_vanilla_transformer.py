@@ -24,6 +24,7 @@ config.json is as it was. A config.json of an earlier version, with `layer_norm`
 `ffn_activation` false, loads as the same model (`fold_switches`).
 """
 
+import math
 from dataclasses import dataclass
 
 from huggingface_hub.dataclasses import strict
@@ -231,7 +232,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         self.tie_word_embeddings = self.share_embeddings or self.share_decoder_embeddings
         if self.d_k is not None and self.num_heads > 0 and self.d_k * self.num_heads == self.d_model:
             self.d_k = None  # the paper's own size: not a change
-        self._check()
+        self.validate_fields()
         super().__post_init__(**kwargs)
 
     def to_dict(self) -> dict:
@@ -246,8 +247,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         """The study switches this model changes from the paper's, by name (`changed_switches`)."""
         return changed_switches(self)
 
-    def _check(self) -> None:
-        """Raise a `ValueError` naming the first invalid field and what it accepts."""
+    def validate_fields(self) -> None:
+        """Raise a `ValueError` naming the first invalid field and what it accepts. Run when the configuration is made,
+        when a model is built of it, and by `@strict`'s `validate()`, which `save_pretrained` calls: a field changed
+        after the configuration was made is checked before a model or a folder is made of it."""
         for name in (
             "vocab_size",
             "d_model",
@@ -271,10 +274,14 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"VanillaTransformerConfig.{name} must be in [0, 1), got {value}.")
         if self.d_k is not None and self.d_k <= 0:
             raise ValueError(f"VanillaTransformerConfig.d_k must be a positive integer or None, got {self.d_k}.")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"VanillaTransformerConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}.")
-        if self.init_std is not None and not self.init_std > 0:
-            raise ValueError(f"VanillaTransformerConfig.init_std must be positive or None, got {self.init_std}.")
+        if not 0 < self.layer_norm_eps < math.inf:
+            raise ValueError(
+                f"VanillaTransformerConfig.layer_norm_eps must be a positive finite number, got {self.layer_norm_eps}."
+            )
+        if self.init_std is not None and not 0 < self.init_std < math.inf:
+            raise ValueError(
+                f"VanillaTransformerConfig.init_std must be a positive finite number or None, got {self.init_std}."
+            )
         for name, allowed in (
             ("norm_position", NORM_POSITIONS),
             ("position_encoding", POSITION_ENCODINGS),
@@ -314,6 +321,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         sizes = {"vocab_size": self.vocab_size}
         if target_vocabulary_size(self) != self.vocab_size:
             sizes["target_vocab_size"] = target_vocabulary_size(self)
+        if self.eos_token_id == []:
+            raise ValueError(
+                "VanillaTransformerConfig.eos_token_id must be a token id, a list of them or None, got []."
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             for token_id in value if isinstance(value, list) else [value]:

@@ -647,6 +647,10 @@ class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel):
     _can_compile_fullgraph = True  # no graph breaks: the input checks that read token ids are skipped while compiling
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
 
+    def __init__(self, config: VanillaTransformerConfig, *inputs, **kwargs):
+        config.validate_fields()  # a field changed since the configuration was made (`config.num_heads = 3`)
+        super().__init__(config, *inputs, **kwargs)
+
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         """The library's check of the attention implementation, when the model is built or loaded with one or switched
         to one (`set_attn_implementation`), and this model's own: a smaller d_k is refused by flash attention."""

@@ -5,6 +5,7 @@ out computing the source's logits and generating its tokens, and then work with 
 import copy
 import json
 import os
+import shutil
 from dataclasses import dataclass
 
 import pytest
@@ -362,14 +363,22 @@ def test_a_folder_of_another_type_than_the_import_reads_is_named_before_reading(
 
 def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, tmp_path, capsys):
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
-    empty.mkdir()
-    no_tokenizer.mkdir()
+    wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
+    for folder in (empty, no_tokenizer):
+        folder.mkdir()
     for name in ("config.json", "model.safetensors"):
         (no_tokenizer / name).write_bytes((trained_folder / name).read_bytes())
+    for folder in (wrong_type, a_list):
+        shutil.copytree(trained_folder, folder)
+    config = json.loads((trained_folder / "config.json").read_text())
+    (wrong_type / "config.json").write_text(json.dumps({**config, "vocab_size": "200"}))
+    (a_list / "config.json").write_text("[1, 2, 3]")
     expected = {
         empty: f"{empty}: no config.json, so not a model folder",
         missing: f"{missing}: no such folder",
         no_tokenizer: f"{no_tokenizer}: could not load a model folder: ",
+        wrong_type: f"{wrong_type}: could not load a model folder: Validation error for field 'vocab_size'",
+        a_list: f"{a_list}: config.json holds list, not an object of settings",
     }
     for folder, message in expected.items():
         with pytest.raises(ModelFolderError, match=message):

@@ -14,6 +14,7 @@ def load_model_folder(path: str, where: str | None = None):
     """The model (in evaluation mode) and tokenizer of a model folder or Hub name, checked against each other by
     `check_tokenizer_matches`. Raises `ModelFolderError`, its message starting with `where` (default: the path), if
     the folder cannot be loaded or its tokenizer does not belong to its model."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     import vanilla_transformer  # noqa: F401  (registers the model type)
@@ -23,7 +24,7 @@ def load_model_folder(path: str, where: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, StrictDataclassError) as error:  # the last: a config.json field of the wrong type
         what = "could not load a model folder" if os.path.exists(path) else "no such folder, nor a Hub model it finds"
         raise ModelFolderError(f"{where}: {what}: {one_line(error)}") from error
     try:
@@ -84,6 +85,8 @@ def check_model_type(path, where: str) -> None:
         config, _ = PreTrainedConfig.get_config_dict(path)
     except (OSError, ValueError):
         return
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{where}: config.json holds {type(config).__name__}, not an object of settings")
     model_type = config.get("model_type")
     if model_type in (None, "vanilla_transformer"):
         return

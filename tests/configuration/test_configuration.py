@@ -51,6 +51,9 @@ def test_round_trip_through_auto_config(tmp_path):
         (dict(activation_dropout=-1), "activation_dropout", "[0, 1)"),
         (dict(layer_norm_eps=0.0), "layer_norm_eps", "positive"),
         (dict(init_std=-1.0), "init_std", "positive"),
+        (dict(layer_norm_eps=float("inf")), "layer_norm_eps", "finite"),
+        (dict(init_std=float("nan")), "init_std", "finite"),
+        (dict(eos_token_id=[]), "eos_token_id", "got []"),
         (dict(norm_position="middle"), "norm_position", "('post', 'pre', 'none')"),
         (dict(position_encoding="rotary"), "position_encoding", "('sinusoidal', 'learned', 'none')"),
         (dict(activation="tanh"), "activation", "('relu', 'gelu', 'silu', 'swish', 'linear')"),
@@ -81,3 +84,20 @@ def test_config_json_of_another_model_type_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 32}))
     with pytest.raises(ValueError, match="bert"):
         VanillaTransformerConfig.from_pretrained(tmp_path)
+
+
+def test_a_field_changed_after_the_configuration_was_made_is_checked_before_a_model_or_folder_is_made(tmp_path):
+    from huggingface_hub.errors import StrictDataclassClassValidationError
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    sizes = dict(vocab_size=50, d_model=32, num_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1)
+    changed = VanillaTransformerConfig(**sizes)
+    changed.num_heads = 3
+    with pytest.raises(ValueError, match=r"d_model \(32\) must be divisible by num_heads \(3\)"):
+        VanillaTransformerForConditionalGeneration(changed)
+    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**sizes))
+    model.config.decoder_layers = 0
+    with pytest.raises(StrictDataclassClassValidationError, match="decoder_layers must be a positive integer"):
+        model.save_pretrained(tmp_path / "model")
+    assert not (tmp_path / "model" / "config.json").exists()

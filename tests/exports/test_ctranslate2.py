@@ -223,6 +223,9 @@ def test_what_cannot_be_exported_is_named():
     learned = tiny_model(position_encoding="learned")
     with pytest.raises(ExportError, match="only 64 learned positions"):
         export_ctranslate2(learned, "unused", tokenizer=tokenizer, max_positions=100)
+    for rows in (-5, 0, 1.5, True):
+        with pytest.raises(ExportError, match=f"max_positions {rows!r}: expected a positive integer, or None"):
+            export_ctranslate2(tiny_model(), "unused", tokenizer=tokenizer, max_positions=rows)
     without_residuals = tiny_model(residual=False)  # a study's switch: ctranslate2 would run it with residuals
     with pytest.raises(ExportError, match=r"changes the architecture \(\{'residual': False\}"):
         export_ctranslate2(without_residuals, "unused", tokenizer=tokenizer)

@@ -61,6 +61,16 @@ def test_a_layer_outside_the_decoder_is_refused(trained_folder):
         align(*load(trained_folder, "eager"), SOURCES, TARGETS, layer=9)
 
 
+@pytest.mark.parametrize(
+    "heads, message",
+    [([], "heads []: expected None"), ([99], "head 99 is not one of the layer's"), (0, "heads 0: expected None"),
+     ([1, 1], "a head is given twice")],
+)  # fmt: skip
+def test_heads_not_of_the_layer_are_refused(trained_folder, heads, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        align(*load(trained_folder, "eager"), SOURCES, TARGETS, heads=heads)
+
+
 def test_translate_prints_each_translation_with_its_alignment(trained_folder, exported_folder, capsys):
     assert main(["translate", "--model", str(trained_folder), "--num-beams", "2", "--alignments", *SOURCES]) == 0
     for source, line in zip(SOURCES, capsys.readouterr().out.splitlines()):

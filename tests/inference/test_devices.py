@@ -38,6 +38,14 @@ def test_a_placement_the_machine_cannot_run_is_named(placement, option, message)
     assert caught.value.option == option and str(caught.value).startswith(f"{option}=")
 
 
+@pytest.mark.parametrize(
+    "option, value", [("threads", 0), ("threads", -1), ("threads", 1.5), ("threads", 10**6), ("inter_threads", 0)]
+)
+def test_a_thread_count_that_is_no_whole_number_from_1_to_1024_is_named(option, value):
+    with pytest.raises(PlacementError, match=rf"{option}={value}: expected a whole number from 1 to 1024"):
+        Placement(**{option: value})
+
+
 def test_auto_is_the_cpu_in_float32_without_cuda_and_each_engine_refuses_the_others_options():
     if not torch.cuda.is_available():
         device = Placement().torch_device()

@@ -70,3 +70,21 @@ def test_translation_pipeline_truncates_a_sentence_longer_than_the_learned_posit
     truncated = model.generate(**tokenizer([sentence], truncation=True, max_length=18, return_tensors="pt"))
     assert results[0] == {"translation_text": tokenizer.decode(truncated[0], skip_special_tokens=True)}
     assert translate(sentence, max_source_length=5) == translate(sentence[:40], max_source_length=5)  # still honoured
+
+
+def test_translation_pipeline_answers_blank_and_no_inputs_without_a_search(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))
+    expected = reference(trained_folder, SOURCES[:2])
+    assert translate([]) == []
+    assert translate("  ") == [{"translation_text": ""}]
+    both = translate([SOURCES[0], "", SOURCES[1]])
+    assert [r["translation_text"] for r in both] == [expected[0], "", expected[1]]
+    several = translate(["", SOURCES[0]], num_beams=3, num_return_sequences=2)
+    assert several[0] == [{"translation_text": ""}] * 2 and len(several[1]) == 2
+
+
+@pytest.mark.parametrize("length", [0, -1, 2.5, True])
+def test_translation_pipeline_refuses_a_source_length_that_is_no_positive_integer(trained_folder, length):
+    translate = pipeline("translation", model=str(trained_folder))
+    with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
+        translate(SOURCES[0], max_source_length=length)

@@ -213,3 +213,31 @@ def test_a_prefix_that_leaves_no_room_in_the_positions_is_named(learned_folder):
         translator.translate(["one", "two"], prefix=["eins", long_prefix])
     [[translation]] = translator.translate(["one"], prefix=["eins"], max_length=100)  # cut to the positions
     assert translation.text.startswith("eins")
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_sentences_must_be_a_list_of_strings(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    with pytest.raises(TypeError, match="sentences must be a list of strings, got 'forty-two': put one sentence in"):
+        translator.translate("forty-two")
+    with pytest.raises(ValueError, match="sentence 2: sentences must be strings, got None"):
+        translator.translate(["one", None])
+    with pytest.raises(TypeError, match="options must be a SearchOptions or None, got {'num_beams': 2}"):
+        translator.translate(["one"], {"num_beams": 2})
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_prefix_with_a_token_the_vocabulary_lacks_is_named(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    with pytest.raises(ValueError, match=r"sentence 2: the prefix '日本語' has a token the target vocabulary lacks"):
+        translator.translate(["one", "two"], prefix=["eins", "日本語"])
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+@pytest.mark.parametrize("size", [0, -1, 1.5])
+def test_scores_need_a_positive_whole_batch_size(trained_folder, exported, engine, size):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    with pytest.raises(ValueError, match=rf"batch_size \({size}\) must be"):
+        translator.score(["one"], ["eins"], batch_size=size)
+    with pytest.raises(TypeError, match="targets must be a list of strings"):
+        translator.score(["one"], "eins")

@@ -50,7 +50,10 @@ def add_device_arguments(command: argparse.ArgumentParser) -> None:
 
 def placement_of(args: argparse.Namespace) -> Placement:
     """The flags' placement; on one of several processes (`accelerate launch`, `torchrun`), its own GPU."""
-    placement = Placement(args.device, args.dtype, args.compute_type, args.threads, args.inter_threads)
+    try:
+        placement = Placement(args.device, args.dtype, args.compute_type, args.threads, args.inter_threads)
+    except PlacementError as error:
+        raise flag_error(error) from error
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return placement.for_process(int(os.environ.get("LOCAL_RANK", "0")))
     return placement

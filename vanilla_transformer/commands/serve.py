@@ -10,6 +10,7 @@ import threading
 import typing
 
 from ..errors import CommandError, MissingDependencyError
+from ..inference.devices import PlacementError
 from ..training.options.argument_types import (
     FiniteFloat,
     NonNegativeFloat,
@@ -18,7 +19,7 @@ from ..training.options.argument_types import (
     PositiveFloat,
     PositiveInt,
 )
-from .engine import checked_engine
+from .engine import checked_engine, flag_error
 from .process_settings import apply_decoding_process_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -112,7 +113,11 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
-    apply_decoding_process_settings(checked_engine(args.model, args.engine, engine.placement), engine.placement)
+    try:
+        placement = engine.placement
+    except PlacementError as error:
+        raise flag_error(error) from error
+    apply_decoding_process_settings(checked_engine(args.model, args.engine, placement), placement)
     failures = []
 
     def stop_on_failure(error: BaseException) -> None:

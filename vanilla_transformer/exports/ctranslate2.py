@@ -168,7 +168,12 @@ def vocabulary(tokenizer, size: int, target: bool = False) -> list[str]:
 
 
 def positions_to_write(config, max_positions: int | None) -> int:
-    """The rows of the positional table in the export."""
+    """The rows of the positional table in the export; an ExportError where `max_positions` is no positive
+    integer."""
+    if max_positions is not None and (
+        isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1
+    ):
+        raise ExportError(f"max_positions {max_positions!r}: expected a positive integer, or None")
     if config.position_encoding == "learned":
         if max_positions is not None and max_positions > config.max_position_embeddings:
             raise ExportError(

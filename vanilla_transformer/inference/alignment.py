@@ -23,7 +23,8 @@ import torch
 
 from ..configuration import position_limit
 from ..model_folder import source_tokens
-from .scoring import check_pairs, shift_right
+from .options import check_whole
+from .scoring import check_pairs, pairs_given, shift_right
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,9 @@ def marker_words(tokens: list[str]) -> list[int]:
 def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size=32) -> list[Alignment]:
     """The alignment of each (source, target) pair; `layer` (default the last) and `heads` (default all) choose
     the attention that aligns."""
-    check_pairs(sources, targets)
+    sources, targets = pairs_given(sources, targets, batch_size)
     offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
-    target = tokenizer(text_target=list(targets), **offsets)
+    target = tokenizer(text_target=targets, **offsets)
     words = [token_words(tokenizer, target, row, text, target=True) for row, text in enumerate(targets)]
     return aligned_in_batches(model, tokenizer, sources, target["input_ids"], words, layer, heads, batch_size)
 
@@ -125,13 +126,29 @@ def decoded_words(tokenizer, ids: list[int]) -> list[int]:
 def aligned_in_batches(model, tokenizer, sources, target_ids, target_words, layer, heads, batch_size):
     layers = len(model.get_decoder().layers)
     layer = layers - 1 if layer is None else layer
-    if not -layers <= layer < layers:
-        raise ValueError(f"layer {layer}: expected 0 to {layers - 1}, the decoder's layers")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -layers <= layer < layers:
+        raise ValueError(f"layer {layer!r}: expected 0 to {layers - 1}, the decoder's layers")
+    check_heads(heads, model.config.num_heads)
+    check_whole("batch_size", batch_size)
     results = []
     for start in range(0, len(sources), batch_size):
         part = slice(start, start + batch_size)
         results += align_batch(model, tokenizer, sources[part], target_ids[part], target_words[part], layer, heads)
     return results
+
+
+def check_heads(heads, num_heads: int) -> None:
+    """A ValueError unless `heads` is None (every head) or a non-empty list of distinct head numbers."""
+    if heads is None:
+        return
+    expected = f"None (every head) or a non-empty list of distinct heads from 0 to {num_heads - 1}"
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, (list, tuple)) or not heads:
+        raise ValueError(f"heads {heads!r}: expected {expected}")
+    for head in heads:
+        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < num_heads:
+            raise ValueError(f"heads {list(heads)}: head {head!r} is not one of the layer's; expected {expected}")
+    if len(set(heads)) != len(heads):
+        raise ValueError(f"heads {list(heads)}: a head is given twice; expected {expected}")
 
 
 def token_alignments(model, batch: dict, labels, layer: int, heads) -> list[list[tuple[int, int]]]:

@@ -18,6 +18,7 @@ DEVICES = "auto, cpu, cuda or cuda:N"
 DEVICE_HELP = f"where the model runs: {DEVICES} (auto: CUDA when present, else the CPU)"
 DTYPE_HELP = ("the torch engine's precision (auto: bfloat16 on a CUDA card that computes it, else float16 there; "
               "float32 on the CPU)")  # fmt: skip
+MOST_THREADS = 1024  # a thread pool of millions fails to start, deep in OpenMP or the tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -37,6 +38,14 @@ class Placement:
     compute_type: str = "default"  # the CTranslate2 engine's (ctranslate2's names)
     threads: int | None = None  # CPU threads on each batch (None: the engine's own choice)
     inter_threads: int = 1  # CTranslate2: batches translated at once, each on `threads` threads
+
+    def __post_init__(self):
+        for option in ("threads", "inter_threads"):
+            value = getattr(self, option)
+            if value is None and option == "threads":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MOST_THREADS:
+                raise PlacementError(option, value, f"expected a whole number from 1 to {MOST_THREADS}")
 
     def for_process(self, local_rank: int) -> "Placement":
         """The placement of process `local_rank` of several on one machine: the GPU of that number where the

@@ -4,6 +4,8 @@ batched and n-best lists made distinct."""
 
 import functools
 import math
+import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 ENGINES = ("auto", "torch", "ctranslate2")  # auto: ctranslate2 for an exported folder, torch for a model folder
@@ -32,11 +34,28 @@ GUARDS = ("no_repeat_ngram_size", "repetition_penalty")
 def check_finite(name: str, value: float, at_least: float | None = None, above: float | None = None) -> None:
     """An OptionError naming option `name` unless `value` is a finite number (and at least `at_least`, or above
     `above`): NaN and infinity compare as no number should, and would pass a plain range check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionError((name,), f"{name} ({value!r}) must be a number")
     if not math.isfinite(value):
         raise OptionError((name,), f"{name} ({value}) must be a finite number")
     if (at_least is not None and value < at_least) or (above is not None and value <= above):
         bound = f">= {at_least:g}" if at_least is not None else f"> {above:g}"
         raise OptionError((name,), f"{name} ({value}) must be {bound}")
+
+
+def check_whole(name: str, value: int, at_least: int = 1) -> None:
+    """An OptionError naming option `name` unless `value` is an integer of at least `at_least` (a bool, or a float
+    such as 1.5, is not)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise OptionError((name,), f"{name} ({value!r}) must be an integer")
+    if value < at_least:
+        raise OptionError((name,), f"{name} ({value}) must be at least {at_least}")
+
+
+def check_kind(name: str, value, kind: type | tuple[type, ...], expected: str) -> None:
+    """An OptionError naming option `name` unless `value` is a `kind` (`expected` says what that is)."""
+    if not isinstance(value, kind):
+        raise OptionError((name,), f"{name} must be {expected}, got {value!r}")
 
 
 class SentenceError(ValueError):
@@ -62,6 +81,10 @@ class Guards:
 
     def __post_init__(self):
         check_finite("max_len_a", self.max_len_a, at_least=0.0)
+        if self.max_len_b is not None:
+            check_whole("max_len_b", self.max_len_b, at_least=-(2**31))  # a*length + b may be negative: at least 1
+        if self.no_repeat_ngram_size is not None:
+            check_whole("no_repeat_ngram_size", self.no_repeat_ngram_size, at_least=0)
         if self.repetition_penalty is not None:
             check_finite("repetition_penalty", self.repetition_penalty, above=0.0)
 
@@ -143,13 +166,23 @@ class SearchOptions:
 
     def __post_init__(self):
         if self.prefix is not None:
-            object.__setattr__(self, "prefix", tuple(text or "" for text in self.prefix))
+            prefix = texts_given("prefix", self.prefix, "a list of one prefix per sentence", "a string or None",
+                                 (str, type(None)))  # fmt: skip
+            object.__setattr__(self, "prefix", tuple(text or "" for text in prefix))
         if self.terms is not None:
-            object.__setattr__(self, "terms", tuple(tuple(terms) for terms in self.terms))
-        for name in ("max_length", "n_best", "batch_size", "max_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise OptionError((name,), f"{name} ({value}) must be at least 1")
+            terms = texts_given("terms", self.terms, "a list of one list of terms per sentence", "a list of strings",
+                                (list, tuple))  # fmt: skip
+            terms = (texts_given(f"terms[{i}]", t, "a list of strings", "a string") for i, t in enumerate(terms))
+            object.__setattr__(self, "terms", tuple(tuple(t) for t in terms))
+        for name in ("max_length", "n_best", "batch_size", "max_tokens", "num_beams"):
+            if getattr(self, name) is not None or name not in ("max_tokens", "num_beams"):  # those two: None for none
+                check_whole(name, getattr(self, name))
+        for name in ("distinct", "ordered", "alignment", "scores"):
+            if getattr(self, name) is not None:
+                check_kind(name, getattr(self, name), bool, "True or False")
+        check_kind("guards", self.guards, Guards, "a Guards")
+        if self.rules is not None:
+            check_kind("rules", self.rules, SearchRules, "a SearchRules (FAIRSEQ or CTRANSLATE2) or None")
         if self.num_beams is not None:
             check_search(self.num_beams, self.n_best)
         if self.length_penalty is not None:
@@ -188,9 +221,36 @@ class SearchOptions:
                 raise ValueError(f"{len(values)} {what} for {count} sentences: give one per sentence")
 
 
+def texts_given(name: str, values, whole: str, item: str, kind: type | tuple[type, ...] = str) -> list:
+    """`values` as a list: an OptionError naming option `name` where it is one string (whose characters would each
+    be taken for a sentence's) or nothing to iterate (`whole` says what it should be), or where an item is not a
+    `kind` (`item`)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise OptionError((name,), f"{name} must be {whole}, got {values!r}")
+    values = list(values)
+    for index, value in enumerate(values):
+        if not isinstance(value, kind):
+            raise OptionError((name,), f"{name}[{index}] must be {item}, got {value!r}")
+    return values
+
+
+def sentences_given(sentences, name: str = "sentences") -> list[str]:
+    """`sentences` as a list of strings: a TypeError where it is one string (a list of its characters would be
+    translated) or nothing to iterate, a `SentenceError` naming one that is not a string."""
+    if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Iterable):
+        raise TypeError(f"{name} must be a list of strings, got {sentences!r}: put one sentence in a list")
+    sentences = list(sentences)
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise SentenceError(index, f"{name} must be strings, got {sentence!r}")
+    return sentences
+
+
 def search_options(options: SearchOptions | None, changes: dict) -> SearchOptions:
     """`options` (default: `SearchOptions()`) with the keyword `changes` a caller gave instead: a TypeError names
     a keyword that is not an option."""
+    if options is not None and not isinstance(options, SearchOptions):
+        raise TypeError(f"options must be a SearchOptions or None, got {options!r}: give its fields as keywords")
     return replace(options or SearchOptions(), **changes) if changes else options or SearchOptions()
 
 
@@ -262,7 +322,7 @@ def blank_stays_blank(translate):
 
     @functools.wraps(translate)
     def translate_the_others(self, sentences, options: SearchOptions | None = None, **changes):
-        sentences, options = list(sentences), search_options(options, changes)
+        sentences, options = sentences_given(sentences), search_options(options, changes)
         options.check_count(len(sentences))
         self.check(options)  # what the engine cannot do, and the beams, refused also when every sentence is blank
         options = options.resolved(self.generation_config)

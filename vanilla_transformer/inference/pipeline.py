@@ -33,16 +33,31 @@ class TranslationPipeline(Pipeline):
         check_tokenizer_matches(self.model.config, self.tokenizer, "translation pipeline")
 
     def _sanitize_parameters(self, max_source_length: int | None = None, **generate_kwargs):
+        if max_source_length is not None and (
+            isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 1
+        ):
+            raise ValueError(
+                f"translation pipeline: max_source_length must be a positive integer, got {max_source_length!r}"
+            )
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
         return preprocess_params, generate_kwargs, {}
 
     def __call__(self, inputs: str | list[str], **kwargs):
+        """One list of translations per input (a list of strings gives one translation each, unlisted, where one is
+        asked for). A blank input (empty, or spaces only) is answered with empty translations without a search, as
+        the package's translators answer it: a search from an empty source writes whatever the model likes best."""
         if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(x, str) for x in inputs))):
             raise ValueError(
                 f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
             )
-        results = super().__call__(inputs, **kwargs)
-        if isinstance(inputs, list) and all(len(result) == 1 for result in results):
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        others = [text for text in texts if text.strip()]
+        found = iter(super().__call__(others, **kwargs) if others else [])
+        returned = kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        results = [next(found) if text.strip() else [{"translation_text": ""}] * returned for text in texts]
+        if isinstance(inputs, str):
+            return results[0]
+        if all(len(result) == 1 for result in results):
             return [result[0] for result in results]
         return results
 

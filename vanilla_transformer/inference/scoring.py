@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..model_folder import encode_within
+from .options import check_whole, sentences_given
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,21 @@ def check_pairs(sources, targets) -> None:
         raise ValueError(f"{len(sources)} sources for {len(targets)} targets: give one translation per source")
 
 
+def pairs_given(sources, targets, batch_size: int) -> tuple[list[str], list[str]]:
+    """The sources and their translations `targets` as lists of strings, one target per source, read `batch_size`
+    pairs at a time: a TypeError, a ValueError or an `OptionError` (`batch_size`) says what is wrong with them."""
+    sources, targets = sentences_given(sources, "sources"), sentences_given(targets, "targets")
+    check_pairs(sources, targets)
+    check_whole("batch_size", batch_size)
+    return sources, targets
+
+
 @torch.inference_mode()
 def score_pairs(model, tokenizer, sources, targets, batch_size=32, limit=None) -> list[PairScore]:
     """Each target's tokens and their log-probabilities given the source and the target tokens before them (end of
     sentence included), for a seq2seq model and its tokenizer; sentences longer than `limit` tokens are cut with a
     warning."""
-    check_pairs(sources, targets)
+    sources, targets = pairs_given(sources, targets, batch_size)
     config, results = model.config, []
     for start in range(0, len(sources), batch_size):
         source_ids = encode_within(tokenizer, sources[start : start + batch_size], limit)
@@ -81,4 +91,4 @@ def score_pairs(model, tokenizer, sources, targets, batch_size=32, limit=None) -
     return results
 
 
-__all__ = ["PairScore", "check_pairs", "score_pairs", "shift_right"]
+__all__ = ["PairScore", "check_pairs", "pairs_given", "score_pairs", "shift_right"]

@@ -40,7 +40,7 @@ from .options import (
     grouped_batches,
     key_groups,
 )
-from .scoring import PairScore, check_pairs, score_pairs
+from .scoring import PairScore, pairs_given, score_pairs
 from .search import beam_search
 
 
@@ -241,8 +241,10 @@ class PyTorchTranslator(Translator):
 
     def prefix_ids(self, prefix, limit: int | None) -> list[list[int]]:
         """Each sentence's target prefix as token ids, without the end of sentence ("": none). A ValueError names
-        a prefix that leaves no room in the model's positions (`limit`)."""
+        a prefix with a token the target vocabulary lacks (`known_prefixes`), or that leaves no room in the model's
+        positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
+        known_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.tokenizer.unk_token)
         for index, row in enumerate(rows):
             if limit is not None and len(row) >= limit:
                 raise SentenceError(
@@ -371,6 +373,7 @@ class CTranslate2Translator(Translator):
             return None
         rows = self.tokens(list(prefix), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
+        known_prefixes(prefix, rows, self.tokenizer.unk_token, self.tokenizer.unk_token)
         return [row or None for row in rows]
 
     def batching(self, count: int, options: SearchOptions) -> dict:
@@ -389,7 +392,7 @@ class CTranslate2Translator(Translator):
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
-        check_pairs(sources, targets)
+        sources, targets = pairs_given(sources, targets, batch_size)
         tokens = self.tokens(targets, target=True)
         share = self.batch_share(len(tokens), batch_size)
         without_eos = [row[:-1] for row in tokens]  # ctranslate2 adds </s> itself
@@ -399,6 +402,16 @@ class CTranslate2Translator(Translator):
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
+
+
+def known_prefixes(prefix, rows: list[list], unknown, unknown_name: str | None) -> None:
+    """A `SentenceError` naming the first sentence whose target prefix, as `rows` of tokens (ids or strings, as
+    `unknown` is), has the unknown token: the search would write it, and the translation would not start with the
+    prefix."""
+    for index, row in enumerate(rows):
+        if unknown is not None and unknown in row:
+            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({unknown_name})"
+            raise SentenceError(index, reason)
 
 
 def runs_on_cuda(translator, placement: Placement, version: str) -> None:
