@@ -10,7 +10,14 @@ import pytest
 
 from tests.apps import serving
 from vanilla_transformer.cli import main
-from vanilla_transformer.demo.app import EMPTY_INPUT, MISSING_GRADIO, Demo, import_gradio, run_translation
+from vanilla_transformer.demo.app import (
+    EMPTY_INPUT,
+    MAX_SOURCE_TOKENS,
+    MISSING_GRADIO,
+    Demo,
+    import_gradio,
+    run_translation,
+)
 from vanilla_transformer.inference.translators import PyTorchTranslator
 from vanilla_transformer.model_folder import load_model_folder
 
@@ -43,6 +50,18 @@ def test_an_empty_input_is_a_message_for_the_user_not_a_traceback(demo):
     for text in ("", "   ", None):
         with pytest.raises(gr.Error, match=EMPTY_INPUT):
             run_translation(demo, gr, text, 2)
+
+
+def test_half_a_character_or_a_text_too_long_to_draw_is_a_message_for_the_user(demo):
+    with pytest.raises(gr.Error, match=r"Character 6 is half a character \(U\+D800\)"):
+        run_translation(demo, gr, "forty\ud800", 2)
+    with pytest.raises(gr.Error, match=f"at most {MAX_SOURCE_TOKENS} tokens .* this one has 3001 characters"):
+        run_translation(demo, gr, "x" * 3001, 2)
+    sentence = " ".join(["forty-two"] * 40)
+    tokens = len(demo.tokenizer(sentence)["input_ids"])
+    assert tokens > MAX_SOURCE_TOKENS and len(sentence) < 1000
+    with pytest.raises(gr.Error, match=f"this one has {tokens} tokens. Translate longer texts with"):
+        run_translation(demo, gr, sentence, 2)
 
 
 def test_without_gradio_the_demo_names_the_extra_to_install(monkeypatch, trained_folder, capsys):

@@ -94,3 +94,38 @@ def test_translate_splits_each_line_into_its_sentences_and_writes_one_line(train
         == 0
     )
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_a_line_on_which_pysbds_rules_fail_is_one_sentence():
+    for text in ("\x1e1. b?", "\x1c2. c!", "x \x1f3. d?"):
+        with pytest.raises(ValueError):  # pysbd's own failure, which the splitter stands in for
+            segmenter("en").segment(text)
+        document = split_document(text, "en")
+        assert document.sentences == [text.strip()] and document.assemble(document.sentences) == text
+
+
+def test_a_long_line_gives_the_sentences_pysbd_finds_in_it_whole():
+    sentence = 'Dr. Smith said: "It works!" Then he left (quietly). '
+    for line in ("The quick brown fox jumps over the lazy dog. " * 3 + sentence * 10, "这是第一句。这是第二句！" * 40):
+        language = "en" if line.isascii() else "zh"
+        assert len(line) > documents.LONGEST_PIECE
+        whole = [found.strip() for found in segmenter(language).segment(line) if found.strip()]
+        document = split_document(line, language)
+        assert document.sentences == whole and document.assemble(document.sentences) == line
+
+
+def test_a_sentence_longer_than_pysbds_window_ends_at_its_full_stop():
+    long = " ".join(["nine hundred ninety-nine thousand"] * 40) + "."  # 1,359 characters
+    line = f"{long} Then a short one. {long}"
+    assert split_document(line, "en").sentences == [long, "Then a short one.", long]
+    assert split_document(long[:-1], "en").sentences == [long[:-1]]  # no full stop: the rest of the line
+
+
+def test_pysbd_reads_a_long_line_of_list_items_a_piece_at_a_time(monkeypatch):
+    """pysbd's list rules take time that grows as a power of what they read ("a) b) " * 800, whole: a minute)."""
+    read = []
+    segment = segmenter("en").segment
+    monkeypatch.setattr(segmenter("en"), "segment", lambda text: read.append(len(text)) or segment(text))
+    document = split_document("a) b) " * 800, "en")
+    assert document.assemble(document.sentences) == "a) b) " * 800
+    assert max(read) <= documents.LONGEST_PIECE and sum(read) < 2 * 4800

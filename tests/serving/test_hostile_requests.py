@@ -47,17 +47,17 @@ HOSTILE = [
          "the body has 200039 bytes; this server takes at most 69136"),
     Case("invalid UTF-8", b'{"q": "\xff\xfe", "source": "en", "target": "de"}', 400, "the body is not valid JSON"),
     Case("a Unicode digit", fields(q="one", alternatives="²"), 422,
-         "alternatives: expected a whole number (at most 9 ASCII digits), got '²'"),
+         'alternatives: expected a whole number (at most 9 ASCII digits), got "²"'),
     Case("a 5,000-digit string", fields(q="one", alternatives="9" * 5000), 422,
-         "alternatives: expected a whole number (at most 9 ASCII digits), got '999"),
+         'alternatives: expected a whole number (at most 9 ASCII digits), got "999'),
     Case("a 5,000-digit number", b'{"q": "one", "source": "en", "target": "de", "alternatives": ' + b"9" * 5000 + b"}",
          400, "the body is not valid JSON: Exceeds the limit"),
     Case("a 4,000-digit number", b'{"q": "one", "source": "en", "target": "de", "alternatives": ' + b"9" * 4000 + b"}",
          422, "got a number of 4000 digits"),
     Case("a negative number", fields(q="one", alternatives=-1), 422, "alternatives: expected a whole number"),
     Case("a fraction", fields(q="one", alternatives=1.5), 422, "alternatives: expected a whole number"),
-    Case("an item that is not text", fields(q=["one", None]), 422, "q: expected a string or a list of strings"),
-    Case("a body that is not an object", b"null", 400, "the JSON body must be an object of fields, got NoneType"),
+    Case("an item that is not text", fields(q=["one", None]), 422, "q: item 2 is null; expected a string or a list"),
+    Case("a body that is not an object", b"null", 400, "the JSON body must be an object of fields, got null"),
     Case("an empty list to translate", fields(q=[]), 200, {"translatedText": []}),
     Case("two empty lists to score", b'{"q": [], "translation": []}', 200, {"scores": []}, path="/score"),
     Case("auto with a list", fields(q=["six", "seven"], source="auto"), 200,
@@ -227,5 +227,114 @@ def test_scores_go_through_the_queue_with_its_limit_and_deadline(trained_folder)
             release.set()
             scored = httpx.post(url + "/score", json=pair, timeout=30)
             assert scored.status_code == 200 and scored.json()["scores"]["tokens"][-1] == "</s>"
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(
+    "request_line, status, words",
+    [
+        (b"POST /translate HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400, "not an HTTP request"),
+        (b"P\xc3\xb6ST /translate HTTP/1.1\r\nHost: x\r\n\r\n", 400, "not an HTTP request this server can read"),
+        (b"POST /transl\xe4te HTTP/1.1\r\nHost: x\r\n\r\n", 400, "not an HTTP request this server can read"),
+    ],
+)
+def test_what_is_not_http_is_answered_400_in_json_with_a_request_id(server, request_line, status, words):
+    connection = raw(server)
+    connection.sendall(request_line)
+    head, _, body = received(connection).partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()) and b"x-request-id: " in head
+    assert words in json.loads(body)["error"]
+    assert translates(server)
+
+
+def test_the_router_answers_wrong_methods_and_paths_in_json(server):
+    wrong_method = httpx.get(server.url + "/translate")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert error_of(wrong_method) == "Method Not Allowed"
+    slash = httpx.post(server.url + "/translate/", json={"q": "six", **TRANSLATE})
+    assert slash.status_code == 404 and error_of(slash) == "Not Found"  # not a redirect
+    for probe in ("/health", "/ready"):
+        head = httpx.head(server.url + probe)
+        assert head.status_code == 200 and head.content == b""
+
+
+@pytest.mark.parametrize(
+    "how, field",
+    [("query", 'the query string: field "q"'), ("form", 'the form: field "q"')],
+)
+def test_text_that_is_not_utf8_in_the_query_or_a_form_is_refused_not_replaced(server, how, field):
+    for encoded in ("%ED%A0%80", "%FF", "six%C3"):  # a surrogate in UTF-8, a byte no UTF-8 has, a cut character
+        query = f"q={encoded}&source=en&target=de"
+        if how == "query":
+            response = httpx.post(f"{server.url}/translate?{query}")
+        else:
+            headers = {"content-type": "application/x-www-form-urlencoded"}
+            response = httpx.post(server.url + "/translate", content=query.encode(), headers=headers)
+        assert response.status_code == 400 and f"{field}: byte " in error_of(response), response.text
+        assert "is not UTF-8 text; send UTF-8" in error_of(response)
+    form = httpx.post(server.url + "/translate", data={"q": "six", "terms": "sechs", **TRANSLATE})
+    assert form.status_code == 200 and "sechs" in form.json()["translatedText"]  # one term, as a form sends it
+    repeated = httpx.post(f"{server.url}/translate?q=six&q=seven&source=en&target=de")
+    assert repeated.status_code == 200 and len(repeated.json()["translatedText"]) == 2
+
+
+def test_a_body_of_another_content_type_is_refused_not_ignored(server):
+    body = json.dumps({"q": "six", **TRANSLATE}).encode()
+    refused = httpx.post(server.url + "/translate", content=body, headers={"content-type": "text/plain"})
+    assert refused.status_code == 415
+    assert error_of(refused) == 'a body of Content-Type "text/plain": send JSON (application/json) or a form'
+    empty = httpx.post(f"{server.url}/translate?q=six&source=en&target=de", headers={"content-type": "text/plain"})
+    assert empty.status_code == 200  # no body: the query string's fields
+
+
+def test_a_list_item_that_is_not_text_is_named_in_jsons_words(server):
+    answer = server.post(q=["six", None], **TRANSLATE)
+    assert answer.status_code == 422 and error_of(answer) == (
+        "q: item 2 is null; expected a string or a list of strings"
+    )
+    answer = server.post(q="six", alternatives=True, **TRANSLATE)
+    assert "got true" in error_of(answer)
+
+
+def test_a_client_that_leaves_while_its_sentences_wait_is_counted_as_gone_and_they_are_dropped(trained_folder):
+    from vanilla_transformer.serving.app import ServerSettings, create_app
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    release, translated = threading.Event(), []
+
+    def held_engine():  # its first batch waits until released, so that the next request waits in the queue
+        engine = load_engine(EngineSettings(str(trained_folder), threads=1))
+        translate = engine.translate
+
+        def held(sentences, *args, **kwargs):
+            translated.extend(sentences)
+            if sentences != ["warm up"]:  # the engine's own, before the server is ready
+                release.wait(30)
+            return translate(sentences, *args, **kwargs)
+
+        engine.translate = held
+        return engine
+
+    try:
+        with in_process(create_app(held_engine, ServerSettings(max_wait_ms=1)), log_level="info") as url:
+            wait_for(lambda: answers(url + "/ready"))
+            translated.clear()
+            first = []
+            sender = threading.Thread(
+                target=lambda: first.append(httpx.post(url + "/translate", json={"q": "six", **TRANSLATE}, timeout=30))
+            )
+            sender.start()
+            wait_for(lambda: translated == ["six"])
+            with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+                httpx.post(url + "/translate", json={"q": "seven", **TRANSLATE}, timeout=1)
+            gone = 'vanilla_transformer_requests_total{endpoint="/translate",status="499"} 1.0'
+            wait_for(lambda: gone in httpx.get(url + "/metrics").text, timeout=10)
+            assert "vanilla_transformer_queue_sentences 0.0" in httpx.get(url + "/metrics").text  # the first in work
+            release.set()
+            sender.join(30)
+            assert first[0].status_code == 200
+            assert httpx.post(url + "/translate", json={"q": "eight", **TRANSLATE}).status_code == 200
+            assert "seven" not in translated  # dropped from the queue, never translated
     finally:
         release.set()

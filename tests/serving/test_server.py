@@ -80,7 +80,7 @@ BAD_REQUESTS = [
     ({"q": "one", "source": "en", "target": "fr"}, 400, "target 'fr': this server translates en -> de only"),
     ({"q": "one", "source": "en", "target": "de", "format": "html"}, 400, "format 'html'"),
     ({"q": "one", "source": "en", "target": "de", "alternatives": 9}, 400, "alternatives 9: expected 0 to 4"),
-    ({"q": 7, "source": "en", "target": "de"}, 422, "q: expected a string or a list of strings, got int"),
+    ({"q": 7, "source": "en", "target": "de"}, 422, "q: expected a string or a list of strings, got a number"),
     ({"q": "one", "source": "en", "target": "de", "alternatives": "2x"}, 422, "alternatives: expected a whole number"),
     ({"q": "one " * 100, "source": "en", "target": "de"}, 413, "q has 400 characters; this server takes at most 300"),
     ({"q": "one " * 30, "source": "en", "target": "de"}, 413, "the model reads at most 24 tokens a sentence"),
@@ -158,7 +158,7 @@ def test_terms_are_in_the_translations_as_offline(server, tmp_path):
 
 
 BAD_TERMS = [
-    ({"terms": "sieben"}, 422, "terms: expected a list of strings"),
+    ({"terms": 7}, 422, "terms: expected a list of strings"),
     ({"terms": [["sieben"]]}, 422, "terms: expected a list of strings"),
     ({"terms": ["€€"]}, 422, "terms: sentence 1: the term '€€' has a token the target vocabulary lacks"),
 ]

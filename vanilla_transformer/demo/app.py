@@ -31,6 +31,8 @@ MASKED = "decoder masked self-attention"
 MEAN = "mean over heads"
 EMPTY_INPUT = "Type a sentence to translate first."
 MAX_NEW_TOKENS = 128  # the longest translation, in tokens
+MAX_SOURCE_TOKENS = 64  # the longest sentence drawn: its maps grow as the square of its tokens
+MAX_SOURCE_CHARACTERS = 1000  # read before tokenizing
 
 INTRO = """Type a sentence and press **Translate**. The model is the paper's encoder-decoder (Figure 1): {shape}.
 Every number below is the model's own, recorded by forward hooks while it reads your sentence and its translation."""
@@ -106,8 +108,7 @@ class Demo:
 def run_translation(demo: Demo, gr, source: str, num_beams: int):
     """Everything the Translate button fills in, in the order of `outputs` in `build_app`."""
     source = (source or "").strip()
-    if not source:
-        raise gr.Error(EMPTY_INPUT)
+    check_source(demo, gr, source)
     rows, seconds = demo.translate(source, num_beams)
     stages = demo.stages(source, rows[0][1])
     layers = len(stages.attentions["cross"])
@@ -130,6 +131,24 @@ def run_translation(demo: Demo, gr, source: str, num_beams: int):
         figures.ffn_figure(stages),
         Demo.top_token_rows(stages),
     )
+
+
+def check_source(demo: Demo, gr, source: str) -> None:
+    """A `gr.Error` saying what is wrong with the sentence typed: nothing, half a character, too long to draw."""
+    if not source:
+        raise gr.Error(EMPTY_INPUT)
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = f"U+{ord(source[error.start]):04X}"
+        raise gr.Error(f"Character {error.start + 1} is half a character ({code}): type or paste it again.") from None
+    tokens = 0 if len(source) > MAX_SOURCE_CHARACTERS else len(demo.tokenizer(source)["input_ids"])
+    if len(source) > MAX_SOURCE_CHARACTERS or tokens > MAX_SOURCE_TOKENS:
+        has = f"{tokens} tokens" if tokens else f"{len(source)} characters"
+        raise gr.Error(
+            f"The demo draws sentences of at most {MAX_SOURCE_TOKENS} tokens and {MAX_SOURCE_CHARACTERS} characters; "
+            f"this one has {has}. Translate longer texts with `vanilla-transformer translate`."
+        )
 
 
 def attention_view(stages: Stages | None, kind_name: str, layer, head):

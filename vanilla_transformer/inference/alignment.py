@@ -23,7 +23,7 @@ import torch
 
 from ..configuration import position_limit
 from ..model_folder import source_tokens
-from .options import check_whole
+from .checks import check_whole
 from .scoring import check_pairs, pairs_given, shift_right
 
 

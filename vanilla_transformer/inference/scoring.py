@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..model_folder import encode_within
-from .options import check_whole, sentences_given
+from .checks import check_whole, sentences_given
 
 
 @dataclass(frozen=True)

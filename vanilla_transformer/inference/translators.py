@@ -23,6 +23,7 @@ from ..configuration import position_limit
 from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
 from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align, align_tokens
+from .checks import check_prefixes
 from .decoding import decode
 from .devices import DEFAULT_PLACEMENT, Placement, PlacementError
 from .options import (
@@ -240,18 +241,10 @@ class PyTorchTranslator(Translator):
         return [row[:-1] if row and row[-1] == eos else row for row in rows]
 
     def prefix_ids(self, prefix, limit: int | None) -> list[list[int]]:
-        """Each sentence's target prefix as token ids, without the end of sentence ("": none). A ValueError names
-        a prefix with a token the target vocabulary lacks (`known_prefixes`), or that leaves no room in the model's
-        positions (`limit`)."""
+        """Each sentence's target prefix as token ids, without the end of sentence ("": none); checked by
+        `check_prefixes` against the vocabulary and the model's positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
-        known_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.tokenizer.unk_token)
-        for index, row in enumerate(rows):
-            if limit is not None and len(row) >= limit:
-                raise SentenceError(
-                    index,
-                    f"the prefix has {len(row)} tokens; the model writes at most {limit} (its "
-                    "learned positions), the end of sentence included",
-                )
+        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.tokenizer.unk_token, limit)
         return rows
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
@@ -373,7 +366,7 @@ class CTranslate2Translator(Translator):
             return None
         rows = self.tokens(list(prefix), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
-        known_prefixes(prefix, rows, self.tokenizer.unk_token, self.tokenizer.unk_token)
+        check_prefixes(prefix, rows, self.tokenizer.unk_token, self.tokenizer.unk_token)
         return [row or None for row in rows]
 
     def batching(self, count: int, options: SearchOptions) -> dict:
@@ -402,16 +395,6 @@ class CTranslate2Translator(Translator):
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
-
-
-def known_prefixes(prefix, rows: list[list], unknown, unknown_name: str | None) -> None:
-    """A `SentenceError` naming the first sentence whose target prefix, as `rows` of tokens (ids or strings, as
-    `unknown` is), has the unknown token: the search would write it, and the translation would not start with the
-    prefix."""
-    for index, row in enumerate(rows):
-        if unknown is not None and unknown in row:
-            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({unknown_name})"
-            raise SentenceError(index, reason)
 
 
 def runs_on_cuda(translator, placement: Placement, version: str) -> None:

@@ -10,16 +10,17 @@
 - `GET /languages`: the model's source language and its one target; `POST /detect` (`q`): that source language,
   as LibreTranslate's language detection answers (nothing is detected: the model reads one language);
 - `GET /health` (the process answers), `GET /ready` (503 until the model is loaded and warmed up, and again while
-  draining), `GET /metrics` (Prometheus text).
+  draining), `GET /metrics` (Prometheus text); `HEAD` on each.
 
 Every error is JSON, `{"error": "..."}`, naming the field or the limit: 400 a malformed body, a missing field, text
-that is not whole characters or an unknown language pair; 403 a missing or unknown API key; 408 a request whose
-headers or body did not arrive within `--read-timeout`; 413 a body, a text over `--max-chars` or a sentence over the
-token limit; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 500 an
+that is not whole characters or not UTF-8, a request that is not HTTP or an unknown language pair; 403 a missing or
+unknown API key; 404 and 405 a path or method the server lacks; 408 a request whose headers or body did not arrive
+within `--read-timeout`; 413 a body, a text over `--max-chars` or a sentence over the token limit; 415 a body neither
+JSON nor a form; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 500 an
 unexpected error, logged once with the request's id (every answer carries it in `X-Request-ID`); 503 loading,
 draining or more requests in progress than `--limit-concurrency`; 504 a request still unanswered after `--timeout`
 seconds, whose sentences are dropped from the queue. A client that disconnects before its answer is counted under
-status 499 and logged at info."""
+status 499 and logged at info, and its sentences are dropped from the queue too."""
 
 import asyncio
 import contextlib
@@ -28,6 +29,7 @@ import logging
 import threading
 import time
 import uuid
+from asyncio import FIRST_COMPLETED
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -41,7 +43,7 @@ from .access import KeyRing
 from .batcher import Batcher, QueueFull
 from .documents import Document, split_document
 from .engine import Engine
-from .fields import RequestError, read_fields, texts, whole_number
+from .fields import RequestError, kind, read_fields, texts, whole_number
 from .metrics import ServerMetrics
 from .settings import ServerSettings
 
@@ -114,8 +116,9 @@ def create_app(load, settings: ServerSettings | None = None, keys: KeyRing | Non
     settings = settings or ServerSettings()
     state = ServerState(settings, keys)
     app = FastAPI(
-        title="vanilla-transformer", lifespan=lifespan(state, load, on_failure), docs_url=None, redoc_url=None
-    )
+        title="vanilla-transformer", lifespan=lifespan(state, load, on_failure), docs_url=None, redoc_url=None,
+        redirect_slashes=False,  # "/translate/" is 404, not a redirect that a POST's client may not follow
+    )  # fmt: skip
     app.state.server = state
     app.add_middleware(Envelope, metrics=state.metrics, limit=settings.limit_concurrency)
     app.add_exception_handler(HTTPException, http_error)
@@ -123,7 +126,7 @@ def create_app(load, settings: ServerSettings | None = None, keys: KeyRing | Non
     for path, endpoint in (("/translate", translate), ("/score", score), ("/detect", detect)):
         app.add_api_route(path, endpoint, methods=["POST"])
     for path, endpoint in (("/languages", languages), ("/health", health), ("/ready", ready), ("/metrics", metrics)):
-        app.add_api_route(path, endpoint, methods=["GET"])
+        app.add_api_route(path, endpoint, methods=["GET", "HEAD"])  # HEAD: as load balancers probe
     return app
 
 
@@ -212,7 +215,8 @@ async def json_response(send, status: int, body: dict, retry_after: int | None =
 
 
 async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-    return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
+    """The router's errors (404, 405 with its `Allow` header) as JSON."""
+    return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
 
 
 async def request_error(request: Request, error: RequestError) -> JSONResponse:
@@ -252,7 +256,7 @@ async def translate(request: Request) -> JSONResponse:
     state.check_admission()
     params = await request_fields(request, state)
     asked = parse_translate(params, state.engine, state.settings)
-    return JSONResponse(await translate_texts(state, asked))
+    return JSONResponse(await translate_texts(state, request, asked))
 
 
 async def score(request: Request) -> JSONResponse:
@@ -264,7 +268,7 @@ async def score(request: Request) -> JSONResponse:
     sources, targets, single = parse_score(params, state.settings)
     lengths = [a + b for a, b in zip(token_lengths(state.engine, sources, "q", "item"),
                                      token_lengths(state.engine, targets, "translation", "item"))]  # fmt: skip
-    found = [pair.as_dict() for pair in await queued(state, sources, lengths, targets=targets)]
+    found = [pair.as_dict() for pair in await queued(state, request, sources, lengths, targets=targets)]
     return JSONResponse({"scores": found[0] if single else found})
 
 
@@ -281,18 +285,32 @@ def token_lengths(engine: Engine, texts: list[str], field: str, item: str) -> li
     return lengths
 
 
-async def queued(state: ServerState, sentences: list[str], lengths: list[int], **job) -> list:
+async def queued(state: ServerState, request: Request, sentences: list[str], lengths: list[int], **job) -> list:
     """The results of a request's sentences through the batcher (`Batcher.submit`'s `job` arguments): 429 when the
-    queue is full, 504 past the request's deadline, its sentences then dropped from the queue."""
+    queue is full, 504 past the request's deadline; there, and when the client leaves first, its sentences are
+    dropped from the queue (a client gone is a `ClientDisconnect`, counted under 499)."""
     try:
         submitted = state.batcher.submit(sentences, lengths, **job)
     except QueueFull as error:
         raise RequestError(429, f"the server is busy: {error}", retry_after=error.retry_after) from None
+    answered, left = asyncio.wrap_future(submitted.future), asyncio.ensure_future(disconnected(request))
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(submitted.future), state.settings.timeout)
-    except TimeoutError:
-        state.batcher.cancel(submitted)
-        raise RequestError(504, f"no answer within {state.settings.timeout:g} s (--timeout)") from None
+        done, _ = await asyncio.wait({answered, left}, timeout=state.settings.timeout, return_when=FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if answered in done:
+        return answered.result()
+    answered.cancel()
+    state.batcher.cancel(submitted)
+    if left in done:
+        raise ClientDisconnect()
+    raise RequestError(504, f"no answer within {state.settings.timeout:g} s (--timeout)")
+
+
+async def disconnected(request: Request) -> None:
+    """Returns once the client has gone: with the body read, the server's next message is its disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def detect(request: Request) -> JSONResponse:
@@ -344,7 +362,7 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
             raise RequestError(400, f"Invalid request: missing {name} parameter")
     for name in ("source", "target", "format"):
         if name in params and not isinstance(params[name], str):
-            raise RequestError(422, f"{name}: expected a string, got {type(params[name]).__name__}")
+            raise RequestError(422, f"{name}: expected a string, got {kind(params[name])}")
     source, target = params["source"], params["target"]
     if source not in (engine.source_lang, "auto") or target != engine.target_lang:
         raise RequestError(
@@ -368,6 +386,8 @@ def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None
     """The `terms` field: for a string q, a list of strings; for a list q, a list of them, one per text."""
     if terms is None:
         return None
+    if single and isinstance(terms, str):  # one term, as a form sends a field given once
+        terms = [terms]
     rows = [terms] if single else terms
     shape = "a list of strings" if single else "a list of lists of strings, one per text of q"
     well_formed = isinstance(rows, list) and len(rows) == len(texts)
@@ -376,7 +396,7 @@ def parse_terms(terms, texts: list[str], single: bool) -> list[list[str]] | None
     return rows
 
 
-async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
+async def translate_texts(state: ServerState, request: Request, asked: TranslateRequest) -> dict:
     engine = state.engine
     if asked.terms is not None:
         try:
@@ -386,12 +406,16 @@ async def translate_texts(state: ServerState, asked: TranslateRequest) -> dict:
         except ValueError as error:
             raise RequestError(422, f"terms: {error}") from None
         documents = [Document([text], [0]) for text in asked.texts]  # a text with terms is translated whole
-    else:
-        documents = [split_document(text, engine.source_lang) for text in asked.texts]
+    else:  # off the event loop, which would answer nothing while a long text is split ("a) b) " * 3000: 5 s)
+        documents = await asyncio.to_thread(split_documents, asked.texts, engine.source_lang)
     sentences = [sentence for document in documents for sentence in document.sentences]
     lengths = token_lengths(engine, sentences, "q", "sentence")
-    results = await queued(state, sentences, lengths, n_best=asked.alternatives + 1, terms=asked.terms)
+    results = await queued(state, request, sentences, lengths, n_best=asked.alternatives + 1, terms=asked.terms)
     return answer(documents, results, asked, engine.source_lang)
+
+
+def split_documents(texts: list[str], language: str) -> list[Document]:
+    return [split_document(text, language) for text in texts]
 
 
 def answer(documents: list[Document], results: list, asked: TranslateRequest, source: str) -> dict:

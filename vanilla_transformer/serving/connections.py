@@ -3,21 +3,28 @@
 uvicorn closes a connection that stays idle between requests (`timeout_keep_alive`), but not one that opens and
 sends its headers slowly or never: such clients could hold sockets for ever. Here a connection gets `seconds` to send
 each request's headers, from the moment it opens or the request's first byte arrives; past that it is answered 408
-(JSON, as every error) and closed. The body has its own limit, in the app (`fields.read_fields`)."""
+(JSON, as every error) and closed; what is not HTTP is answered 400 in JSON, and closed. The body has its own limit,
+in the app (`fields.read_fields`)."""
 
 import json
+import uuid
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
-def header_timeout_protocol(seconds: float) -> type:
-    """The protocol class for `uvicorn.Config(http=...)`."""
-    body = json.dumps({"error": f"the request's headers did not arrive within {seconds:g} s"}).encode()
-    timed_out = (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+def json_answer(status: str, error: str) -> bytes:
+    """A whole HTTP answer with the JSON error `error`, that closes the connection, with a request id."""
+    body = json.dumps({"error": error}).encode()
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        f"x-request-id: {uuid.uuid4().hex[:16]}\r\nconnection: close\r\n\r\n".encode()
         + body
     )
+
+
+def header_timeout_protocol(seconds: float) -> type:
+    """The protocol class for `uvicorn.Config(http=...)`. A request that is not HTTP (a malformed header, a method
+    or path with bytes HTTP does not allow) is answered 400 in JSON too, where uvicorn answers in plain text."""
 
     class HeaderTimeoutProtocol(HttpToolsProtocol):
         header_timer = None
@@ -51,7 +58,14 @@ def header_timeout_protocol(seconds: float) -> type:
             self.header_timer = None
             if not self.transport.is_closing():
                 self.logger.info("a client sent no complete request headers within %g s: closed", seconds)
-                self.transport.write(timed_out)
+                self.transport.write(
+                    json_answer("408 Request Timeout", f"the request's headers did not arrive within {seconds:g} s")
+                )
                 self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            self.stop_header_timer()
+            self.transport.write(json_answer("400 Bad Request", f"not an HTTP request this server can read: {msg}"))
+            self.transport.close()
 
     return HeaderTimeoutProtocol

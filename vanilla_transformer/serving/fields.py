@@ -13,6 +13,7 @@ field and what was expected.
 import asyncio
 import json
 import re
+import urllib.parse
 
 from starlette.requests import Request
 
@@ -29,8 +30,9 @@ class RequestError(Exception):
 
 
 async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> dict:
-    """The request's fields: the query string's, then the body's (JSON or a form) over them; each string checked."""
-    fields = dict(request.query_params)
+    """The request's fields: the query string's, then the body's (JSON or a form) over them; each string checked.
+    A body of another Content-Type is 415, rather than ignored (the fields it holds would be reported missing)."""
+    fields = url_encoded(request.scope["query_string"], "the query string")
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(413, f"the body has {int(declared)} bytes; this server takes at most {max_bytes}")
@@ -39,15 +41,45 @@ async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> 
         async with asyncio.timeout(read_timeout):
             if kind == "application/json":
                 fields.update(parse_json(await read_body(request, max_bytes)))
-            elif kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            elif kind == "application/x-www-form-urlencoded":
+                fields.update(url_encoded(await read_body(request, max_bytes), "the form"))
+            elif kind == "multipart/form-data":
                 form = await request.form()
-                for key in form.keys():
-                    values = form.getlist(key)
-                    fields[key] = values[0] if len(values) == 1 else values
+                fields.update(fields_of(form.keys(), form.getlist))
+            elif await read_body(request, max_bytes):
+                what = f"of Content-Type {described(kind)}" if kind else "without a Content-Type"
+                raise RequestError(415, f"a body {what}: send JSON (application/json) or a form")
     except TimeoutError:
         raise RequestError(408, f"the request's body did not arrive within {read_timeout:g} s") from None
     check_text(fields)
     return fields
+
+
+def url_encoded(data: bytes, where: str) -> dict:
+    """The fields of url-encoded `data` (the query string, a form's body), each name and value decoded from UTF-8
+    strictly: 400 naming the field whose text is not UTF-8, rather than text with replacement characters."""
+    pairs = {}
+    for pair in data.split(b"&"):
+        if pair:
+            name, _, value = pair.partition(b"=")
+            name = utf8(name, f"{where}: a field's name")
+            pairs.setdefault(name, []).append(utf8(value, f"{where}: field {described(name)}"))
+    return fields_of(pairs.keys(), pairs.get)
+
+
+def utf8(encoded: bytes, where: str) -> str:
+    raw = urllib.parse.unquote_to_bytes(encoded.replace(b"+", b" "))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestError(
+            400, f"{where}: byte {error.start + 1} ({raw[error.start]:#04x}) is not UTF-8 text; send UTF-8"
+        ) from None
+
+
+def fields_of(names, values) -> dict:
+    """A form's fields: a name's one value, or its list of values where it is given several times."""
+    return {name: values(name)[0] if len(values(name)) == 1 else values(name) for name in names}
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -69,7 +101,7 @@ def parse_json(body: bytes) -> dict:
     except ValueError as error:  # UnicodeDecodeError and integers of more than 4,300 digits included
         raise RequestError(400, f"the body is not valid JSON: {error}") from None
     if not isinstance(data, dict):
-        raise RequestError(400, f"the JSON body must be an object of fields, got {type(data).__name__}")
+        raise RequestError(400, f"the JSON body must be an object of fields, got {kind(data)}")
     return data
 
 
@@ -107,11 +139,21 @@ def whole_number(value, name: str) -> int:
 
 
 def described(value) -> str:
-    """A client's value, short enough for an error message."""
+    """A client's value as JSON writes it (null, true, "text"; a form's file as a file), short enough for an error
+    message."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**9:
         return f"a number of {len(str(abs(value)))} digits"
-    shown = repr(value)
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # a multipart form's file (starlette's UploadFile)
+        return "a file" if hasattr(value, "filename") else type(value).__name__
     return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def kind(value) -> str:
+    """A value's kind, in JSON's words."""
+    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "a list"), (dict, "an object"))
+    return "null" if value is None else next((name for t, name in kinds if isinstance(value, t)), described(value))
 
 
 def texts(fields: dict, name: str) -> list[str]:
@@ -121,6 +163,9 @@ def texts(fields: dict, name: str) -> list[str]:
         raise RequestError(400, f"Invalid request: missing {name} parameter")
     if isinstance(value, str):
         return [value]
-    if not (isinstance(value, list) and all(isinstance(text, str) for text in value)):
-        raise RequestError(422, f"{name}: expected a string or a list of strings, got {type(value).__name__}")
+    if not isinstance(value, list):
+        raise RequestError(422, f"{name}: expected a string or a list of strings, got {kind(value)}")
+    for index, text in enumerate(value):
+        if not isinstance(text, str):
+            raise RequestError(422, f"{name}: item {index + 1} is {kind(text)}; expected a string or a list of strings")
     return value

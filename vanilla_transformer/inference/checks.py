@@ -1,0 +1,88 @@
+"""The checks of what a caller gives a translator, and their errors: an `OptionError` names an option of a search
+(`options.SearchOptions`' fields), a `SentenceError` one of the sentences given."""
+
+import math
+import numbers
+from collections.abc import Iterable
+
+
+class OptionError(ValueError):
+    """A ValueError about the search's `options` (the names of `SearchOptions`' fields, or of its `Guards`')."""
+
+    def __init__(self, options: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.options = options
+
+
+def check_finite(name: str, value: float, at_least: float | None = None, above: float | None = None) -> None:
+    """An OptionError naming option `name` unless `value` is a finite number (and at least `at_least`, or above
+    `above`): NaN and infinity compare as no number should, and would pass a plain range check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionError((name,), f"{name} ({value!r}) must be a number")
+    if not math.isfinite(value):
+        raise OptionError((name,), f"{name} ({value}) must be a finite number")
+    if (at_least is not None and value < at_least) or (above is not None and value <= above):
+        bound = f">= {at_least:g}" if at_least is not None else f"> {above:g}"
+        raise OptionError((name,), f"{name} ({value}) must be {bound}")
+
+
+def check_whole(name: str, value: int, at_least: int = 1) -> None:
+    """An OptionError naming option `name` unless `value` is an integer of at least `at_least` (a bool, or a float
+    such as 1.5, is not)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise OptionError((name,), f"{name} ({value!r}) must be an integer")
+    if value < at_least:
+        raise OptionError((name,), f"{name} ({value}) must be at least {at_least}")
+
+
+def check_kind(name: str, value, kind: type | tuple[type, ...], expected: str) -> None:
+    """An OptionError naming option `name` unless `value` is a `kind` (`expected` says what that is)."""
+    if not isinstance(value, kind):
+        raise OptionError((name,), f"{name} must be {expected}, got {value!r}")
+
+
+class SentenceError(ValueError):
+    """A ValueError about one of the sentences given: its `index` (0-based) and the `reason`."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"sentence {index + 1}: {reason}")
+        self.index, self.reason = index, reason
+
+
+def texts_given(name: str, values, whole: str, item: str, kind: type | tuple[type, ...] = str) -> list:
+    """`values` as a list: an OptionError naming option `name` where it is one string (whose characters would each
+    be taken for a sentence's) or nothing to iterate (`whole` says what it should be), or where an item is not a
+    `kind` (`item`)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise OptionError((name,), f"{name} must be {whole}, got {values!r}")
+    values = list(values)
+    for index, value in enumerate(values):
+        if not isinstance(value, kind):
+            raise OptionError((name,), f"{name}[{index}] must be {item}, got {value!r}")
+    return values
+
+
+def sentences_given(sentences, name: str = "sentences") -> list[str]:
+    """`sentences` as a list of strings: a TypeError where it is one string (a list of its characters would be
+    translated) or nothing to iterate, a `SentenceError` naming one that is not a string."""
+    if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Iterable):
+        raise TypeError(f"{name} must be a list of strings, got {sentences!r}: put one sentence in a list")
+    sentences = list(sentences)
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise SentenceError(index, f"{name} must be strings, got {sentence!r}")
+    return sentences
+
+
+def check_prefixes(prefix, rows: list[list], unknown, unknown_name: str | None, limit: int | None = None) -> None:
+    """A `SentenceError` naming the first sentence whose target prefix, as `rows` of tokens (ids or strings, as
+    `unknown` is), has the unknown token (the search would write it, and the translation would not start with the
+    prefix), or leaves no room in the model's `limit` learned positions."""
+    for index, row in enumerate(rows):
+        if unknown is not None and unknown in row:
+            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({unknown_name})"
+            raise SentenceError(index, reason)
+        if limit is not None and len(row) >= limit:
+            reason = (f"the prefix has {len(row)} tokens; the model writes at most {limit} (its learned positions), "
+                      "the end of sentence included")  # fmt: skip
+            raise SentenceError(index, reason)
