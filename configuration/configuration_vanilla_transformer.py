@@ -249,8 +249,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def validate_fields(self) -> None:
         """Raise a `ValueError` naming the first invalid field and what it accepts. Run when the configuration is made,
-        when a model is built of it, and by `@strict`'s `validate()`, which `save_pretrained` calls: a field changed
-        after the configuration was made is checked before a model or a folder is made of it."""
+        when a model is built of it, and by `@strict`'s `validate()`, which `save_pretrained` calls (and which wraps
+        the error in huggingface_hub's `StrictDataclassClassValidationError`): a field changed after the
+        configuration was made is checked before a model or a folder is made of it."""
         for name in (
             "vocab_size",
             "d_model",

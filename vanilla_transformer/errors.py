@@ -1,7 +1,14 @@
 """Exceptions of the package. Library functions raise them; only the command line (`cli.main`) turns them into an
 `error: ...` line on stderr and an exit status."""
 
+import numbers
+
 MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
+
+
+def is_whole(value) -> bool:
+    """Whether `value` is an integer (numpy's too), not a bool nor a float such as 2.0: what a count must be."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def one_line(error: BaseException) -> str:

@@ -61,6 +61,15 @@ def test_a_layer_outside_the_decoder_is_refused(trained_folder):
         align(*load(trained_folder, "eager"), SOURCES, TARGETS, layer=9)
 
 
+def test_heads_may_be_any_sequence_of_whole_numbers(trained_folder):
+    import numpy
+
+    model, tokenizer = load(trained_folder, "eager")
+    expected = align(model, tokenizer, SOURCES, TARGETS, layer=0, heads=[1, 3])
+    assert align(model, tokenizer, SOURCES, TARGETS, layer=numpy.int64(0), heads=numpy.array([1, 3])) == expected
+    assert align(model, tokenizer, SOURCES, TARGETS, layer=0, heads=(h for h in (1, 3))) == expected
+
+
 @pytest.mark.parametrize(
     "heads, message",
     [([], "heads []: expected None"), ([99], "head 99 is not one of the layer's"), (0, "heads 0: expected None"),

@@ -47,7 +47,7 @@ def test_finite_numbers_in_range_are_kept_as_given():
         (lambda: SearchOptions(prefix="dr"), "prefix", "prefix must be a list of one prefix per sentence, got 'dr'"),
         (lambda: SearchOptions(prefix=["a", 3]), "prefix", "prefix[1] must be a string or None, got 3"),
         (lambda: SearchOptions(terms=["sieben"]), "terms", "terms[0] must be a list of strings, got 'sieben'"),
-        (lambda: SearchOptions(terms=[["a", None]]), "terms[0]", "terms[0][1] must be a string, got None"),
+        (lambda: SearchOptions(terms=[["a", None]]), "terms", "terms[0][1] must be a string, got None"),
         (lambda: Guards(no_repeat_ngram_size=1.5), "no_repeat_ngram_size", "(1.5) must be an integer"),
         (lambda: Guards(no_repeat_ngram_size=-1), "no_repeat_ngram_size", "(-1) must be at least 0"),
         (lambda: Guards(max_len_b=2.5), "max_len_b", "max_len_b (2.5) must be an integer"),
@@ -65,3 +65,4 @@ def test_prefixes_and_terms_may_come_as_any_sequence_and_none_is_no_prefix():
     options = SearchOptions(prefix=("eins", None))
     assert options.prefix == ("eins", "")
     assert SearchOptions(terms=(["a", "b"], ("c",))).terms == (("a", "b"), ("c",))
+    assert SearchOptions(terms=[iter(["a"]), {"b": 1}]).terms == (("a",), ("b",))  # any iterable of strings

@@ -86,5 +86,6 @@ def test_translation_pipeline_answers_blank_and_no_inputs_without_a_search(train
 @pytest.mark.parametrize("length", [0, -1, 2.5, True])
 def test_translation_pipeline_refuses_a_source_length_that_is_no_positive_integer(trained_folder, length):
     translate = pipeline("translation", model=str(trained_folder))
-    with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
-        translate(SOURCES[0], max_source_length=length)
+    for inputs in (SOURCES[0], ["", " "]):  # blank inputs, which are not searched, too
+        with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
+            translate(inputs, max_source_length=length)

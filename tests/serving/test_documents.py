@@ -129,3 +129,30 @@ def test_pysbd_reads_a_long_line_of_list_items_a_piece_at_a_time(monkeypatch):
     document = split_document("a) b) " * 800, "en")
     assert document.assemble(document.sentences) == "a) b) " * 800
     assert max(read) <= documents.LONGEST_PIECE and sum(read) < 2 * 4800
+
+
+def test_a_sentence_ending_at_the_windows_edge_is_not_joined_to_the_next():
+    line = "(" + "z" * 396 + "). Then a short one. And another."  # the first ends at character 399
+    whole = [found.strip() for found in segmenter("en").segment(line)]
+    assert split_document(line, "en").sentences == whole and len(whole) == 3
+
+
+def test_threads_split_texts_at_once_each_with_its_own_segmenter():
+    """The server splits texts in worker threads; a pysbd segmenter keeps the text it segments."""
+    import threading
+
+    texts = ["Dr. Smith went home. He was tired! Was he? Yes, he was (very).",
+             "The cat sat (quietly). The dog ran! Did it? Yes, it did (fast)."]  # fmt: skip
+    found, theirs = {text: [] for text in texts}, []
+
+    def split(text):
+        theirs.append(segmenter("en"))
+        found[text] += [len(split_document(text, "en").sentences) for _ in range(200)]
+
+    threads = [threading.Thread(target=split, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert theirs[0] is not theirs[1] and segmenter("en") not in theirs
+    assert all(counts == [4] * 200 for counts in found.values())

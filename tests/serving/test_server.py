@@ -77,8 +77,8 @@ def test_alternatives_are_distinct_and_other_than_the_translation(server):
 BAD_REQUESTS = [
     ({"source": "en", "target": "de"}, 400, "missing q parameter"),
     ({"q": "one", "target": "de"}, 400, "missing source parameter"),
-    ({"q": "one", "source": "en", "target": "fr"}, 400, "target 'fr': this server translates en -> de only"),
-    ({"q": "one", "source": "en", "target": "de", "format": "html"}, 400, "format 'html'"),
+    ({"q": "one", "source": "en", "target": "fr"}, 400, 'target "fr": this server translates en -> de only'),
+    ({"q": "one", "source": "en", "target": "de", "format": "html"}, 400, 'format "html"'),
     ({"q": "one", "source": "en", "target": "de", "alternatives": 9}, 400, "alternatives 9: expected 0 to 4"),
     ({"q": 7, "source": "en", "target": "de"}, 422, "q: expected a string or a list of strings, got a number"),
     ({"q": "one", "source": "en", "target": "de", "alternatives": "2x"}, 422, "alternatives: expected a whole number"),

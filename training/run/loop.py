@@ -80,27 +80,27 @@ def accumulate_gradients(accelerator, model, criterion, group: list[dict]) -> to
     """
     sample_size = accelerator.reduce(sum(criterion.sample_size(batch) for batch in group), reduction="sum")
     scale = accelerator.gradient_accumulation_steps * accelerator.num_processes
-    micro = []
+    rows = []  # each micro-batch's (loss, NLL, target tokens), summed over the processes
     for index, batch in enumerate(group):
         last = index == len(group) - 1
         with contextlib.nullcontext() if last else accelerator.no_sync(model), deepspeed_boundary(accelerator, last):
             loss, _, logging = criterion(model, batch)
             figures = torch.stack([logging["loss"], logging["nll_loss"], logging["target_tokens"].float()])
-            micro.append(accelerator.reduce(figures, reduction="sum"))
+            rows.append(accelerator.reduce(figures, reduction="sum"))
             if last:
-                totals = finite_totals(torch.stack(micro).cpu())
+                totals = finite_totals(torch.stack(rows).cpu())
             accelerator.backward(loss / sample_size if scale == 1 else loss * scale / sample_size)
     return totals
 
 
-def finite_totals(micro: torch.Tensor) -> torch.Tensor:
-    """The sums over an update's micro-batches of their (loss, NLL, target tokens) rows `micro`; raises
-    `NonFiniteLoss` with the first loss that is NaN or infinite."""
-    losses = micro[:, 0]
+def finite_totals(rows: torch.Tensor) -> torch.Tensor:
+    """The sums over an update's micro-batches of their (loss, NLL, target tokens) `rows`; raises `NonFiniteLoss`
+    with the first loss that is NaN or infinite."""
+    losses = rows[:, 0]
     bad = ~torch.isfinite(losses)
     if bad.any():
         raise NonFiniteLoss(losses[bad][0].item())
-    return micro.sum(dim=0)
+    return rows.sum(dim=0)
 
 
 def train_update(run: Run, group: list[dict]) -> tuple[torch.Tensor, dict]:

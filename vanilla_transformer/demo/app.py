@@ -188,7 +188,7 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
         gr.Markdown(f"# {title}\n\n" + INTRO.format(shape=model_shape(config)))
         stages = gr.State(None)
         with gr.Row():
-            source = gr.Textbox(label="Source sentence", elem_id="source", scale=4)
+            source = gr.Textbox(label="Source sentence", elem_id="source", scale=4, max_length=MAX_SOURCE_CHARACTERS)
             beams = gr.Slider(1, 8, value=num_beams, step=1, label="Beam size", elem_id="beams", scale=1)
         translate = gr.Button("Translate", variant="primary", elem_id="translate")
         translation = gr.Textbox(label="Translation", elem_id="translation", interactive=False)

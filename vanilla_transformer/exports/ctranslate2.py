@@ -16,6 +16,7 @@ import os
 import torch
 
 from ..configuration import changed_switches, check_tokenizer_matches, target_vocabulary_size
+from ..errors import is_whole
 from ..folders import check_writable, staged_folder
 from ..model_folder import load_model_folder, vocabularies
 
@@ -170,9 +171,7 @@ def vocabulary(tokenizer, size: int, target: bool = False) -> list[str]:
 def positions_to_write(config, max_positions: int | None) -> int:
     """The rows of the positional table in the export; an ExportError where `max_positions` is no positive
     integer."""
-    if max_positions is not None and (
-        isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1
-    ):
+    if max_positions is not None and (not is_whole(max_positions) or max_positions < 1):
         raise ExportError(f"max_positions {max_positions!r}: expected a positive integer, or None")
     if config.position_encoding == "learned":
         if max_positions is not None and max_positions > config.max_position_embeddings:

@@ -17,11 +17,13 @@ choosable (fairseq's `alignment_layer` and `alignment_heads`; by default, as the
 so that a model trained for alignment can use its supervised layer.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
 from ..configuration import position_limit
+from ..errors import is_whole
 from ..model_folder import source_tokens
 from .checks import check_whole
 from .scoring import check_pairs, pairs_given, shift_right
@@ -126,9 +128,9 @@ def decoded_words(tokenizer, ids: list[int]) -> list[int]:
 def aligned_in_batches(model, tokenizer, sources, target_ids, target_words, layer, heads, batch_size):
     layers = len(model.get_decoder().layers)
     layer = layers - 1 if layer is None else layer
-    if isinstance(layer, bool) or not isinstance(layer, int) or not -layers <= layer < layers:
+    if not is_whole(layer) or not -layers <= layer < layers:
         raise ValueError(f"layer {layer!r}: expected 0 to {layers - 1}, the decoder's layers")
-    check_heads(heads, model.config.num_heads)
+    heads = heads_given(heads, model.config.num_heads)
     check_whole("batch_size", batch_size)
     results = []
     for start in range(0, len(sources), batch_size):
@@ -137,18 +139,22 @@ def aligned_in_batches(model, tokenizer, sources, target_ids, target_words, laye
     return results
 
 
-def check_heads(heads, num_heads: int) -> None:
-    """A ValueError unless `heads` is None (every head) or a non-empty list of distinct head numbers."""
+def heads_given(heads, num_heads: int) -> list[int] | None:
+    """`heads` as a list: None (every head) or distinct head numbers of the layer's; a ValueError otherwise."""
     if heads is None:
-        return
+        return None
     expected = f"None (every head) or a non-empty list of distinct heads from 0 to {num_heads - 1}"
-    if isinstance(heads, (str, bytes)) or not isinstance(heads, (list, tuple)) or not heads:
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
         raise ValueError(f"heads {heads!r}: expected {expected}")
+    heads = list(heads)
+    if not heads:
+        raise ValueError(f"heads []: expected {expected}")
     for head in heads:
-        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < num_heads:
-            raise ValueError(f"heads {list(heads)}: head {head!r} is not one of the layer's; expected {expected}")
+        if not is_whole(head) or not 0 <= head < num_heads:
+            raise ValueError(f"heads {heads}: head {head!r} is not one of the layer's; expected {expected}")
     if len(set(heads)) != len(heads):
-        raise ValueError(f"heads {list(heads)}: a head is given twice; expected {expected}")
+        raise ValueError(f"heads {heads}: a head is given twice; expected {expected}")
+    return heads
 
 
 def token_alignments(model, batch: dict, labels, layer: int, heads) -> list[list[tuple[int, int]]]:

@@ -1,9 +1,13 @@
-"""The checks of what a caller gives a translator, and their errors: an `OptionError` names an option of a search
-(`options.SearchOptions`' fields), a `SentenceError` one of the sentences given."""
+"""The checks of what a caller gives a translator, and their errors: a value of an option of a search (a field of
+`options.SearchOptions` or its `Guards`) out of range or of the wrong kind is an `OptionError` naming the option,
+which the command line turns into its flag; sentences that are not a list are a TypeError, and one sentence that
+is not a string (or whose prefix or terms cannot be searched for) a `SentenceError` naming it."""
 
 import math
 import numbers
 from collections.abc import Iterable
+
+from ..errors import is_whole
 
 
 class OptionError(ValueError):
@@ -29,7 +33,7 @@ def check_finite(name: str, value: float, at_least: float | None = None, above: 
 def check_whole(name: str, value: int, at_least: int = 1) -> None:
     """An OptionError naming option `name` unless `value` is an integer of at least `at_least` (a bool, or a float
     such as 1.5, is not)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_whole(value):
         raise OptionError((name,), f"{name} ({value!r}) must be an integer")
     if value < at_least:
         raise OptionError((name,), f"{name} ({value}) must be at least {at_least}")
@@ -49,16 +53,19 @@ class SentenceError(ValueError):
         self.index, self.reason = index, reason
 
 
-def texts_given(name: str, values, whole: str, item: str, kind: type | tuple[type, ...] = str) -> list:
-    """`values` as a list: an OptionError naming option `name` where it is one string (whose characters would each
-    be taken for a sentence's) or nothing to iterate (`whole` says what it should be), or where an item is not a
-    `kind` (`item`)."""
+def texts_given(
+    name: str, values, whole: str, item: str, kind: type | tuple[type, ...] = str, where: str | None = None
+) -> list:
+    """`values` as a list: an OptionError naming option `name` (at `where` in it, default `name`) where it is one
+    string (whose characters would each be taken for a sentence's) or nothing to iterate (`whole` says what it
+    should be), or where an item is not a `kind` (`item`)."""
+    where = where or name
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise OptionError((name,), f"{name} must be {whole}, got {values!r}")
+        raise OptionError((name,), f"{where} must be {whole}, got {values!r}")
     values = list(values)
     for index, value in enumerate(values):
         if not isinstance(value, kind):
-            raise OptionError((name,), f"{name}[{index}] must be {item}, got {value!r}")
+            raise OptionError((name,), f"{where}[{index}] must be {item}, got {value!r}")
     return values
 
 

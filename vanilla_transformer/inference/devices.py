@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..errors import is_whole
+
 DEVICES = "auto, cpu, cuda or cuda:N"
 DEVICE_HELP = f"where the model runs: {DEVICES} (auto: CUDA when present, else the CPU)"
 DTYPE_HELP = ("the torch engine's precision (auto: bfloat16 on a CUDA card that computes it, else float16 there; "
@@ -44,7 +46,7 @@ class Placement:
             value = getattr(self, option)
             if value is None and option == "threads":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MOST_THREADS:
+            if not is_whole(value) or not 1 <= value <= MOST_THREADS:
                 raise PlacementError(option, value, f"expected a whole number from 1 to {MOST_THREADS}")
 
     def for_process(self, local_rank: int) -> "Placement":

@@ -3,6 +3,7 @@
 batched and n-best lists made distinct."""
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from .checks import (
@@ -134,9 +135,11 @@ class SearchOptions:
                                  (str, type(None)))  # fmt: skip
             object.__setattr__(self, "prefix", tuple(text or "" for text in prefix))
         if self.terms is not None:
-            terms = texts_given("terms", self.terms, "a list of one list of terms per sentence", "a list of strings",
-                                (list, tuple))  # fmt: skip
-            terms = (texts_given(f"terms[{i}]", t, "a list of strings", "a string") for i, t in enumerate(terms))
+            terms = texts_given(
+                "terms", self.terms, "a list of one list of terms per sentence", "a list of strings", Iterable
+            )  # fmt: skip  (a string among them is refused below)
+            terms = (texts_given("terms", t, "a list of strings", "a string", where=f"terms[{i}]")
+                     for i, t in enumerate(terms))  # fmt: skip
             object.__setattr__(self, "terms", tuple(tuple(t) for t in terms))
         for name in ("max_length", "n_best", "batch_size", "max_tokens", "num_beams"):
             if getattr(self, name) is not None or name not in ("max_tokens", "num_beams"):  # those two: None for none

@@ -16,6 +16,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import logging
 
 from ..configuration import check_tokenizer_matches, position_limit
+from ..errors import is_whole
 from ..model_folder import encode_within
 
 logger = logging.get_logger(__name__)
@@ -33,9 +34,7 @@ class TranslationPipeline(Pipeline):
         check_tokenizer_matches(self.model.config, self.tokenizer, "translation pipeline")
 
     def _sanitize_parameters(self, max_source_length: int | None = None, **generate_kwargs):
-        if max_source_length is not None and (
-            isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 1
-        ):
+        if max_source_length is not None and (not is_whole(max_source_length) or max_source_length < 1):
             raise ValueError(
                 f"translation pipeline: max_source_length must be a positive integer, got {max_source_length!r}"
             )
@@ -50,10 +49,11 @@ class TranslationPipeline(Pipeline):
             raise ValueError(
                 f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
             )
+        _, generate_kwargs, _ = self._sanitize_parameters(**kwargs)  # checked even when every input is blank
         texts = [inputs] if isinstance(inputs, str) else inputs
         others = [text for text in texts if text.strip()]
         found = iter(super().__call__(others, **kwargs) if others else [])
-        returned = kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        returned = generate_kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
         results = [next(found) if text.strip() else [{"translation_text": ""}] * returned for text in texts]
         if isinstance(inputs, str):
             return results[0]

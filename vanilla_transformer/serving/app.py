@@ -43,7 +43,7 @@ from .access import KeyRing
 from .batcher import Batcher, QueueFull
 from .documents import Document, split_document
 from .engine import Engine
-from .fields import RequestError, kind, read_fields, texts, whole_number
+from .fields import RequestError, described, kind, read_fields, texts, whole_number
 from .metrics import ServerMetrics
 from .settings import ServerSettings
 
@@ -294,14 +294,16 @@ async def queued(state: ServerState, request: Request, sentences: list[str], len
     except QueueFull as error:
         raise RequestError(429, f"the server is busy: {error}", retry_after=error.retry_after) from None
     answered, left = asyncio.wrap_future(submitted.future), asyncio.ensure_future(disconnected(request))
+    done = set()
     try:
         done, _ = await asyncio.wait({answered, left}, timeout=state.settings.timeout, return_when=FIRST_COMPLETED)
     finally:
         left.cancel()
+        if answered not in done:  # past the deadline, the client gone, or this request's task cancelled
+            answered.cancel()
+            state.batcher.cancel(submitted)
     if answered in done:
         return answered.result()
-    answered.cancel()
-    state.batcher.cancel(submitted)
     if left in done:
         raise ClientDisconnect()
     raise RequestError(504, f"no answer within {state.settings.timeout:g} s (--timeout)")
@@ -367,11 +369,11 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
     if source not in (engine.source_lang, "auto") or target != engine.target_lang:
         raise RequestError(
             400,
-            f"source {source!r}, target {target!r}: this server translates {engine.source_lang} -> "
+            f"source {described(source)}, target {described(target)}: this server translates {engine.source_lang} -> "
             f"{engine.target_lang} only (GET /languages)",
         )
     if params.get("format", "text") != "text":
-        raise RequestError(400, f"format {params['format']!r}: this server translates plain text only ('text')")
+        raise RequestError(400, f"format {described(params['format'])}: this server translates plain text only (text)")
     alternatives = whole_number(params.get("alternatives", 0), "alternatives")
     if not 0 <= alternatives <= settings.max_alternatives:
         raise RequestError(400, f"alternatives {alternatives}: expected 0 to {settings.max_alternatives}")

@@ -9,6 +9,7 @@ text's own layout.
 """
 
 import re
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -18,6 +19,7 @@ LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 # loop, where such lines are most requests)
 PLAIN_SENTENCE = re.compile(r"[^\W_]+(?:[ ,]+[^\W_]+)*[.!?]?")
 LONGEST_PIECE = 400  # characters pysbd reads at once (`split_sentences`)
+END_MARKS = ".!?\"'”’»)]。！？」』"
 SENTENCE_END = re.compile(r"[.!?]+[\"'”’»)\]]*(?:\s|$)|[。！？]+[」』”’)]*")
 
 
@@ -35,8 +37,14 @@ class Document:
         return "".join(translations[piece] if isinstance(piece, int) else piece for piece in self.layout)
 
 
-@cache
 def segmenter(language: str):
+    """pysbd's segmenter for `language`, one a thread: a segmenter keeps the text it segments (`segment`), so two
+    threads sharing one (the server splits texts in its worker threads) would read each other's."""
+    return thread_segmenter(language, threading.get_ident())
+
+
+@cache
+def thread_segmenter(language: str, thread: int):
     import pysbd
     from pysbd.languages import LANGUAGE_CODES
 
@@ -58,7 +66,7 @@ def split_sentences(line: str, language: str) -> list[str]:
         found = segmented(window, language)[:-1]  # the last may go on past the window
         end = end_of(window, found) if found else None
         if end is None:  # one sentence fills the window (or pysbd changed its text): it ends at the next full stop
-            ending = SENTENCE_END.search(line, LONGEST_PIECE)
+            ending = SENTENCE_END.search(line, len(window.rstrip().rstrip(END_MARKS)))  # a full stop at the edge too
             end = ending.end() if ending else len(line)
             found = [line[:end].strip()]
         sentences += found

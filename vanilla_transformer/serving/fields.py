@@ -36,18 +36,18 @@ async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> 
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(413, f"the body has {int(declared)} bytes; this server takes at most {max_bytes}")
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     try:
         async with asyncio.timeout(read_timeout):
-            if kind == "application/json":
+            if content_type == "application/json":
                 fields.update(parse_json(await read_body(request, max_bytes)))
-            elif kind == "application/x-www-form-urlencoded":
+            elif content_type == "application/x-www-form-urlencoded":
                 fields.update(url_encoded(await read_body(request, max_bytes), "the form"))
-            elif kind == "multipart/form-data":
+            elif content_type == "multipart/form-data":
                 form = await request.form()
                 fields.update(fields_of(form.keys(), form.getlist))
             elif await read_body(request, max_bytes):
-                what = f"of Content-Type {described(kind)}" if kind else "without a Content-Type"
+                what = f"of Content-Type {described(content_type)}" if content_type else "without a Content-Type"
                 raise RequestError(415, f"a body {what}: send JSON (application/json) or a form")
     except TimeoutError:
         raise RequestError(408, f"the request's body did not arrive within {read_timeout:g} s") from None
@@ -167,5 +167,5 @@ def texts(fields: dict, name: str) -> list[str]:
         raise RequestError(422, f"{name}: expected a string or a list of strings, got {kind(value)}")
     for index, text in enumerate(value):
         if not isinstance(text, str):
-            raise RequestError(422, f"{name}: item {index + 1} is {kind(text)}; expected a string or a list of strings")
+            raise RequestError(422, f"{name}: item {index + 1} is {kind(text)}; expected a string")
     return value

@@ -4,7 +4,7 @@ fields and builds the settings from them by keyword."""
 import os
 from dataclasses import dataclass, field
 
-from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, Placement
+from ..inference.devices import DEVICE_HELP, DTYPE_HELP, DTYPES, MOST_THREADS, Placement
 from ..inference.options import ENGINES, SearchOptions
 
 
@@ -37,7 +37,7 @@ class EngineSettings:
     @property
     def placement(self) -> Placement:
         """Every core unless told: the event loop's thread mostly waits."""
-        threads = self.threads or os.cpu_count() or 1
+        threads = self.threads or min(os.cpu_count() or 1, MOST_THREADS)
         return Placement(self.device, self.dtype, self.compute_type, threads)
 
     def search(self, translator, n_best: int, terms) -> SearchOptions:
