@@ -1054,12 +1054,19 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
         skip_logits: bool,
+        source: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """The decoder's input ids: as given, or the labels shifted right; the labels checked first."""
+        """The decoder's input ids: as given, or the labels shifted right; the labels checked first (against the
+        decoder's inputs and the `source`'s batch, ids or embeddings, where given)."""
         if skip_logits and labels is None:
             raise ValueError("skip_logits=True needs labels: without them the logits are the output")
         if labels is None:
             return decoder_input_ids
+        if labels.dim() != 2 or (decoder_input_ids is not None and decoder_input_ids.shape != labels.shape):
+            given = "" if decoder_input_ids is None else f", decoder_input_ids {tuple(decoder_input_ids.shape)}"
+            raise ValueError(f"labels {tuple(labels.shape)}{given}: expected (batch, target length), one per input.")
+        if source is not None and source.shape[0] != labels.shape[0]:
+            raise ValueError(f"labels have batch size {labels.shape[0]}, but the source has {source.shape[0]}.")
         if labels.device.type == "cpu":  # as check_inputs reads token ids: on the CPU only
             check_inputs(labels.masked_fill(labels == -100, 0), None, self.config, "labels")
         if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -1112,8 +1119,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         label_smoothing (`float`, *optional*, defaults to 0.0):
             The loss's label smoothing epsilon (§5.4); `nll_loss` is the plain cross-entropy beside it.
         """
-        decoder_input_ids = self.decoder_input_ids_for(labels, decoder_input_ids, decoder_inputs_embeds, skip_logits)
-        use_cache = False if labels is not None else use_cache
+        decoder_input_ids = self.decoder_input_ids_for(labels, decoder_input_ids, decoder_inputs_embeds, skip_logits,
+                                                       inputs_embeds if input_ids is None else input_ids)  # fmt: skip
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(
             input_ids,
@@ -1124,7 +1131,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
+            use_cache=False if labels is not None else use_cache,
             **kwargs,
         )
         logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, label_smoothing, skip_logits)

@@ -18,8 +18,15 @@ def file_input(tmp_path, data: bytes, name="input.txt", flag="--input") -> TextI
 
 @pytest.mark.parametrize(
     "data, lines",
-    [(b"", []), (b"a\nb\n", ["a", "b"]), (b"a\r\nb", ["a", "b"]), (b"a\rb\r", ["a", "b"]), (b"\n\n", ["", ""])],
-    ids=["empty", "\\n", "\\r\\n, no last end", "\\r", "empty lines"],
+    [
+        (b"", []),
+        (b"a\nb\n", ["a", "b"]),
+        (b"a\r\nb", ["a", "b"]),
+        (b"a\rb\r", ["a", "b"]),
+        (b"\n\n", ["", ""]),
+        ("\ufeffa\n\ufeffb\n".encode(), ["a", "\ufeffb"]),
+    ],
+    ids=["empty", "\\n", "\\r\\n, no last end", "\\r", "empty lines", "a byte order mark, then one in the text"],
 )
 def test_lines_end_as_text_files_end_and_count_agrees(tmp_path, data, lines):
     source = file_input(tmp_path, data)

@@ -141,6 +141,12 @@ def test_bad_inputs_raise_value_errors():
         model(input_ids=src, decoder_input_ids=torch.full((2, 3), -3))
     with pytest.raises(ValueError, match="batch size 3"):
         model(input_ids=src, attention_mask=torch.ones(3, 5), decoder_input_ids=tgt)
+    with pytest.raises(ValueError, match="labels have batch size 1, but the source has 2"):
+        model(input_ids=src, labels=tgt[:1])
+    with pytest.raises(ValueError, match=r"labels \(4,\): expected \(batch, target length\)"):
+        model(input_ids=src[:1], labels=tgt[0])
+    with pytest.raises(ValueError, match=r"labels \(2, 4\), decoder_input_ids \(2, 3\): expected"):
+        model(input_ids=src, labels=tgt, decoder_input_ids=tgt[:, :3])
     learned = tiny_model(position_encoding="learned")  # learned positions end at their table; the sinusoids never do
     with pytest.raises(ValueError, match="reaches position 65, beyond max_position_embeddings=64"):
         learned(input_ids=torch.randint(3, 50, (1, 65)), decoder_input_ids=tgt[:1])

@@ -9,9 +9,11 @@ from vanilla_transformer.configuration.configuration_vanilla_transformer import 
 from vanilla_transformer.training.options.arguments import (
     TRAIN_ARGUMENT_GROUPS,
     ArgumentsError,
+    CheckpointArguments,
     DataArguments,
     ModelArguments,
     OptimisationArguments,
+    RunArguments,
     TrainArguments,
     option_groups,
     resolve,
@@ -153,3 +155,28 @@ def test_a_tracker_accelerate_does_not_know_is_named_by_report_to():
     with pytest.raises(ArgumentsError, match="--report-to bogus: expected none or Accelerate's all, .*tensorboard"):
         resolve(TrainArguments.from_options(report_to=["tensorboard", "bogus"]))
     assert resolve(TrainArguments.from_options(report_to=["none"])).checkpoints.report_to == ["none"]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: OptimisationArguments(max_steps=2.5), "--max-steps: expected an integer, got 2.5"),
+        (lambda: OptimisationArguments(max_steps=True), "--max-steps: expected an integer, got True"),
+        (lambda: OptimisationArguments(lr="fast"), "--lr: could not convert string to float: 'fast'"),
+        (lambda: OptimisationArguments(clip_norm=False), "--clip-norm: expected a number, got False"),
+        (lambda: RunArguments(overwrite_output_dir="False"), "--overwrite-output-dir: expected True or False"),
+        (lambda: DataArguments(source_lang=5), "--source-lang: expected a string, got 5"),
+        (lambda: CheckpointArguments(report_to="none"), "--report-to: expected a list, got 'none'"),
+    ],
+)
+def test_values_given_in_python_of_the_wrong_kind_are_named_not_converted(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+
+
+def test_paths_and_numbers_given_in_python_are_taken_as_the_command_line_takes_them(tmp_path):
+    import numpy
+
+    assert DataArguments(train_file=tmp_path / "train.jsonl").train_file == str(tmp_path / "train.jsonl")
+    assert OptimisationArguments(max_steps=numpy.int64(3), lr=1).max_steps == 3
+    assert OptimisationArguments(max_steps="3").max_steps == 3  # a flag's text

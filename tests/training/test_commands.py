@@ -3,6 +3,7 @@ against the model's own loss."""
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -105,20 +106,25 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
         ("{test}", "--output {test} is --test-file: write the results to another file"),
         ("{tmp}/no-folder/r.json", "--output {tmp}/no-folder/r.json: its folder {tmp}/no-folder does not exist"),
         ("{tmp}", "--output {tmp}: is a folder; expected a file name"),
+        ("{model}/model.safetensors", "--output {model}/model.safetensors is in the --model folder {model}: write it "
+         "elsewhere"),
     ],
-    ids=["the test file", "a missing folder", "a folder"],
-)
+    ids=["the test file", "a missing folder", "a folder", "in the model folder"],
+)  # fmt: skip
 def test_evaluate_refuses_an_output_it_cannot_write_before_evaluating(
     trained_folder, tmp_path, capsys, output, message
 ):
     test_file = tmp_path / "test.jsonl"
     test_file.write_bytes((trained_folder.parent / "test.jsonl").read_bytes())
     before = test_file.read_bytes()
-    names = {"test": test_file, "tmp": tmp_path}
+    model = tmp_path / "model"
+    shutil.copytree(trained_folder, model)
+    weights = (model / "model.safetensors").read_bytes()
+    names = {"test": test_file, "tmp": tmp_path, "model": model}
     argv = [
         "evaluate",
         "--model",
-        str(trained_folder),
+        str(model),
         "--test-file",
         str(test_file),
         "--output",
@@ -127,7 +133,22 @@ def test_evaluate_refuses_an_output_it_cannot_write_before_evaluating(
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert err.strip() == f"error: {message.format(**names)}" and out == ""  # refused before any translation
-    assert test_file.read_bytes() == before
+    assert test_file.read_bytes() == before and (model / "model.safetensors").read_bytes() == weights
+
+
+@pytest.mark.parametrize("command", ["translate", "score"])
+def test_translate_and_score_refuse_an_output_in_the_model_folder(trained_folder, tmp_path, capsys, command):
+    model = tmp_path / "model"
+    shutil.copytree(trained_folder, model)
+    tokenizer = (model / "tokenizer.json").read_bytes()
+    (tmp_path / "en.txt").write_text("six\n")
+    (tmp_path / "de.txt").write_text("sechs\n")
+    sides = ["--source-file", str(tmp_path / "en.txt"), "--target-file", str(tmp_path / "de.txt")]
+    inputs = ["--input", str(tmp_path / "en.txt")] if command == "translate" else sides
+    argv = [command, "--model", str(model), *inputs, "--output", str(model / "tokenizer.json")]
+    assert main(argv) == 2
+    assert f"is in the --model folder {model}: write it elsewhere" in capsys.readouterr().err
+    assert (model / "tokenizer.json").read_bytes() == tokenizer and not (model / "tokenizer.json.partial").exists()
 
 
 def test_evaluate_refuses_a_link_to_the_test_file_and_writes_to_a_stream(trained_folder, tmp_path, capsys):

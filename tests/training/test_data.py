@@ -209,6 +209,17 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_i
         )
 
 
+@pytest.mark.parametrize("side", [5, [1, 2], {"x": "y"}, True])
+def test_a_side_that_is_not_text_is_named_by_its_row_not_counted_as_missing(tmp_path, side):
+    rows = pairs(range(10, 20))
+    rows[6]["translation"]["de"] = side
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(
+        DataError, match=r"split 'train', row 6 \(counting from 0\): its 'de' side is .*; expected text"
+    ):
+        load_pairs(data_args(train_file=str(path)), SEED)
+
+
 def test_unreachable_hub_dataset_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError, match=r"--dataset-name 'someone/not-cached-anywhere'"):
@@ -408,3 +419,12 @@ def test_released_file_pages_leave_the_process_and_the_rows_read_the_same(tmp_pa
     assert resident_kib(path) == 0
     assert raw["train"][49_999]["translation"] == rows[49_999]["translation"]  # read again from the page cache
     assert 0 < resident_kib(path) < os.path.getsize(path) // 1024
+
+
+def test_a_pipe_given_as_a_data_file_is_named_as_not_a_regular_file(tmp_path):
+    import os
+
+    pipe = tmp_path / "train.jsonl"
+    os.mkfifo(pipe)
+    with pytest.raises(DataError, match=f"--train-file {pipe}: not a regular file"):
+        load_raw_datasets(data_args(train_file=str(pipe)), SEED)

@@ -65,6 +65,8 @@ def test_a_record_without_an_updates_fields_or_not_utf8_is_named_by_file_and_lin
         b'{"step": 4, "loss": 2.0}\n': "no nll_loss, lr; an update's record has step, loss, nll_loss, lr",
         b'["step"]\n': "no step, loss, nll_loss, lr; an update's record has step, loss, nll_loss, lr",
         b"\xff\xfe\n": "not UTF-8 (invalid start byte at byte 0)",
+        b'{"step": 4, "loss": 2.0, "nll_loss": [1], "lr": 0.1}\n': "nll_loss is [1]; expected a number",
+        b'{"step": 4, "lo\n{"step": 5, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1}\n': "not JSON, and records follow it",
     }
     for extra, message in cases.items():
         metrics.write_bytes(good + extra)

@@ -66,6 +66,7 @@ def test_a_checkpoint_records_the_model_and_tokenizer_it_was_trained_with(traine
     }
     assert record["tokenizer"]["size"] == 120 and record["tokenizer"]["vocab_size"] == 120
     assert len(record["tokenizer"]["vocabulary_sha256"]) == 64
+    assert record["languages"] == ["en", "de"]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +88,17 @@ def test_a_resume_with_another_model_setting_names_it(trained, capsys, flags, wa
     assert the_error(capsys) == (
         f"error: --resume-from {checkpoint}: the checkpoint was trained with {was}, this run asks for {asks}; give "
         "the checkpoint's value or start a new run"
+    )
+
+
+def test_a_resume_in_the_other_direction_names_the_languages(trained, tmp_path, capsys):
+    files, out = trained
+    checkpoint = out / CHECKPOINT
+    flags = ["--max-steps", "4", "--resume-from", str(checkpoint), "--source-lang", "de", "--target-lang", "en"]
+    assert train(files, tmp_path / "new", *flags) == 2
+    assert the_error(capsys) == (
+        f"error: --resume-from {checkpoint}: the checkpoint was trained from en to de, this run asks for "
+        "--source-lang de --target-lang en; give the checkpoint's value or start a new run"
     )
 
 

@@ -48,3 +48,13 @@ def test_the_command_refuses_them_with_its_usage(capsys):
             main(["ablate", *flags])
         assert stopped.value.code == 2
         assert f"vanilla-transformer ablate: error: {message}" in capsys.readouterr().err
+
+
+def test_a_study_folder_that_is_a_file_is_refused_with_the_usage(tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    data.write_text("{}\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["ablate", "--study-dir", str(data)])
+    assert stopped.value.code == 2
+    assert f"error: --study-dir {data}: is a file; expected a folder" in capsys.readouterr().err
+    assert data.read_text() == "{}\n"

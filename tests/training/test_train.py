@@ -436,6 +436,31 @@ def test_output_folder_of_another_run_is_refused(tmp_path, data_files, capsys):
     assert (out / "config.json").read_text() == "{}"
 
 
+def test_an_output_folder_holding_an_input_is_refused_before_anything_is_removed(tmp_path, data_files, capsys):
+    import shutil
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    inside = {split: out / f"{split}.jsonl" for split in data_files}
+    for split, path in data_files.items():
+        shutil.copy(path, inside[split])
+    code = train_cli(inside, out, "--max-steps 1 --overwrite-output-dir", *TINY_MODEL_FLAGS)
+    assert code == 2
+    assert f"--output-dir {out} holds --train-file {inside['train']}" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == "{}" and all(path.is_file() for path in inside.values())
+
+
+def test_a_resume_from_another_folder_whose_name_starts_alike_is_refused(tmp_path, data_files, capsys):
+    out, other = tmp_path / "run", tmp_path / "run-b" / "checkpoints" / "checkpoint-4"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    other.mkdir(parents=True)
+    code = train_cli(data_files, out, f"--max-steps 1 --resume-from {other}", *TINY_MODEL_FLAGS)
+    assert code == 2 and "already holds a run" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == "{}"
+
+
 def test_resume_from_something_that_is_not_a_checkpoint(tmp_path, data_files, capsys):
     (tmp_path / "empty").mkdir()
     for target, message in ((tmp_path / "empty", "not a checkpoint"), (tmp_path / "missing", "no such folder")):
@@ -651,3 +676,34 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(
     assert main(["train", *flags, "--output-dir", str(tmp_path / "fifth")]) == 0
     assert "Reusing the BPE" not in capsys.readouterr().out
     assert (tmp_path / "fifth" / "tokenizer.json").read_bytes() == (tmp_path / "first" / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda c: (c / STATE_FILE).unlink(), f"the checkpoint has no {STATE_FILE}"),
+        (lambda c: (c / STATE_FILE).write_text('{"step": 2, "ep'), f"{STATE_FILE} cannot be read"),
+        (lambda c: (c / STATE_FILE).write_text('{"step": 2}'), f"{STATE_FILE} lacks epoch, batches_in_epoch"),
+        (lambda c: (c / "optimizer.bin").write_bytes((c / "optimizer.bin").read_bytes()[:100]),
+         "its optimizer, schedule or random states cannot be restored"),
+        (lambda c: (c / "random_states_0.pkl").unlink(), "no random_states_0.pkl, the random generators' states"),
+    ],
+    ids=["no state", "state cut short", "state without its fields", "optimizer cut short", "no random states"],
+)  # fmt: skip
+def test_a_damaged_checkpoint_is_named_when_a_run_resumes_from_it(tmp_path, data_files, capsys, damage, message):
+    out = tmp_path / "run"
+    assert train_cli(data_files, out, "--max-steps 2 --save-steps 2 --eval-steps 0", *TINY_MODEL_FLAGS) == 0
+    checkpoint = out / "checkpoints" / "checkpoint-2"
+    damage(checkpoint)
+    capsys.readouterr()
+    code = train_cli(data_files, out, f"--max-steps 3 --eval-steps 0 --resume-from {out}", *TINY_MODEL_FLAGS)
+    error = capsys.readouterr().err
+    assert code == 2 and message in error and "Traceback" not in error, error
+
+
+def test_the_card_names_the_checkpoints_averaged_where_the_run_saved_fewer(tmp_path, data_files):
+    out = tmp_path / "run"
+    flags = "--max-steps 4 --save-steps 2 --keep-checkpoints 10 --average-checkpoints 5 --eval-steps 0"
+    assert train_cli(data_files, out, flags, *TINY_MODEL_FLAGS) == 0
+    assert "the final weights are the average of the last 2 checkpoints;" in (out / "README.md").read_text()
+    assert json.loads((out / "eval_results.json").read_text())["checkpoints_averaged"] == 2

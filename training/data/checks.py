@@ -26,6 +26,8 @@ def check_file(flag: str, path: str) -> str:
     if os.path.isdir(path):
         raise DataError(f"{flag} {path}: a folder; expected a file.")
     if not os.path.isfile(path):
+        if os.path.exists(path):  # a pipe or a device: the data is read more than once
+            raise DataError(f"{flag} {path}: not a regular file; expected a file the data can be read from again.")
         raise DataError(f"{flag} {path}: no such file.")
     extension = os.path.splitext(path)[1].lower()
     if extension not in FILE_BUILDERS:
@@ -105,24 +107,40 @@ def has_text(texts: list) -> np.ndarray:
     return np.fromiter((isinstance(t, str) and bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
 
 
-def text_present_in_rows(pairs: list, lang: str) -> np.ndarray:
-    """`text_present` for pairs as Python dicts: a 'translation' column whose rows hold different keys, which
-    `datasets` stores as JSON text rather than as an Arrow struct."""
-    return has_text([p.get(lang) if isinstance(p, dict) else None for p in pairs])
+def text_present_in_rows(pairs: list, lang: str, first_row: int = 0) -> np.ndarray:
+    """`text_present` for pairs as Python dicts: a 'translation' column whose rows hold different keys or kinds of
+    values, which `datasets` stores as JSON text rather than as an Arrow struct. A side that is neither text nor
+    missing (a number, a list) is a `DataError` naming its row (`first_row`: the row of `pairs[0]`), as a CSV cell's
+    is, not a pair without text."""
+    sides = [p.get(lang) if isinstance(p, dict) else None for p in pairs]
+    for index, side in enumerate(sides):
+        if side is not None and not isinstance(side, str):
+            raise DataError(f"row {first_row + index} (counting from 0): its {lang!r} side is {side!r:.100}; "
+                            "expected text")  # fmt: skip
+    return has_text(sides)
+
+
+def text_feature(feature) -> bool:
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
 
 
 def pairs_with_text(dataset: datasets.Dataset, languages: tuple[str, str]) -> dict[str, np.ndarray]:
     """For each language, which rows hold text on its side."""
     present = {lang: [] for lang in languages}
     column = dataset.select_columns(["translation"])
-    is_struct = isinstance(dataset.features["translation"], (dict, datasets.Translation))
+    feature = dataset.features["translation"]
+    # Arrow compute reads a struct of text; sides of other kinds (`datasets`' Json where a side mixes kinds) are
+    # read in Python, where `text_present_in_rows` names a side that is not text
+    is_struct = isinstance(feature, datasets.Translation) or (
+        isinstance(feature, dict) and all(lang not in feature or text_feature(feature[lang]) for lang in languages)
+    )
     batches = column.with_format("arrow").iter(batch_size=ARROW_BATCH) if is_struct else column.iter(ARROW_BATCH)
-    for batch in batches:
+    for number, batch in enumerate(batches):
         for lang in languages:
             if is_struct:
                 present[lang].append(text_present(batch.column("translation"), lang))
             else:
-                present[lang].append(text_present_in_rows(batch["translation"], lang))
+                present[lang].append(text_present_in_rows(batch["translation"], lang, number * ARROW_BATCH))
     return {lang: np.concatenate(parts) if parts else np.zeros(0, dtype=bool) for lang, parts in present.items()}
 
 
@@ -133,7 +151,10 @@ def drop_pairs_without_text(raw: datasets.DatasetDict, source_lang: str, target_
     dropped, kept = {}, {}
     flags = {source_lang: "--source-lang", target_lang: "--target-lang"}
     for split, dataset in raw.items():
-        present = pairs_with_text(dataset, (source_lang, target_lang))
+        try:
+            present = pairs_with_text(dataset, (source_lang, target_lang))
+        except DataError as error:
+            raise DataError(f"split {split!r}, {error}") from None
         keep = present[source_lang] & present[target_lang]
         dropped[split] = int(len(keep) - keep.sum())
         missing = ", ".join(f"{int((~ok).sum())} without {lang!r} text ({flags[lang]})" for lang, ok in present.items())

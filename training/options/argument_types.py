@@ -6,16 +6,35 @@ JSON take as they are); `option`, a dataclass field with its help line; and `Arg
 import argparse
 import dataclasses
 import math
+import numbers
+import os
 import types
 import typing
 from dataclasses import field
 
 from transformers import HfArgumentParser
 
+from ...errors import is_whole
+
+
+def integer(value) -> int:
+    """A flag's text as an integer, or an integer given in Python; a float (2.5, even 2.0) or a bool is refused
+    rather than rounded."""
+    if not isinstance(value, str) and not is_whole(value):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def real(value) -> float:
+    """A flag's text as a float, or a number given in Python; a bool or a string of another kind is refused."""
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
+    return float(value)
+
 
 class PositiveInt(int):
     def __new__(cls, value):
-        number = int(value)
+        number = integer(value)
         if number <= 0:
             raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
         return number
@@ -23,7 +42,7 @@ class PositiveInt(int):
 
 class NonNegativeInt(int):
     def __new__(cls, value):
-        number = int(value)
+        number = integer(value)
         if number < 0:
             raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
         return number
@@ -31,7 +50,7 @@ class NonNegativeInt(int):
 
 class Probability(float):
     def __new__(cls, value):
-        number = float(value)
+        number = real(value)
         if not 0.0 <= number < 1.0:
             raise argparse.ArgumentTypeError(f"expected a value in [0, 1), got {value}")
         return number
@@ -39,7 +58,7 @@ class Probability(float):
 
 class PositiveFloat(float):
     def __new__(cls, value):
-        number = float(value)
+        number = real(value)
         if not 0 < number < math.inf:
             raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
         return number
@@ -47,7 +66,7 @@ class PositiveFloat(float):
 
 class NonNegativeFloat(float):
     def __new__(cls, value):
-        number = float(value)
+        number = real(value)
         if not 0 <= number < math.inf:
             raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
         return number
@@ -55,7 +74,7 @@ class NonNegativeFloat(float):
 
 class FiniteFloat(float):
     def __new__(cls, value):
-        number = float(value)
+        number = real(value)
         if not math.isfinite(number):
             raise argparse.ArgumentTypeError(f"expected a finite number, got {value}")
         return number
@@ -63,7 +82,7 @@ class FiniteFloat(float):
 
 class Port(int):
     def __new__(cls, value):
-        number = int(value)
+        number = integer(value)
         if not 1 <= number <= 65535:
             raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {value}")
         return number
@@ -127,6 +146,26 @@ class ArgumentParser(HfArgumentParser):
         HfArgumentParser._parse_dataclass_field(DashedOptions(parser), field)
 
 
+def plain_value(name: str, value, kinds: tuple, listed):
+    """A value given in Python for the option `name` of the `kinds` (`listed`: a list's items) that the checked types
+    do not check: a bool for a switch (the string "False" would be true), a string for a text (a path as its string),
+    a list for a list (one string would be a list of its characters); a ValueError naming the flag otherwise."""
+    expected = None
+    if value is None:
+        return value
+    if bool in kinds and not isinstance(value, bool):
+        expected = "True or False"
+    elif str in kinds and not isinstance(value, str):
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        expected = "a string"
+    elif listed is not None and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))):
+        expected = "a list"
+    if expected:
+        raise ValueError(f"{flag_name(name)}: expected {expected}, got {value!r}")
+    return value
+
+
 class Checked:
     """Values given in Python are checked by the same types as the command line's, naming the flag."""
 
@@ -140,7 +179,8 @@ class Checked:
             kinds = item.type.__args__ if isinstance(item.type, types.UnionType) else (item.type,)
             kind = next((k for k in kinds if k in CHECKED_TYPES), None)
             listed = next((typing.get_args(k)[0] for k in kinds if typing.get_origin(k) is list), None)
-            value = getattr(self, item.name)
+            value = plain_value(item.name, getattr(self, item.name), kinds, listed)
+            object.__setattr__(self, item.name, value)
             if value is None or (kind is None and listed not in CHECKED_TYPES):
                 continue
             try:

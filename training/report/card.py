@@ -141,8 +141,9 @@ def final_weights(checkpoints: CheckpointArguments, results: dict) -> str:
     if checkpoints.average_checkpoints == 1:
         return "the final weights are those of the last update;"
     unit = "epoch checkpoints" if checkpoints.save_strategy == "epoch" else "checkpoints"
-    average = f"the average of the last {checkpoints.average_checkpoints} {unit}"
     search = results.get("averaging_search")
+    count = (search or results).get("checkpoints_averaged", checkpoints.average_checkpoints)
+    average = f"the average of the last {count} {unit}"
     if not search:
         return f"the final weights are {average};"
     kept = average if search["chosen"] == "average" else "those of the last update"

@@ -13,12 +13,12 @@ RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
 
 def read_metrics(run_dir: str) -> list[dict]:
     """The records of the run's metrics.jsonl; a ValueError names the file and line of one that is not a record
-    of a training run's update. A line that does not parse stops the reading: a run still in progress may be
-    writing its last line."""
+    of a training run's update (its fields numbers). Only the last line may fail to parse: a run still in progress
+    may be writing it."""
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir}: no metrics.jsonl, so this is not a training run folder.")
-    records = []
+    records, cut = [], None
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
@@ -27,16 +27,24 @@ def read_metrics(run_dir: str) -> list[dict]:
                 raise ValueError(f"{path} line {number}: not UTF-8 ({error.reason} at byte {error.start})") from None
             if not line:
                 continue
+            if cut is not None:
+                raise ValueError(f"{path} line {cut}: not JSON, and records follow it")
             try:
-                record = json.loads(line)
+                records.append(checked_record(json.loads(line), f"{path} line {number}"))
             except json.JSONDecodeError:
-                break
-            missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
-            if missing:
-                raise ValueError(f"{path} line {number}: no {', '.join(missing)}; an update's record has "
-                                 f"{', '.join(RECORD_FIELDS)}")  # fmt: skip
-            records.append(record)
+                cut = number
     return records
+
+
+def checked_record(record, where: str) -> dict:
+    """`record` if it has an update's fields (RECORD_FIELDS), each a number; a ValueError naming `where` otherwise."""
+    missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
+    if missing:
+        raise ValueError(f"{where}: no {', '.join(missing)}; an update's record has {', '.join(RECORD_FIELDS)}")
+    for name in RECORD_FIELDS:
+        if isinstance(record[name], bool) or not isinstance(record[name], (int, float)):
+            raise ValueError(f"{where}: {name} is {record[name]!r}; expected a number")
+    return record
 
 
 def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str | None:

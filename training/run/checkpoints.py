@@ -131,14 +131,24 @@ def resolve_resume(path: str) -> str:
                 f"--resume-from {path}: not a checkpoint (no {STATE_FILE}) and not a run folder with checkpoints."
             )
         path = checkpoints[-1]
-    if not os.path.isfile(os.path.join(path, WEIGHTS_FILE)):
-        raise ValueError(f"--resume-from {path}: the checkpoint has no {WEIGHTS_FILE}.")
+    for name in (WEIGHTS_FILE, STATE_FILE):
+        if not os.path.isfile(os.path.join(path, name)):
+            raise ValueError(f"--resume-from {path}: the checkpoint has no {name}.")
     return path
 
 
 def read_state(checkpoint: str) -> dict:
-    with open(os.path.join(checkpoint, STATE_FILE)) as handle:
-        return json.load(handle)
+    """The checkpoint's record of where the run was (`save_run`); a ValueError names a file cut short or changed."""
+    path = os.path.join(checkpoint, STATE_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--resume-from {checkpoint}: {path} cannot be read ({error}); resume from another") from None
+    missing = [key for key in ("step", "epoch", "batches_in_epoch") if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise ValueError(f"--resume-from {checkpoint}: {path} lacks {', '.join(missing)}; resume from another")
+    return state
 
 
 def average_checkpoints(paths: list[str]) -> dict[str, torch.Tensor]:

@@ -40,8 +40,8 @@ def finish(run: Run) -> tuple:
     averaging = run.checkpoints.average_checkpoints
     if averaging > 1 and run.checkpoints.tune_averaging and "validation" in run.tokenized:
         results["averaging_search"], tuned = choose_averaging(run, unwrapped)
-    elif averaging > 1:
-        average_last_checkpoints(run.output_dir, averaging, accelerator, unwrapped)
+    elif averaging > 1:  # fewer where the run saved fewer (a short run): the card says how many
+        results["checkpoints_averaged"] = average_last_checkpoints(run.output_dir, averaging, accelerator, unwrapped)
     results.update(final_scores(run, unwrapped, tuned))
     return unwrapped, results
 
@@ -54,8 +54,9 @@ def end_process_group(accelerator) -> None:
     accelerator.end_training()
 
 
-def average_last_checkpoints(output_dir: str, count: int, accelerator, unwrapped) -> None:
-    """Load the mean of the last `count` (--average-checkpoints) checkpoints' weights into the model."""
+def average_last_checkpoints(output_dir: str, count: int, accelerator, unwrapped) -> int:
+    """Load the mean of the last `count` (--average-checkpoints) checkpoints' weights into the model; returns how
+    many there were (fewer than `count` where the run saved fewer)."""
     paths = list_checkpoints(output_dir)[-count:]
     averaged = average_checkpoints(paths)
     misfit = load_saved_weights(unwrapped, averaged)
@@ -63,6 +64,7 @@ def average_last_checkpoints(output_dir: str, count: int, accelerator, unwrapped
         raise ValueError(f"--average-checkpoints: weights do not match the model {misfit}.")
     unwrapped.tie_weights()
     accelerator.print(f"Averaged the last {len(paths)} checkpoints.")
+    return len(paths)
 
 
 def validation_search(run: Run) -> tuple:
@@ -95,7 +97,7 @@ def choose_averaging(run: Run, unwrapped) -> tuple[dict, tuple]:
     searches = {}
     for name in ("last_update", "average"):
         if name == "average":
-            average_last_checkpoints(run.output_dir, count, accelerator, unwrapped)
+            count = average_last_checkpoints(run.output_dir, count, accelerator, unwrapped)
         searches[name] = validation_search(run)
         accelerator.print(f"{name.replace('_', ' ')}: validation {score} {searches[name][2][0][score]}")
     chosen = max(("average", "last_update"), key=lambda name: searches[name][2][0][score])

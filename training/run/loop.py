@@ -203,7 +203,7 @@ def save_run(run: Run) -> None:
         "batches_in_epoch": run.batches_done,
         "batches_per_epoch": run.batches_per_epoch,
         "train_seconds": run.train_seconds(),  # unrounded: a short run's first updates may take under 0.05 s
-        "built_with": built_with(run.model, run.tokenizer_identity),
+        "built_with": built_with(run.model, run.tokenizer_identity, (run.data.source_lang, run.data.target_lang)),
         "engine": engine_record(run.accelerator),
     }
     if run.data.streaming:

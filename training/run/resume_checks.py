@@ -59,14 +59,23 @@ def tokenizer_identity(tokenizer, options: TokenizerArguments) -> dict:
     }
 
 
-def built_with(model, identity: dict) -> dict:
+def built_with(model, identity: dict, languages: tuple[str, str]) -> dict:
     """The record a checkpoint keeps of what its weights were built with (see `check_resume_matches`): the model's
-    settings and the tokenizer's `identity` (`tokenizer_identity`)."""
+    settings, the tokenizer's `identity` (`tokenizer_identity`) and the (source, target) `languages` it translates."""
     config = extract_model_from_parallel(model).config.to_dict()
     return {
         "model": {key: config[key] for key in RECORDED_CONFIG if key in config},
         "tokenizer": identity,
+        "languages": list(languages),
     }
+
+
+def differing_languages(old: list[str] | None, languages: tuple[str, str]) -> str | None:
+    """Where the checkpoint's (source, target) `old` (None: not recorded) differ from this run's, one sentence."""
+    if old is None or tuple(old) == tuple(languages):
+        return None
+    return (f"the checkpoint was trained from {old[0]} to {old[1]}, this run asks for --source-lang {languages[0]} "
+            f"--target-lang {languages[1]}; {ADVICE}")  # fmt: skip
 
 
 def differing_model_setting(old: dict, config, longest: int) -> str | None:
@@ -196,16 +205,17 @@ def differing_weights(checkpoint: str, model, identity: dict, longest: int) -> s
     )
 
 
-def check_resume_matches(checkpoint: str, state: dict, model, identity: dict, longest: int) -> None:
-    """Refuse, before loading, a resume whose model or tokenizer (`identity`: `tokenizer_identity`) differs from the
-    checkpoint's: a ValueError of one line naming the setting, the checkpoint's value and this run's. The checkpoint's
-    record (`built_with`) is compared first; the weight shapes in its file then, the only evidence in checkpoints
-    written without a record."""
+def check_resume_matches(checkpoint: str, state: dict, model, identity: dict, data) -> None:
+    """Refuse, before loading, a resume whose model, tokenizer (`identity`: `tokenizer_identity`) or languages (of
+    `data`, the run's `DataArguments`) differ from the checkpoint's: a ValueError of one line naming the setting, the
+    checkpoint's value and this run's. The checkpoint's record (`built_with`) is compared first; the weight shapes in
+    its file then, the only evidence in checkpoints written without a record."""
     unwrapped = extract_model_from_parallel(model)
-    recorded = state.get("built_with")
+    recorded, longest = state.get("built_with"), max(data.max_source_length, data.max_target_length)
     reason = None
     if recorded:
-        reason = differing_model_setting(recorded.get("model", {}), unwrapped.config, longest)
+        reason = differing_languages(recorded.get("languages"), (data.source_lang, data.target_lang))
+        reason = reason or differing_model_setting(recorded.get("model", {}), unwrapped.config, longest)
         if reason is None and "tokenizer" in recorded:
             reason = differing_tokenizer(recorded["tokenizer"], identity, checkpoint)
     reason = reason or differing_weights(checkpoint, unwrapped, identity, longest)

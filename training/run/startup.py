@@ -5,6 +5,7 @@ prepared by accelerate and restored from a checkpoint when resuming. `setup_run`
 import contextlib
 import math
 import os
+import pickle
 import shutil
 import tempfile
 
@@ -13,6 +14,8 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
+from ...errors import one_line
+from ...folders import holds
 from ..data.batching import TokenBatchSampler
 from ..data.bpe import bpe_corpus, build_tokenizer
 from ..data.loading import load_pairs
@@ -37,10 +40,18 @@ from .resume_checks import check_resume_matches, tokenizer_identity
 from .state import RUN_MARKERS, Run, forget_metrics_after
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None) -> None:
-    """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it."""
+def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None, inputs: dict[str, str]) -> None:
+    """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it, or
+    that holds one of the run's `inputs` (flag -> path: a data file, a tokenizer or model folder), which the run's
+    own files could replace (README.md, the tokenizer) and --overwrite-output-dir would remove before they are
+    read."""
+    for flag, path in inputs.items():
+        if path and os.path.exists(path) and holds(output_dir, path):
+            raise ValueError(
+                f"--output-dir {output_dir} holds {flag} {path}: the run writes its files there; choose another folder."
+            )
     existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(output_dir, m))]
-    resuming_here = resume_from and os.path.abspath(resume_from).startswith(os.path.abspath(output_dir))
+    resuming_here = resume_from and holds(output_dir, resume_from)
     if existing and not (overwrite or resuming_here):
         raise ValueError(
             f"--output-dir {output_dir} already holds a run ({', '.join(existing)}); pass "
@@ -241,7 +252,9 @@ def init_trackers(accelerator, report_to: list[str], options: dict) -> None:
 def setup_run(args: TrainArguments) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by accelerate and restored from a checkpoint."""
     checkpoints, optimisation, data, output_dir = args.checkpoints, args.optimisation, args.data, args.run.output_dir
-    prepare_output_dir(output_dir, args.run.overwrite_output_dir, checkpoints.resume_from)
+    inputs = {"--train-file": data.train_file, "--validation-file": data.validation_file, "--test-file": data.test_file,
+              "--tokenizer-name": args.tokenizer.tokenizer_name, "--init-from": args.model.init_from}  # fmt: skip
+    prepare_output_dir(output_dir, args.run.overwrite_output_dir, checkpoints.resume_from, inputs)
     accelerator = start_accelerator(args.run, optimisation, checkpoints.report_to)
     if args.run.overwrite_output_dir and not checkpoints.resume_from:
         if accelerator.is_main_process:  # one process clears the earlier run; the others wait for it
@@ -256,8 +269,7 @@ def setup_run(args: TrainArguments) -> Run:
     model = build_model(args.model, data, args.evaluation, tokenizer, args.switches.changed())
     identity = tokenizer_identity(tokenizer, args.tokenizer)
     if resume_checkpoint:  # refused before any engine wraps the model: its sizes, tokenizer, engine
-        longest = max(data.max_source_length, data.max_target_length)
-        check_resume_matches(resume_checkpoint, resume_state, model, identity, longest)
+        check_resume_matches(resume_checkpoint, resume_state, model, identity, data)
         check_resume_engine(resume_checkpoint, resume_state.get("engine"), accelerator)
     bpe_dropout = args.tokenizer.bpe_dropout
     batching = {"data": data, "bpe_dropout": bpe_dropout, "max_tokens": optimisation.max_tokens, "seed": args.run.seed}
@@ -308,8 +320,18 @@ def resume(run: Run, state: dict) -> None:
             f"--resume-from {run.resume_checkpoint}: the checkpoint was written by a run {written} --streaming, "
             f"which orders the data differently; resume it {written} --streaming"
         )
+    states = os.path.join(run.resume_checkpoint, f"random_states_{run.accelerator.process_index}.pkl")
+    if not os.path.isfile(states):  # accelerate would go on without them: dropout would draw other masks
+        raise ValueError(f"--resume-from {run.resume_checkpoint}: no {os.path.basename(states)}, the random "
+                         "generators' states; resume from another checkpoint")  # fmt: skip
     create_optimizer_state(run.accelerator, run.optimizer)
-    run.accelerator.load_state(run.resume_checkpoint)
+    try:
+        run.accelerator.load_state(run.resume_checkpoint)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as error:  # a file cut short or missing
+        raise ValueError(
+            f"--resume-from {run.resume_checkpoint}: its optimizer, schedule or random states cannot be restored "
+            f"({one_line(error)}); resume from another checkpoint"
+        ) from error
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
     run.seconds_before = state.get("train_seconds", 0.0)  # absent from checkpoints written before it was recorded
     if run.data.streaming:

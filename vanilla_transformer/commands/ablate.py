@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from ..corpus.output import check_output_folder
 from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
 from .failures import reported_as
@@ -72,6 +73,8 @@ def ablate_command(namespace: argparse.Namespace) -> int:
     try:
         study = StudyArguments.from_namespace(namespace)
         base = base_options(namespace, study)
+        study = study_folder(study, base)
+        check_output_folder("--study-dir", study.study_dir)
     except ValueError as error:
         namespace.refuse(str(error))
     from ..training.studies.study import run_study
@@ -79,6 +82,6 @@ def ablate_command(namespace: argparse.Namespace) -> int:
     # stopped by a signal (kill, a job scheduler), as by Ctrl-C, the study stops its runs; they train again on resume
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with reported_as(1, RuntimeError), reported_as(2, ValueError):
-        for path in run_study(base, study_folder(study, base)):
+        for path in run_study(base, study):
             print(path)
     return 0

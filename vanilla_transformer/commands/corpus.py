@@ -11,6 +11,7 @@ from ..corpus.progress import PROGRESS
 from ..corpus.reading import Corpus
 from ..corpus.run import run_corpus
 from ..errors import CommandError
+from ..folders import holds
 from ..training.options.arguments import PositiveInt
 
 READ_WINDOW = 2000  # lines a window holds by default
@@ -52,6 +53,12 @@ def add_read_window(group, what: str, unit: str, note: str = "") -> None:
     )
 
 
+def check_outside_model(output: str, model: str) -> None:
+    """A `CommandError` where the file --output names lies in the --model folder, whose files it could replace."""
+    if os.path.isdir(model) and holds(model, output):
+        raise CommandError(f"--output {output} is in the --model folder {model}: write it elsewhere", exit_code=2)
+
+
 def output_for(args: argparse.Namespace, corpus: Corpus, share):
     """Where the output goes: stdout, or --output FILE (resumable), checked before any model loads."""
     if share.world > 1 and (args.output is None or not all(s.rereadable for s in corpus.inputs)):
@@ -60,8 +67,9 @@ def output_for(args: argparse.Namespace, corpus: Corpus, share):
     if args.output is None:
         return StandardOutput()
     for source in corpus.inputs:
-        if source.path is not None and os.path.abspath(source.path) == os.path.abspath(args.output):
+        if source.path is not None and os.path.realpath(source.path) == os.path.realpath(args.output):
             raise CommandError(f"--output {args.output} is {source.name}: write the output to another file", 2)
+    check_outside_model(args.output, args.model)
     settings = {key: value for key, value in sorted(vars(args).items()) if key not in NOT_SETTINGS}
     return Parts(args.output, share, corpus.fingerprints(args.read_window), settings)
 

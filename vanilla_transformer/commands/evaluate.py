@@ -14,7 +14,7 @@ from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..training.options.arguments import DataArguments, GenerationArguments
-from .corpus import add_read_window
+from .corpus import add_read_window, check_outside_model
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
 from .failures import reported_as
 
@@ -44,7 +44,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     if args.output:
-        check_results_file(args.output, data)
+        check_results_file(args.output, data, args.model)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
             metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
@@ -64,11 +64,13 @@ def is_stream(path: str) -> bool:
     return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
 
 
-def check_results_file(output: str, data: DataArguments) -> None:
-    """--output, before anything is evaluated: a file that can be written (or a stream), and none of the data's."""
+def check_results_file(output: str, data: DataArguments, model: str) -> None:
+    """--output, before anything is evaluated: a file that can be written (or a stream), none of the data's, and
+    not in the --model folder."""
     if is_stream(output):
         return
     check_output_file("--output", output)
+    check_outside_model(output, model)
     for flag, path in (("--train-file", data.train_file), ("--validation-file", data.validation_file),
                        ("--test-file", data.test_file)):  # fmt: skip
         if path and os.path.realpath(path) == os.path.realpath(output):

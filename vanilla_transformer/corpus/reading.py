@@ -63,7 +63,8 @@ class TextInput:
                 pass
 
     def lines(self) -> Iterator[tuple[str, str | None]]:
-        """Each line's text and its problem (None, or why it is not UTF-8 text)."""
+        """Each line's text and its problem (None, or why it is not UTF-8 text); a UTF-8 byte order mark that starts
+        the input is not text."""
         if self.texts is not None:
             yield from ((text, None) for text in self.texts)
             return
@@ -72,6 +73,8 @@ class TextInput:
         try:
             for number, line in enumerate(text, start=1):
                 line = line[:-1] if line.endswith("\n") else line
+                if number == 1 and line.startswith("\ufeff"):  # a byte order mark (Windows editors write one)
+                    line = line[1:]
                 yield line, None if line.isascii() else self.undecodable(line, number)
         finally:
             text.detach()
