@@ -343,19 +343,27 @@ class MultiHeadAttention(nn.Module):
         output = output.reshape(batch, tgt_len, d_model)  # Concat(head_1, ..., head_h): h d_v = d_model
         return self.out_proj(output), weights
 
+    def projected(self, states: torch.Tensor, rows: slice) -> torch.Tensor:
+        """`states` through the rows `rows` of [W^Q; W^K; W^V] only (W^Q, or W^K and W^V): cross-attention reads
+        its queries and its keys and values from two inputs. A projection that a library wrapped after the model was
+        built (PEFT's LoRA adds its adapters around `in_proj`) is called whole and its output cut, so that the
+        adapters count: its weight alone would leave them out."""
+        if type(self.in_proj) is not nn.Linear:
+            return self.in_proj(states)[..., rows]
+        bias = self.in_proj.bias
+        return F.linear(states, self.in_proj.weight[rows], None if bias is None else bias[rows])
+
     def cross_attention_inputs(
         self, hidden_states: torch.Tensor, key_value_states: torch.Tensor, cache: EncoderDecoderCache | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries from the decoder, keys and values from the encoder output, each (batch, h, len, d_k or d_v). The
         encoder output does not change while decoding: its keys/values are computed once per source and kept in the
         cache."""
-        weight, bias, q = self.in_proj.weight, self.in_proj.bias, self.sizes[0]  # rows [:q] are W^Q, [q:] W^K, W^V
-        query = F.linear(hidden_states, weight[:q], None if bias is None else bias[:q])
-        query = self.heads(query)  # (batch, h, tgt_len, d_k)
+        query = self.heads(self.projected(hidden_states, slice(None, self.sizes[0])))  # (batch, h, tgt_len, d_k)
         layers = cache.cross_attention_cache if cache is not None else None
         if layers is not None and cache.is_updated.get(self.layer_idx):
             return query, layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
-        key_value = F.linear(key_value_states, weight[q:], None if bias is None else bias[q:])
+        key_value = self.projected(key_value_states, slice(self.sizes[0], None))
         key, value = self.split_heads(key_value, self.sizes[1:])  # (batch, h, src_len, d_k or d_v)
         if layers is not None:
             key, value = layers.update(key, value, self.layer_idx)

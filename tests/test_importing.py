@@ -480,4 +480,34 @@ def test_an_import_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_pa
     for out in (source, tmp_path / "opus"):
         with pytest.raises(CheckpointImportError, match=f"{out} holds {source}, which is being read"):
             import_checkpoint(source, "marian", out=out, overwrite=True)
-    assert (source / "config.json").read_text() == "{}"
+    for out in (source / "config.json", source / "imported"):  # inside it: its files could be replaced
+        with pytest.raises(CheckpointImportError, match=f"{out} is inside {source}, which is being read"):
+            import_checkpoint(source, "marian", out=out, overwrite=True)
+    checkpoint = tmp_path / "fairseq" / "checkpoint_best.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"weights")
+    (checkpoint.parent / "dict.en.txt").write_text("a 1\n")
+    with pytest.raises(CheckpointImportError, match="dict.en.txt is inside .*, which is being read"):
+        import_checkpoint(checkpoint, "fairseq", out=checkpoint.parent / "dict.en.txt", overwrite=True)
+    assert (source / "config.json").read_text() == "{}" and (checkpoint.parent / "dict.en.txt").read_text() == "a 1\n"
+
+
+@pytest.mark.parametrize("change", ["drop", "add"])
+def test_an_import_whose_weights_do_not_match_its_config_one_for_one_is_refused(tmp_path, change):
+    from safetensors.torch import load_file, save_file
+
+    from vanilla_transformer.importing import CheckpointImportError, import_checkpoint
+
+    source = tmp_path / "marian"
+    sources.marian_folder(source)
+    weights = load_file(source / "model.safetensors")
+    if change == "drop":
+        weights.pop("model.encoder.layers.0.fc1.weight")
+        message = "the model lacks: model.encoder.layers.0.fc1.weight"
+    else:
+        weights["model.encoder.layernorm_embedding.weight"] = weights["model.encoder.layers.0.fc1.bias"].clone()
+        message = "has weights its config has no place for: model.encoder.layernorm_embedding.weight"
+    save_file(weights, source / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointImportError, match=f"{message}; every weight must find its place"):
+        import_checkpoint(source, "marian", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -69,3 +69,21 @@ def test_the_recipe_fine_tunes_with_seq2seq_trainer_and_merges_into_a_plain_mode
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path / "merged").eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, adapted, atol=1e-5, rtol=1e-4)
+
+
+def test_every_adapter_counts_in_the_output_cross_attentions_too():
+    """Cross-attention reads W^Q and [W^K; W^V] of `in_proj` from two inputs: its adapters must count there as well,
+    so that each gets a gradient and the merged model gives the adapted model's logits."""
+    model = lora_model()
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:  # adapters start at zero; make them count
+            torch.nn.init.normal_(parameter, std=0.1)
+    source, target = torch.randint(3, 40, (2, 6)), torch.randint(3, 40, (2, 5))
+    model(input_ids=source, labels=target).loss.backward()
+    cross = [(n, p) for n, p in model.named_parameters() if "cross_attn.in_proj.lora_" in n]
+    assert cross and all(p.grad is not None and p.grad.abs().sum() > 0 for _, p in cross)
+    model.eval()
+    with torch.no_grad():
+        adapted = model(input_ids=source, decoder_input_ids=target).logits
+        merged = model.merge_and_unload()(input_ids=source, decoder_input_ids=target).logits
+    torch.testing.assert_close(adapted, merged, rtol=1e-4, atol=1e-4)

@@ -8,10 +8,15 @@ import tempfile
 
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
     """`out` must be new or an empty folder, unless `overwrite`; and never the folder or file being read
-    (`reading`: a path, or anything else, such as a model object, which is not checked) or a folder that holds it,
-    since `out` is replaced whole. Raises `error_type` naming it otherwise."""
-    if isinstance(reading, (str, os.PathLike)) and os.path.exists(reading) and holds(out, reading):
-        raise error_type(f"{out} holds {reading}, which is being read: write to another folder.")
+    (`reading`: a path, or anything else, such as a model object, which is not checked), a folder that holds it,
+    since `out` is replaced whole, nor a path inside the folder being read, or a file beside the file being read
+    (a fairseq checkpoint's dictionaries), which it could replace. Raises `error_type` naming it otherwise."""
+    if isinstance(reading, (str, os.PathLike)) and os.path.exists(reading):
+        if holds(out, reading):
+            raise error_type(f"{out} holds {reading}, which is being read: write to another folder.")
+        folder = reading if os.path.isdir(reading) else os.path.dirname(os.path.abspath(reading))
+        if holds(folder, out) and (os.path.isdir(reading) or os.path.isfile(out)):
+            raise error_type(f"{out} is inside {folder}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
         raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
 

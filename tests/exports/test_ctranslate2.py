@@ -173,6 +173,22 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".export-")] == []  # no staging folder left
 
 
+def test_an_export_never_writes_inside_the_folder_it_reads(tmp_path, capsys):
+    from vanilla_transformer.cli import main
+
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    weights = (folder / "model.safetensors").read_bytes()
+    for out in (folder / "model.safetensors", folder / "ct2"):
+        with pytest.raises(ExportError, match=f"{out} is inside {folder}, which is being read"):
+            export_ctranslate2(str(folder), out, overwrite=True)
+        for to in ("ctranslate2", "space"):
+            assert main(["export", "--model", str(folder), "--to", to, "--out", str(out), "--overwrite"]) == 2
+            assert f"--out {out} is in the --model folder {folder}: write it elsewhere" in capsys.readouterr().err
+    assert (folder / "model.safetensors").read_bytes() == weights and not (folder / "ct2").exists()
+
+
 @pytest.mark.parametrize("where", ["the model folder", "a folder above it"])
 def test_an_export_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_path, capsys, where):
     from vanilla_transformer.cli import main

@@ -6,7 +6,7 @@ source that transformers implements (its model, its tokenizer, its sizes in this
 import torch
 
 from ..configuration import VanillaTransformerConfig
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, one_line
 from ..modeling import VanillaTransformerForConditionalGeneration
 from ..modeling.modeling_vanilla_transformer import SinusoidalPositionalEncoding
 
@@ -161,10 +161,26 @@ def activation(name: str, field: str, where: str) -> str:
 def load_source_model(model_class, source: str, trust_pickle: bool):
     """A transformers model in its own class: from safetensors, or from a pickled file only with `trust_pickle`."""
     try:
-        return model_class.from_pretrained(source, use_safetensors=None if trust_pickle else True).eval()
-    except (OSError, ValueError) as error:
+        model, info = model_class.from_pretrained(
+            source, use_safetensors=None if trust_pickle else True, output_loading_info=True
+        )
+    except (OSError, ValueError, RuntimeError) as error:  # RuntimeError: weights cut short or of other sizes
         hint = "" if trust_pickle else " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
-        raise CheckpointImportError(f"{source}: could not load it as {model_class.__name__}: {error}{hint}") from error
+        message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
+        raise CheckpointImportError(message) from error
+    check_loaded_whole(source, info)
+    return model.eval()
+
+
+def check_loaded_whole(source: str, info: dict) -> None:
+    """A `CheckpointImportError` where the source's weights and its class's do not match one for one: a weight
+    missing (the class would make it up) or one more (it would be dropped). Only the sinusoidal position table,
+    which the class computes, may be missing."""
+    missing = [key for key in info.get("missing_keys", ()) if "embed_positions" not in key]
+    for what, keys in (("lacks", missing), ("has weights its config has no place for", info.get("unexpected_keys"))):
+        if keys:
+            shown = ", ".join(sorted(keys)[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+            raise CheckpointImportError(f"{source}: the model {what}: {shown}; every weight must find its place")
 
 
 def source_tokenizer(source: str):
