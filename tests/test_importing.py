@@ -294,12 +294,27 @@ def test_languages_are_given_for_a_fairseq_checkpoint_only(imported, tmp_path, c
         ({}, {"encoder.layernorm_embedding.weight": torch.ones(16)}, "encoder.layernorm_embedding.weight"),
         ({"arch": "lightconv_iwslt_de_en"}, {}, "arch"),
         ({**PRE_NORM, "no_decoder_final_norm": True}, {}, "no_decoder_final_norm"),
+        ({"encoder_ffn_embed_dim": 48, "decoder_ffn_embed_dim": 48}, {}, "a weight does not fit the model its settings"),
+        ({"encoder_layers": "2"}, {}, "encoder_layers"),
     ],
 )
 def test_a_variant_the_model_cannot_express_is_named(tmp_path, settings, extra, named):
     folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=settings, extra=extra)
     with pytest.raises(CheckpointImportError, match=named):
         import_checkpoint(folder, "fairseq", trust_pickle=True)
+
+
+def test_source_files_cut_short_or_not_utf8_are_named_in_one_line(tmp_path):
+    marian = tmp_path / "marian"
+    sources.marian_folder(marian)
+    (marian / "source.spm").write_bytes((marian / "source.spm").read_bytes()[:50])
+    with pytest.raises(CheckpointImportError, match=f"{marian}: could not load its tokenizer"):
+        import_checkpoint(marian, "marian", out=tmp_path / "m")
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq")
+    (folder / "dict.en.txt").write_bytes(b"\xff\xfe 1\n")
+    with pytest.raises(CheckpointImportError, match="a file of it is not UTF-8 text"):
+        import_checkpoint(folder / "checkpoint_best.pt", "fairseq", trust_pickle=True, out=tmp_path / "f")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "f").exists()
 
 
 def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):

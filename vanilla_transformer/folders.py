@@ -3,7 +3,7 @@
 import contextlib
 import os
 import shutil
-import tempfile
+import uuid
 
 
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
@@ -19,6 +19,13 @@ def check_writable(out: str, overwrite: bool, error_type: type[Exception], readi
             raise error_type(f"{out} is inside {folder}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
         raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
+    existing = os.path.dirname(os.path.abspath(out))  # where the staging folder beside `out` is made
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise error_type(f"{out} cannot be made: {existing} is a file.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise error_type(f"{out} cannot be made: {existing} is not writable.")
 
 
 def holds(folder: str, path) -> bool:
@@ -30,10 +37,15 @@ def holds(folder: str, path) -> bool:
 @contextlib.contextmanager
 def staged_folder(out: str):
     """A new temporary folder beside `out` to write into: when the block ends, it replaces `out`; if the block
-    raises, it is removed and `out` is left as it was."""
-    parent = os.path.dirname(os.path.abspath(out))
+    raises, it is removed and `out` is left as it was. One that a killed write of `out` left is removed first. The
+    folder gets the permissions a new folder gets (the umask's), not a temporary folder's (the owner's only)."""
+    parent, prefix = os.path.dirname(os.path.abspath(out)), f".{os.path.basename(os.path.abspath(out))}.staging-"
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    staging = os.path.join(parent, prefix + uuid.uuid4().hex[:12])
+    os.mkdir(staging)
     try:
         yield staging
         if os.path.isdir(out):

@@ -22,7 +22,10 @@ import copy
 import json
 import os
 
+from huggingface_hub.errors import StrictDataclassError
+
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
+from .errors import one_line
 from .folders import check_writable, staged_folder
 from .importers import IMPORTERS, KINDS, CheckpointImportError
 from .modeling.hub_vanilla_transformer import weights_fingerprint
@@ -78,7 +81,13 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
         check_writable(str(out), overwrite, CheckpointImportError, reading=source)
     check_source_type(source, kind)
     options = {"languages": tuple(languages)} if languages is not None else {}
-    model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)
+    try:
+        model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)
+    except StrictDataclassError as error:  # a setting of the source's of the wrong type, as the config reads it
+        raise CheckpointImportError(f"{source}: {one_line(error)}") from error
+    except UnicodeDecodeError as error:  # a vocabulary or BPE file of the source's
+        raise CheckpointImportError(f"{source}: a file of it is not UTF-8 text ({error.reason} at byte "
+                                    f"{error.start}); save it as UTF-8") from error  # fmt: skip
     try:
         check_tokenizer_matches(model.config, tokenizer, source)
     except ValueError as error:

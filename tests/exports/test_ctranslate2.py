@@ -170,7 +170,26 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
     assert (out / "notes.txt").read_text() == "mine" and sorted(os.listdir(out)) == ["notes.txt"]
     export_ctranslate2(model, out, tokenizer=tokenizer, overwrite=True)
     assert (out / "model.bin").is_file() and not (out / "notes.txt").exists()
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".export-")] == []  # no staging folder left
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".ct2.staging-")] == []  # no staging folder left
+
+
+def test_a_staging_folder_a_killed_export_left_is_removed_by_the_next_and_an_unwritable_out_is_named(tmp_path):
+    model, tokenizer = tiny_model(), word_tokenizer()
+    left = tmp_path / ".ct2.staging-0123456789ab"  # as a write killed part-way leaves it
+    left.mkdir()
+    (left / "model.bin").write_bytes(b"half")
+    export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    assert not left.exists() and (tmp_path / "ct2" / "model.bin").is_file()
+    assert oct((tmp_path / "ct2").stat().st_mode & 0o777) == oct(0o777 & ~current_umask())
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match=f"{tmp_path}/afile/sub cannot be made: {tmp_path}/afile is a file"):
+        export_ctranslate2(model, tmp_path / "afile" / "sub", tokenizer=tokenizer)
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_an_export_never_writes_inside_the_folder_it_reads(tmp_path, capsys):

@@ -135,7 +135,13 @@ def model_from_state(
             f"not in the model: {', '.join(unexpected) or 'none'}."
         )
     with torch.no_grad():
-        model.load_state_dict(state, strict=True)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as error:  # torch's many lines of `size mismatch for ...`: the first one
+            first = next((line.strip() for line in str(error).splitlines() if "size mismatch" in line), str(error))
+            raise CheckpointImportError(
+                f"{weights.where}: a weight does not fit the model its settings describe: {first}"
+            ) from error
     return model
 
 
@@ -191,7 +197,8 @@ def source_tokenizer(source: str):
         return AutoTokenizer.from_pretrained(source)
     except ImportError as error:
         raise MissingDependencyError(f"{MISSING_TOKENIZER_PACKAGES} ({error})") from error
-    except (OSError, ValueError, TypeError, AssertionError) as error:  # Marian's asserts its files exist
+    # AssertionError: Marian's, on a file it lacks; RuntimeError: sentencepiece's, on a model file cut short
+    except (OSError, ValueError, TypeError, AssertionError, RuntimeError) as error:
         raise CheckpointImportError(f"{source}: could not load its tokenizer: {error!r}") from error
 
 
