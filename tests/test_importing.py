@@ -304,6 +304,18 @@ def test_a_variant_the_model_cannot_express_is_named(tmp_path, settings, extra, 
         import_checkpoint(folder, "fairseq", trust_pickle=True)
 
 
+def test_a_fairseq_checkpoint_leaving_out_what_its_weights_cannot_tell_is_warned_of(tmp_path, capsys):
+    heads = {"encoder_attention_heads": None, "decoder_attention_heads": None}
+    folder, _, _ = sources.fairseq_folder(
+        tmp_path / "iwslt", args_overrides={**heads, "arch": "transformer_iwslt_de_en"}
+    )
+    import_checkpoint(folder, "fairseq", trust_pickle=True)
+    assert "its arguments leave out encoder_attention_heads, which the weights cannot tell" in capsys.readouterr().err
+    folder, _, _ = sources.fairseq_folder(tmp_path / "base", args_overrides={**heads, "arch": "transformer"})
+    import_checkpoint(folder, "fairseq", trust_pickle=True)  # base_architecture's own: nothing to warn of
+    assert "leave out" not in capsys.readouterr().err
+
+
 def test_source_files_cut_short_or_not_utf8_are_named_in_one_line(tmp_path):
     marian = tmp_path / "marian"
     sources.marian_folder(marian)

@@ -16,6 +16,7 @@ prepared otherwise keeps its ids and weights exactly, but needs its own preproce
 import argparse
 import json
 import os
+import sys
 import tempfile
 
 from ..configuration import VanillaTransformerConfig
@@ -52,6 +53,9 @@ DEFAULTS = dict(
     max_source_positions=1024,
     max_target_positions=1024,
 )
+# the defaults that no weight's shape confirms: the heads, the activation, the embedding scale, the norm's place
+UNTOLD = ("encoder_attention_heads", "activation_fn", "no_scale_embedding", "encoder_normalize_before",
+          "decoder_normalize_before")  # fmt: skip
 # arguments of variants this model does not implement: (name, the value that means "not used")
 UNSUPPORTED = (
     ("layernorm_embedding", False),
@@ -134,6 +138,13 @@ def checkpoint_settings(state: dict, path: str) -> dict:
         settings = {**as_dict(cfg.get("task")), **as_dict(cfg.get("model"))}
     if not settings:
         raise CheckpointImportError(f"{path}: the checkpoint holds no training arguments ('args' or 'cfg').")
+    untold = [key for key in UNTOLD if settings.get(key) is None]
+    arch = str(settings.get("arch", "transformer"))
+    if untold and arch != "transformer":
+        filled = ", ".join(f"{key}={DEFAULTS[key]!r}" for key in untold)
+        print(f"warning: {path}: its arguments leave out {', '.join(untold)}, which the weights cannot tell; the "
+              f"import takes fairseq's base_architecture values ({filled}), which arch={arch} may not use",
+              file=sys.stderr)  # fmt: skip
     settings = {
         **DEFAULTS,
         **{key: value for key, value in settings.items() if value is not None or key not in DEFAULTS},
