@@ -507,7 +507,7 @@ def test_an_import_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_pa
     for out in (source, tmp_path / "opus"):
         with pytest.raises(CheckpointImportError, match=f"{out} holds {source}, which is being read"):
             import_checkpoint(source, "marian", out=out, overwrite=True)
-    for out in (source / "config.json", source / "imported"):  # inside it: its files could be replaced
+    for out in (source / "config.json",):  # one of its files
         with pytest.raises(CheckpointImportError, match=f"{out} is inside {source}, which is being read"):
             import_checkpoint(source, "marian", out=out, overwrite=True)
     checkpoint = tmp_path / "fairseq" / "checkpoint_best.pt"

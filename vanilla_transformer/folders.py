@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 
@@ -9,13 +10,14 @@ import uuid
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
     """`out` must be new or an empty folder, unless `overwrite`; and never the folder or file being read
     (`reading`: a path, or anything else, such as a model object, which is not checked), a folder that holds it,
-    since `out` is replaced whole, nor a path inside the folder being read, or a file beside the file being read
-    (a fairseq checkpoint's dictionaries), which it could replace. Raises `error_type` naming it otherwise."""
+    since `out` is replaced whole, nor a path that exists inside the folder being read, or a file beside the file
+    being read (a fairseq checkpoint's dictionaries), which it would replace (a new name there is fine). Raises
+    `error_type` naming it otherwise."""
     if isinstance(reading, (str, os.PathLike)) and os.path.exists(reading):
         if holds(out, reading):
             raise error_type(f"{out} holds {reading}, which is being read: write to another folder.")
         folder = reading if os.path.isdir(reading) else os.path.dirname(os.path.abspath(reading))
-        if holds(folder, out) and (os.path.isdir(reading) or os.path.isfile(out)):
+        if holds(folder, out) and os.path.exists(out) and (os.path.isdir(reading) or os.path.isfile(out)):
             raise error_type(f"{out} is inside {folder}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
         raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
@@ -41,8 +43,9 @@ def staged_folder(out: str):
     folder gets the permissions a new folder gets (the umask's), not a temporary folder's (the owner's only)."""
     parent, prefix = os.path.dirname(os.path.abspath(out)), f".{os.path.basename(os.path.abspath(out))}.staging-"
     os.makedirs(parent, exist_ok=True)
+    left = re.compile(re.escape(prefix) + "[0-9a-f]{12}")
     for name in os.listdir(parent):
-        if name.startswith(prefix):
+        if left.fullmatch(name):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     staging = os.path.join(parent, prefix + uuid.uuid4().hex[:12])
     os.mkdir(staging)

@@ -192,20 +192,24 @@ def current_umask() -> int:
     return mask
 
 
-def test_an_export_never_writes_inside_the_folder_it_reads(tmp_path, capsys):
+def test_an_export_never_replaces_a_file_of_the_folder_it_reads(tmp_path, capsys):
     from vanilla_transformer.cli import main
 
     folder = tmp_path / "model"
     tiny_model().save_pretrained(folder)
     word_tokenizer().save_pretrained(folder)
-    weights = (folder / "model.safetensors").read_bytes()
-    for out in (folder / "model.safetensors", folder / "ct2"):
+    weights, tokenizer = (folder / "model.safetensors").read_bytes(), (folder / "tokenizer.json").read_bytes()
+    for out in (folder / "model.safetensors", folder / "tokenizer.json"):
         with pytest.raises(ExportError, match=f"{out} is inside {folder}, which is being read"):
             export_ctranslate2(str(folder), out, overwrite=True)
         for to in ("ctranslate2", "space"):
             assert main(["export", "--model", str(folder), "--to", to, "--out", str(out), "--overwrite"]) == 2
-            assert f"--out {out} is in the --model folder {folder}: write it elsewhere" in capsys.readouterr().err
-    assert (folder / "model.safetensors").read_bytes() == weights and not (folder / "ct2").exists()
+            assert (
+                f"--out {out} is a file of the --model folder {folder}: write it elsewhere" in capsys.readouterr().err
+            )
+    assert (folder / "model.safetensors").read_bytes() == weights
+    assert (folder / "tokenizer.json").read_bytes() == tokenizer
+    assert main(["export", "--model", str(folder), "--to", "ctranslate2", "--out", str(folder / "ct2")]) == 0  # new
 
 
 @pytest.mark.parametrize("where", ["the model folder", "a folder above it"])

@@ -106,8 +106,8 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
         ("{test}", "--output {test} is --test-file: write the results to another file"),
         ("{tmp}/no-folder/r.json", "--output {tmp}/no-folder/r.json: its folder {tmp}/no-folder does not exist"),
         ("{tmp}", "--output {tmp}: is a folder; expected a file name"),
-        ("{model}/model.safetensors", "--output {model}/model.safetensors is in the --model folder {model}: write it "
-         "elsewhere"),
+        ("{model}/model.safetensors", "--output {model}/model.safetensors is a file of the --model folder {model}: "
+         "write it elsewhere"),
     ],
     ids=["the test file", "a missing folder", "a folder", "in the model folder"],
 )  # fmt: skip
@@ -147,7 +147,7 @@ def test_translate_and_score_refuse_an_output_in_the_model_folder(trained_folder
     inputs = ["--input", str(tmp_path / "en.txt")] if command == "translate" else sides
     argv = [command, "--model", str(model), *inputs, "--output", str(model / "tokenizer.json")]
     assert main(argv) == 2
-    assert f"is in the --model folder {model}: write it elsewhere" in capsys.readouterr().err
+    assert f"is a file of the --model folder {model}: write it elsewhere" in capsys.readouterr().err
     assert (model / "tokenizer.json").read_bytes() == tokenizer and not (model / "tokenizer.json.partial").exists()
 
 

@@ -449,6 +449,12 @@ def test_an_output_folder_holding_an_input_is_refused_before_anything_is_removed
     assert code == 2
     assert f"--output-dir {out} holds --train-file {inside['train']}" in capsys.readouterr().err
     assert (out / "config.json").read_text() == "{}" and all(path.is_file() for path in inside.values())
+    (out / "data").mkdir()  # a folder of the user's own inside it: not among the run's files
+    kept = {split: out / "data" / path.name for split, path in inside.items()}
+    for split, path in inside.items():
+        path.rename(kept[split])
+    assert train_cli(kept, out, "--max-steps 1 --eval-steps 0 --overwrite-output-dir", *TINY_MODEL_FLAGS) == 0
+    assert all(path.is_file() for path in kept.values())
 
 
 def test_a_resume_from_another_folder_whose_name_starts_alike_is_refused(tmp_path, data_files, capsys):

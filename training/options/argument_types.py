@@ -10,8 +10,10 @@ import numbers
 import os
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import field
 
+import numpy
 from transformers import HfArgumentParser
 
 from ...errors import is_whole
@@ -150,18 +152,17 @@ def plain_value(name: str, value, kinds: tuple, listed):
     """A value given in Python for the option `name` of the `kinds` (`listed`: a list's items) that the checked types
     do not check: a bool for a switch (the string "False" would be true), a string for a text (a path as its string),
     a list for a list (one string would be a list of its characters); a ValueError naming the flag otherwise."""
-    expected = None
-    if value is None:
+    plain = tuple(kind for kind in kinds if kind in (bool, str))
+    if value is None or (plain and isinstance(value, plain)):
         return value
-    if bool in kinds and not isinstance(value, bool):
-        expected = "True or False"
-    elif str in kinds and not isinstance(value, str):
-        if isinstance(value, os.PathLike):
-            return os.fspath(value)
-        expected = "a string"
-    elif listed is not None and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))):
-        expected = "a list"
-    if expected:
+    if bool in kinds and isinstance(value, numpy.bool_):
+        return bool(value)
+    if str in kinds and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if listed is not None and not isinstance(value, (str, bytes)) and isinstance(value, Iterable):
+        return list(value)
+    if plain or listed is not None:
+        expected = {bool: "True or False", str: "a string"}.get(plain[0], "") if plain else "a list"
         raise ValueError(f"{flag_name(name)}: expected {expected}, got {value!r}")
     return value
 

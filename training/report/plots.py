@@ -19,20 +19,21 @@ def read_metrics(run_dir: str) -> list[dict]:
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir}: no metrics.jsonl, so this is not a training run folder.")
     records, cut = [], None
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path} line {number}: not UTF-8 ({error.reason} at byte {error.start})") from None
-            if not line:
-                continue
-            if cut is not None:
-                raise ValueError(f"{path} line {cut}: not JSON, and records follow it")
-            try:
-                records.append(checked_record(json.loads(line), f"{path} line {number}"))
-            except json.JSONDecodeError:
-                cut = number
+    with open(path, "rb") as handle:  # read at once: a line still being written is the last one read
+        lines = handle.read().split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path} line {number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+        if not line:
+            continue
+        if cut is not None:
+            raise ValueError(f"{path} line {cut}: not JSON, and records follow it")
+        try:
+            records.append(checked_record(json.loads(line), f"{path} line {number}"))
+        except json.JSONDecodeError:
+            cut = number
     return records
 
 

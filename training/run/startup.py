@@ -42,11 +42,11 @@ from .state import RUN_MARKERS, Run, forget_metrics_after
 
 def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None, inputs: dict[str, str]) -> None:
     """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it, or
-    that holds one of the run's `inputs` (flag -> path: a data file, a tokenizer or model folder), which the run's
-    own files could replace (README.md, the tokenizer) and --overwrite-output-dir would remove before they are
-    read."""
+    where one of the run's `inputs` (flag -> path: a data file, a tokenizer or model folder) lies among the files
+    the run writes or clears (`among_run_files`): README.md and the tokenizer would replace them, and
+    --overwrite-output-dir would remove them before they are read."""
     for flag, path in inputs.items():
-        if path and os.path.exists(path) and holds(output_dir, path):
+        if path and os.path.exists(path) and among_run_files(output_dir, path):
             raise ValueError(
                 f"--output-dir {output_dir} holds {flag} {path}: the run writes its files there; choose another folder."
             )
@@ -64,6 +64,15 @@ def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None
             pass
     except OSError as error:
         raise ValueError(f"--output-dir {output_dir}: cannot write there ({error.strerror or error}).") from error
+
+
+def among_run_files(output_dir: str, path: str) -> bool:
+    """Whether `path` is `output_dir`, or lies in it where a run writes: at its top, or in the folders it clears
+    (`checkpoints`, `tokenizer`); a file in a folder of the user's own (`data/`) is left alone."""
+    if not holds(output_dir, path):
+        return False
+    inside = os.path.relpath(os.path.realpath(path), os.path.realpath(output_dir))
+    return inside == "." or os.sep not in inside or inside.split(os.sep)[0] in ("checkpoints", "tokenizer")
 
 
 @contextlib.contextmanager
@@ -327,10 +336,12 @@ def resume(run: Run, state: dict) -> None:
     create_optimizer_state(run.accelerator, run.optimizer)
     try:
         run.accelerator.load_state(run.resume_checkpoint)
+    except torch.OutOfMemoryError:  # the device's, not the checkpoint's
+        raise
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as error:  # a file cut short or missing
         raise ValueError(
             f"--resume-from {run.resume_checkpoint}: its optimizer, schedule or random states cannot be restored "
-            f"({one_line(error)}); resume from another checkpoint"
+            f"({type(error).__name__}: {one_line(error)}); resume from another checkpoint"
         ) from error
     run.step, run.epoch, run.batches_done = (state[key] for key in ("step", "epoch", "batches_in_epoch"))
     run.seconds_before = state.get("train_seconds", 0.0)  # absent from checkpoints written before it was recorded

@@ -54,9 +54,9 @@ def add_read_window(group, what: str, unit: str, note: str = "") -> None:
 
 
 def check_outside_model(output: str, model: str) -> None:
-    """A `CommandError` where the file --output names lies in the --model folder, whose files it could replace."""
-    if os.path.isdir(model) and holds(model, output):
-        raise CommandError(f"--output {output} is in the --model folder {model}: write it elsewhere", exit_code=2)
+    """A `CommandError` where the file --output names is one of the --model folder's (a new name there is fine)."""
+    if os.path.isdir(model) and holds(model, output) and os.path.exists(output):
+        raise CommandError(f"--output {output} is a file of the --model folder {model}: write it elsewhere", 2)
 
 
 def output_for(args: argparse.Namespace, corpus: Corpus, share):
