@@ -21,13 +21,21 @@ def check_writable(out: str, overwrite: bool, error_type: type[Exception], readi
             raise error_type(f"{out} is inside {folder}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
         raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
-    existing = os.path.dirname(os.path.abspath(out))  # where the staging folder beside `out` is made
+    reason = why_unmakeable(os.path.dirname(os.path.abspath(out)))  # where the staging folder beside `out` goes
+    if reason:
+        raise error_type(f"{out} cannot be made, since {reason}.")
+
+
+def why_unmakeable(folder: str) -> str | None:
+    """Why `folder` (with the parents it lacks) cannot be made or written into here; None where it can."""
+    existing = os.path.abspath(folder)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise error_type(f"{out} cannot be made: {existing} is a file.")
+        return f"{existing} is a file"
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise error_type(f"{out} cannot be made: {existing} is not writable.")
+        return f"{existing} is not writable"
+    return None
 
 
 def holds(folder: str, path) -> bool:

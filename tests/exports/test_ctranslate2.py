@@ -182,7 +182,7 @@ def test_a_staging_folder_a_killed_export_left_is_removed_by_the_next_and_an_unw
     assert not left.exists() and (tmp_path / "ct2" / "model.bin").is_file()
     assert oct((tmp_path / "ct2").stat().st_mode & 0o777) == oct(0o777 & ~current_umask())
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(ExportError, match=f"{tmp_path}/afile/sub cannot be made: {tmp_path}/afile is a file"):
+    with pytest.raises(ExportError, match=f"{tmp_path}/afile/sub cannot be made, since {tmp_path}/afile is a file"):
         export_ctranslate2(model, tmp_path / "afile" / "sub", tokenizer=tokenizer)
 
 

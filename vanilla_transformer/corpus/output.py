@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import OutputError
+from ..folders import why_unmakeable
 from ..processes import processes
 
 
@@ -84,13 +85,9 @@ def check_output_folder(flag: str, path: str) -> None:
     an OutputError names the flag, the folder and what is wrong."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{flag} {path}: is a file; expected a folder")
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise OutputError(f"{flag} {path}: cannot be made, since {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {path}: not writable")
+    reason = why_unmakeable(path)
+    if reason:
+        raise OutputError(f"{flag} {path}: cannot be made, since {reason}")
 
 
 def write_atomically(path: str, text: str) -> None:
