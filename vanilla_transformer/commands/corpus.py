@@ -53,10 +53,10 @@ def add_read_window(group, what: str, unit: str, note: str = "") -> None:
     )
 
 
-def check_outside_model(output: str, model: str) -> None:
-    """A `CommandError` where the file --output names is one of the --model folder's (a new name there is fine)."""
+def check_outside_model(output: str, model: str, flag: str = "--output") -> None:
+    """A `CommandError` where the path `flag` names is one of the --model folder's (a new name there is fine)."""
     if os.path.isdir(model) and holds(model, output) and os.path.exists(output):
-        raise CommandError(f"--output {output} is a file of the --model folder {model}: write it elsewhere", 2)
+        raise CommandError(f"{flag} {output} is a file of the --model folder {model}: write it elsewhere", 2)
 
 
 def output_for(args: argparse.Namespace, corpus: Corpus, share):

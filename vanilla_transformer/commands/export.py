@@ -8,6 +8,7 @@ from ..errors import CommandError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..folders import holds
 from ..model_folder import load_model_folder
+from .corpus import check_outside_model
 
 
 def export_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,8 +36,7 @@ def export_command_parser(subparsers) -> argparse.ArgumentParser:
 def export_command(args: argparse.Namespace) -> int:
     if os.path.exists(args.model) and holds(args.out, args.model):  # before the model loads
         raise CommandError(f"--out {args.out} holds --model {args.model}: write to another folder", exit_code=2)
-    if os.path.isdir(args.model) and holds(args.model, args.out) and os.path.exists(args.out):
-        raise CommandError(f"--out {args.out} is a file of the --model folder {args.model}: write it elsewhere", 2)
+    check_outside_model(args.out, args.model, "--out")
     if args.to == "space":
         return export_space(args.model, args.out, args.quantization, args.overwrite)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
