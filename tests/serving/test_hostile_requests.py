@@ -281,6 +281,63 @@ def test_text_that_is_not_utf8_in_the_query_or_a_form_is_refused_not_replaced(se
     assert repeated.status_code == 200 and len(repeated.json()["translatedText"]) == 2
 
 
+def multipart_body(*parts: bytes) -> bytes:
+    return b"".join(b"--B\r\n" + part + b"\r\n" for part in parts) + b"--B--\r\n"
+
+
+def part(name: bytes, value: bytes, filename: bytes | None = None) -> bytes:
+    disposition = b'form-data; name="' + name + b'"' + (b'; filename="' + filename + b'"' if filename else b"")
+    return b"Content-Disposition: " + disposition + b"\r\n\r\n" + value
+
+
+LANGUAGES = (part(b"source", b"en"), part(b"target", b"de"))
+MULTIPART = [
+    ("not UTF-8", multipart_body(part(b"q", b"six\xff"), *LANGUAGES), "; boundary=B", 400,
+     'the form: field "q": byte 4 (0xff) is not UTF-8 text; send UTF-8'),
+    ("a charset", multipart_body(part(b"q", b"six"), *LANGUAGES), "; boundary=B; charset=latin-1", 415,
+     'the form: charset "latin-1"; send UTF-8'),
+    ("no boundary", multipart_body(part(b"q", b"six")), "", 400, "the form: its Content-Type names no boundary"),
+    ("cut short", multipart_body(part(b"q", b"six"), *LANGUAGES)[:-9], "; boundary=B", 400,
+     "it ends before its closing boundary"),
+    ("a part without a name", multipart_body(part(b"", b"six")).replace(b'; name=""', b""), "; boundary=B", 400,
+     "the form: part 1 has no name"),
+    ("a file for q", multipart_body(part(b"q", b"six", filename=b"q.txt"), *LANGUAGES), "; boundary=B", 422,
+     "q: expected a string or a list of strings, got a file"),
+    ("not multipart", b"six", "; boundary=B", 400, "the form is not valid multipart/form-data: "),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body, parameters, status, words", [case[1:] for case in MULTIPART], ids=[c[0] for c in MULTIPART]
+)
+def test_a_multipart_form_is_read_strictly(server, body, parameters, status, words):
+    content_type = "multipart/form-data" + parameters
+    response = httpx.post(server.url + "/translate", content=body, headers={"content-type": content_type})
+    assert response.status_code == status and words in error_of(response), response.text
+
+
+def test_a_multipart_form_is_held_to_the_body_limit_when_it_is_streamed(server):
+    """Without a Content-Length, a multipart body is counted as it arrives: neither a field nor a file is kept past
+    the server's limit (a file was spooled to disk, whatever its size)."""
+
+    def streamed(filename: bytes | None):
+        yield b"--B\r\n" + part(b"q", b"", filename)
+        yield from (b"x" * 1000 for _ in range(200))
+        yield b"\r\n--B--\r\n"
+
+    for filename in (None, b"big.txt"):
+        response = httpx.post(
+            server.url + "/translate",
+            content=streamed(filename),
+            headers={"content-type": "multipart/form-data; boundary=B"},
+        )
+        assert response.status_code == 413 and "this server takes at most" in error_of(response)
+    fields = [("q", (None, b"six")), ("q", (None, b"seven")), ("source", (None, b"en"))]
+    answer = httpx.post(server.url + "/translate", files=fields + [("target", (None, b"de"))])
+    assert answer.status_code == 200 and len(answer.json()["translatedText"]) == 2
+    assert translates(server)
+
+
 def test_a_body_of_another_content_type_is_refused_not_ignored(server):
     body = json.dumps({"q": "six", **TRANSLATE}).encode()
     refused = httpx.post(server.url + "/translate", content=body, headers={"content-type": "text/plain"})

@@ -7,6 +7,8 @@ field and what was expected.
 - Text: every string must be encodable, so a lone UTF-16 surrogate (half a character, as JavaScript's `slice` can
   leave one in a `\\ud83d` escape) is refused with 400 naming the field and the character. It is refused rather than
   replaced: a translation of silently altered text would look right to the client and differ from what it sent.
+- Forms, url-encoded or multipart: read within the same limits as any body (a multipart file too, which is named in
+  errors and never kept); names and values decoded from UTF-8 strictly, 400 naming the field otherwise.
 - Numbers: ASCII digits only (`'²'.isdigit()` is true in Python), at most nine of them; the caller checks the range.
 - Lists of texts: a string or a list of strings; an empty list is a valid request with an empty answer."""
 
@@ -14,7 +16,9 @@ import asyncio
 import json
 import re
 import urllib.parse
+from dataclasses import dataclass
 
+from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 from starlette.requests import Request
 
 # a whole number as a client writes it: ASCII digits, at most nine (larger is out of every range here)
@@ -44,8 +48,7 @@ async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> 
             elif content_type == "application/x-www-form-urlencoded":
                 fields.update(url_encoded(await read_body(request, max_bytes), "the form"))
             elif content_type == "multipart/form-data":
-                form = await request.form()
-                fields.update(fields_of(form.keys(), form.getlist))
+                fields.update(multipart(await read_body(request, max_bytes), request.headers["content-type"]))
             elif await read_body(request, max_bytes):
                 what = f"of Content-Type {described(content_type)}" if content_type else "without a Content-Type"
                 raise RequestError(415, f"a body {what}: send JSON (application/json) or a form")
@@ -61,14 +64,86 @@ def url_encoded(data: bytes, where: str) -> dict:
     pairs = {}
     for pair in data.split(b"&"):
         if pair:
-            name, _, value = pair.partition(b"=")
+            name, _, value = (urllib.parse.unquote_to_bytes(part.replace(b"+", b" ")) for part in pair.partition(b"="))
             name = utf8(name, f"{where}: a field's name")
             pairs.setdefault(name, []).append(utf8(value, f"{where}: field {described(name)}"))
     return fields_of(pairs.keys(), pairs.get)
 
 
-def utf8(encoded: bytes, where: str) -> str:
-    raw = urllib.parse.unquote_to_bytes(encoded.replace(b"+", b" "))
+@dataclass(frozen=True)
+class FilePart:
+    """A multipart form's file. The server reads text fields only, so a file is kept only to be named in an error."""
+
+    filename: str
+
+
+class Multipart:
+    """The parts of a multipart form's body as python-multipart's parser calls them: each part's headers and bytes,
+    and whether the closing boundary came."""
+
+    def __init__(self, boundary: bytes):
+        self.parts, self.ended = [], False
+        self.header_name = self.header_value = b""
+        callbacks = dict(
+            on_part_begin=lambda: self.parts.append(({}, bytearray())),
+            on_part_data=lambda data, start, end: self.parts[-1][1].extend(data[start:end]),
+            on_header_field=self.on_header_field,
+            on_header_value=self.on_header_value,
+            on_header_end=self.on_header_end,
+            on_end=self.on_end,
+        )
+        self.parser = MultipartParser(boundary, callbacks)
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self.header_name += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self.header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self.parts[-1][0][self.header_name.strip().lower()] = self.header_value.strip()
+        self.header_name = self.header_value = b""
+
+    def on_end(self) -> None:
+        self.ended = True
+
+
+def multipart(body: bytes, content_type: str) -> dict:
+    """The fields of a multipart form's `body` (already read within the server's limits), each name and value
+    decoded from UTF-8 strictly, as `url_encoded` does; a file's part is a `FilePart`. A body the parser cannot read,
+    or that stops before its closing boundary (a field would be lost), is 400; an empty one has no fields."""
+    if not body:
+        return {}
+    _, options = parse_options_header(content_type)
+    if not options.get(b"boundary"):
+        raise RequestError(400, "the form: its Content-Type names no boundary (multipart/form-data; boundary=...)")
+    charset = options.get(b"charset", b"utf-8").decode("latin-1")
+    if charset.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        raise RequestError(415, f"the form: charset {described(charset)}; send UTF-8")
+    reader = Multipart(options[b"boundary"])
+    try:
+        reader.parser.write(body)
+        reader.parser.finalize()
+    except MultipartParseError as error:
+        raise RequestError(400, f"the form is not valid multipart/form-data: {error}") from None
+    if not reader.ended:
+        raise RequestError(400, "the form is not valid multipart/form-data: it ends before its closing boundary")
+    pairs = {}
+    for index, (headers, data) in enumerate(reader.parts):
+        _, disposition = parse_options_header(headers.get(b"content-disposition", b""))
+        if b"name" not in disposition:
+            raise RequestError(
+                400, f"the form: part {index + 1} has no name (Content-Disposition: form-data; name=...)"
+            )
+        name = utf8(disposition[b"name"], f"the form: part {index + 1}'s name")
+        where = f"the form: field {described(name)}"
+        value = FilePart(utf8(disposition[b"filename"], where)) if b"filename" in disposition else utf8(data, where)
+        pairs.setdefault(name, []).append(value)
+    return fields_of(pairs.keys(), pairs.get)
+
+
+def utf8(raw: bytes, where: str) -> str:
+    """`raw` decoded from UTF-8, or 400 naming `where` and the first byte that is not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -145,8 +220,8 @@ def described(value) -> str:
         return f"a number of {len(str(abs(value)))} digits"
     try:
         shown = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # a multipart form's file (starlette's UploadFile)
-        return "a file" if hasattr(value, "filename") else type(value).__name__
+    except (TypeError, ValueError):  # a multipart form's file
+        return "a file" if isinstance(value, FilePart) else type(value).__name__
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
