@@ -988,9 +988,15 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         of §3.5 there is no limit, and nothing changes.
 
         A decoder without its mask (`config.decoder_mask=False`, a study's switch) decodes without a cache: at every
-        step it reads the whole prefix again, each position seeing all the others, as it did in training."""
+        step it reads the whole prefix again, each position seeing all the others, as it did in training.
+
+        A `max_length` given to the call, without `max_new_tokens`, bounds the output, as it does for a model whose
+        generation config holds `max_length` (Seq2SeqTrainer's `generation_max_length` is passed so): the library
+        would let the folder's own `max_new_tokens` take precedence over it."""
         if not self.config.decoder_mask:
             kwargs["use_cache"] = False
+        if generation_config is None and kwargs.get("max_length") is not None and kwargs.get("max_new_tokens") is None:
+            kwargs["max_new_tokens"] = None
         limit = position_limit(self.config)
         if limit is None:
             return super().generate(inputs, generation_config, **kwargs)

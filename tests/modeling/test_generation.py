@@ -269,3 +269,26 @@ def test_compiled_generation_with_a_static_cache_equals_eager_generation():
     compiled = model.generate(**kwargs, cache_implementation="static", compile_config=compile_config)
     assert torch.equal(compiled, eager)
     assert hasattr(model, "_compiled_call")  # the compiled path was taken, not skipped
+
+
+def test_a_max_length_given_to_the_call_bounds_the_output_over_the_folders_max_new_tokens(tmp_path):
+    """Every trained folder's generation config holds `max_new_tokens`; Seq2SeqTrainer passes its
+    `generation_max_length` to generate() as `max_length`, which the library would let that default override."""
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model = tiny_model()
+    model.generation_config.update(max_new_tokens=12, min_new_tokens=None, num_beams=1, eos_token_id=None)
+    source = torch.randint(3, 50, (2, 5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert model.generate(source, max_length=4).shape == (2, 4)  # the decoder's start and 3 new tokens
+    assert not [w for w in caught if "max_new_tokens" in str(w.message)]
+    assert model.generate(source).shape == (2, 13)  # the folder's default still holds without one
+    assert model.generate(source, max_length=4, max_new_tokens=6).shape == (2, 7)  # both given: the library's rule
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), predict_with_generate=True, generation_max_length=4, report_to=[], use_cpu=True
+    )
+    data = Dataset.from_dict({"input_ids": source.tolist(), "labels": source[:, :3].tolist()})
+    predicted = Seq2SeqTrainer(model=model, args=arguments).predict(data).predictions
+    assert (predicted[:, 4:] == model.config.pad_token_id).all()  # padded to the folder's length, generated to 4
