@@ -80,7 +80,11 @@ def run_job(args: argparse.Namespace, corpus: Corpus, make_job) -> int:
     corpus.check()
     share = this_process()
     output = output_for(args, corpus, share)
-    skipped = run_corpus(corpus, make_job(), output, args.read_window, share, args.progress)
+    try:
+        skipped = run_corpus(corpus, make_job(), output, args.read_window, share, args.progress)
+    except BaseException:
+        output.abandon()
+        raise
     if skipped:
         print(f"warning: {skipped} lines could not be used and were left blank (--skip-invalid)", file=sys.stderr)
     return 0

@@ -67,6 +67,9 @@ class StandardOutput:
         """The records left blank."""
         return self.skipped
 
+    def abandon(self) -> None:
+        """Nothing to undo: what was printed stays printed."""
+
 
 def check_output_file(flag: str, path: str) -> None:
     """That the file `flag` names can be written (its folder exists and is writable, it is not a folder), checked
@@ -233,6 +236,18 @@ class Parts:
         os.replace(temporary, self.output)
         self.remove_parts()
         return sum(journal["skipped"] for journal in journals)
+
+    def abandon(self) -> None:
+        """Undo a start that stopped before it wrote a window (its model could not be loaded, its first window
+        failed): this process's empty part and journal removed, and the folder where nothing else is in it, so that
+        the failed start leaves nothing behind. A start that wrote a window keeps everything, to be resumed."""
+        if self.lengths or self.finished:
+            return
+        for path in (self.text, self.journal):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        with contextlib.suppress(OSError):  # another process's files are still there
+            os.rmdir(self.folder)
 
     def remove_parts(self) -> None:
         for name in os.listdir(self.folder):
