@@ -253,6 +253,7 @@ def test_the_table_of_importers_is_the_one_list_of_kinds(imported, monkeypatch, 
         )
     with pytest.raises(CheckpointImportError, match=r"expected one of marian, fsmt, fairseq, opennmt, opennmt-hub\.$"):
         import_checkpoint("anything", "moses")
+    (tmp_path / "model.pt").write_bytes(b"")  # a local source must exist
     import_checkpoint(tmp_path / "model.pt", "opennmt", out=tmp_path / "out")
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "The weights of `model.pt`, an opennmt checkpoint, imported unchanged by" in card
@@ -327,6 +328,24 @@ def test_source_files_cut_short_or_not_utf8_are_named_in_one_line(tmp_path):
     with pytest.raises(CheckpointImportError, match="a file of it is not UTF-8 text"):
         import_checkpoint(folder / "checkpoint_best.pt", "fairseq", trust_pickle=True, out=tmp_path / "f")
     assert not (tmp_path / "m").exists() and not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("kind, lacking", [("marian", "source.spm"), ("fsmt", "merges.txt")])
+def test_a_source_folder_lacking_a_tokenizer_file_is_named_with_the_file(tmp_path, kind, lacking):
+    folder = tmp_path / kind
+    (sources.marian_folder if kind == "marian" else sources.fsmt_folder)(folder)
+    (folder / lacking).unlink()
+    with pytest.raises(
+        CheckpointImportError, match=f"^{folder}: its tokenizer needs {lacking}, which the folder lacks"
+    ):
+        import_checkpoint(folder, kind)
+
+
+@pytest.mark.parametrize("kind", IMPORT_KINDS)
+def test_a_source_that_is_not_there_is_named_not_looked_up(tmp_path, kind):
+    for source in (tmp_path / "nowhere", "./runs/nowhere"):
+        with pytest.raises(CheckpointImportError, match=f"^{source}: no such file or folder"):
+            import_checkpoint(source, kind, trust_pickle=True)
 
 
 def test_a_pre_norm_fairseq_checkpoint_keeps_its_final_layer_norms(tmp_path):

@@ -22,7 +22,8 @@ import copy
 import json
 import os
 
-from huggingface_hub.errors import StrictDataclassError
+from huggingface_hub.errors import HFValidationError, StrictDataclassError
+from huggingface_hub.utils import validate_repo_id
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .errors import one_line
@@ -45,6 +46,28 @@ def generation_settings(source_generation_config, config: VanillaTransformerConf
         generation_config.max_new_tokens = generation_config.max_length - 1
         generation_config.max_length = None
     return generation_config
+
+
+def check_source_present(source: str, kind: str) -> None:
+    """A source that is not there is named as such: a path that does not exist and cannot be a Hub id (it was looked
+    up on the Hub, and named by its error), and a source folder lacking a file its tokenizer needs (named by the
+    tokenizer's own error, a `TypeError` about None)."""
+    importer = IMPORTERS[kind]
+    if not os.path.exists(source):
+        try:
+            if not importer.hub_base_model:
+                raise HFValidationError("not read from the Hub")
+            validate_repo_id(source)
+        except HFValidationError:
+            hub = " (nor a Hub id: NAME or OWNER/NAME)" if importer.hub_base_model else ""
+            raise CheckpointImportError(f"{source}: no such file or folder{hub}") from None
+    elif os.path.isdir(source):
+        missing = [name for name in importer.tokenizer_files if not os.path.isfile(os.path.join(source, name))]
+        if missing:
+            needed = ", ".join(importer.tokenizer_files)
+            raise CheckpointImportError(
+                f"{source}: its tokenizer needs {', '.join(missing)}, which the folder lacks ({kind} reads {needed})"
+            )
 
 
 def check_source_type(source: str, kind: str) -> None:
@@ -80,6 +103,7 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
     if out is not None:
         check_writable(str(out), overwrite, CheckpointImportError, reading=source)
     check_source_type(source, kind)
+    check_source_present(source, kind)
     options = {"languages": tuple(languages)} if languages is not None else {}
     try:
         model, tokenizer, generation_config = IMPORTERS[kind].read(source, trust_pickle, **options)

@@ -17,19 +17,31 @@ class Importer(NamedTuple):
     settings; `description` names the source in the model card; `hub_base_model` says whether a SOURCE that is no
     local path is a Hub id the card names as its base model (the Hub repository of a transformers model);
     `model_type` is the `model_type` of a model folder that this importer brings in (None: the source is no model
-    folder); `takes_languages`: `read` also takes `languages`, (source, target), for a source that may not name them."""
+    folder); `takes_languages`: `read` also takes `languages`, (source, target), for a source that may not name them;
+    `tokenizer_files`: the files a source folder's tokenizer cannot load without (named before it is read)."""
 
     read: Callable
     description: str
     hub_base_model: bool
     model_type: str | None
     takes_languages: bool = False
+    tokenizer_files: tuple[str, ...] = ()
 
 
 IMPORTERS = {
-    "marian": Importer(import_marian, "MarianMTModel (transformers)", hub_base_model=True, model_type="marian"),
+    "marian": Importer(
+        import_marian,
+        "MarianMTModel (transformers)",
+        hub_base_model=True,
+        model_type="marian",
+        tokenizer_files=("source.spm", "target.spm", "vocab.json"),
+    ),
     "fsmt": Importer(
-        import_fsmt, "FSMTForConditionalGeneration (transformers)", hub_base_model=True, model_type="fsmt"
+        import_fsmt,
+        "FSMTForConditionalGeneration (transformers)",
+        hub_base_model=True,
+        model_type="fsmt",
+        tokenizer_files=("vocab-src.json", "vocab-tgt.json", "merges.txt"),
     ),
     "fairseq": Importer(
         import_fairseq,
