@@ -113,6 +113,7 @@ def align_tokens(model, tokenizer, sources, target_ids, layer=None, heads=None, 
     """The alignment of each source with the target tokens a search wrote (`Translation.tokens`), not its text
     encoded again (which may give other tokens): their words are those of the text they decode to."""
     check_pairs(sources, target_ids)
+    check_whole("batch_size", batch_size)
     eos = model.config.eos_token_id
     rows = [list(ids) if ids and ids[-1] == eos else list(ids) + [eos] for ids in target_ids]
     words = [decoded_words(tokenizer, ids) for ids in rows]
@@ -131,7 +132,6 @@ def aligned_in_batches(model, tokenizer, sources, target_ids, target_words, laye
     if not is_whole(layer) or not -layers <= layer < layers:
         raise ValueError(f"layer {layer!r}: expected 0 to {layers - 1}, the decoder's layers")
     heads = heads_given(heads, model.config.num_heads)
-    check_whole("batch_size", batch_size)
     results = []
     for start in range(0, len(sources), batch_size):
         part = slice(start, start + batch_size)
