@@ -49,9 +49,9 @@ def generation_settings(source_generation_config, config: VanillaTransformerConf
 
 
 def check_source_present(source: str, kind: str) -> None:
-    """A source that is not there is named as such: a path that does not exist and cannot be a Hub id (it was looked
-    up on the Hub, and named by its error), and a source folder lacking a file its tokenizer needs (named by the
-    tokenizer's own error, a `TypeError` about None)."""
+    """What of the source is not there, named before it is read: a path that does not exist and cannot be a Hub id
+    (rather than looked up on the Hub), a source folder lacking a file its tokenizer reads (rather than the
+    tokenizer's own `TypeError` about None)."""
     importer = IMPORTERS[kind]
     if not os.path.exists(source):
         try:
