@@ -784,6 +784,7 @@ class Decoder(Stack):
         super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
         # §3.2.3's mask over the future positions, or a study's decoder without it
         self.self_attn_mask = target_mask if config.decoder_mask else unmasked_target_mask
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(): training then keeps no cache
 
     @capture_outputs
     @cache_argument
@@ -802,6 +803,10 @@ class Decoder(Stack):
             raise ValueError("The decoder attends to the encoder output: pass encoder_hidden_states.")
         check_inputs(input_ids, attention_mask, self.config, "decoder_input_ids")
         use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # checkpointed layers drop the cache, which would come back empty and start the next call at position 0
+            logger.warning_once("`use_cache=True` is incompatible with gradient checkpointing: `use_cache=False`.")
+            use_cache = False
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         elif cache is not None and not isinstance(cache, EncoderDecoderCache):
@@ -923,8 +928,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 class VanillaTransformerLMOutput(Seq2SeqLMOutput):
     r"""Seq2SeqLMOutput, and beside a label-smoothed `loss` the plain cross-entropy it smooths.
 
-    nll_loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `labels`):
-        The mean token cross-entropy, normalised as `loss` is; the same as `loss` without label smoothing.
+    nll_loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `labels` and label smoothing):
+        The mean token cross-entropy, normalised as `loss` is. Without smoothing it is `loss` itself and None, so
+        that the output's tuple is Seq2SeqLMOutput's.
     """
 
     nll_loss: torch.FloatTensor | None = None
@@ -1088,20 +1094,20 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return decoder_input_ids
 
     def logits_and_loss(
-        self, hidden: torch.Tensor, labels: torch.Tensor | None, label_smoothing: float, skip_logits: bool
+        self, hidden: torch.Tensor, labels: torch.Tensor | None, smoothing: float, skip_logits: bool
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """The logits (batch, tgt_len, vocab_size), None with `skip_logits` where the head is a plain linear layer;
         with labels, the label-smoothed loss and the NLL, summed over the target tokens."""
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing is an epsilon in [0, 1), got {label_smoothing}")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing is label smoothing's epsilon, in [0, 1); got {smoothing}")
         if skip_logits and is_plain_linear(self.lm_head):
-            return None, *linear_cross_entropy(hidden, self.lm_head, labels, label_smoothing)
+            return None, *linear_cross_entropy(hidden, self.lm_head, labels, smoothing)
         logits = project_to_vocabulary(self.lm_head, hidden)
         if labels is None:
             return logits, None, None
         nll, uniform = token_cross_entropy(logits, labels)
         nll_sum = nll.sum()
-        return logits, torch.lerp(nll_sum, uniform.sum(), label_smoothing), nll_sum  # (1 - eps) nll + eps uniform
+        return logits, torch.lerp(nll_sum, uniform.sum(), smoothing), nll_sum  # (1 - eps) nll + eps uniform
 
     @can_return_tuple
     @cache_argument
@@ -1118,20 +1124,22 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         skip_logits: bool = False,
-        label_smoothing: float = 0.0,
+        smoothing: float = 0.0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> "VanillaTransformerLMOutput":
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             Target token ids; positions set to -100 are ignored. When given, `decoder_input_ids` default to the
             labels shifted right and the returned loss is the mean token cross-entropy (the training criterion,
-            `vanilla_transformer.training`, adds label smoothing through `label_smoothing`).
+            `vanilla_transformer.training`, adds label smoothing through `smoothing`).
         skip_logits (`bool`, *optional*, defaults to `False`):
             With `labels`: the loss without the logits, which are never made whole (`linear_cross_entropy`, a chunk
             of tokens at a time) and returned as None; the convention of Liger-Kernel and of the Trainer's
             `use_liger_kernel`. A replaced or hooked `lm_head` makes the logits as usual.
-        label_smoothing (`float`, *optional*, defaults to 0.0):
-            The loss's label smoothing epsilon (§5.4); `nll_loss` is the plain cross-entropy beside it.
+        smoothing (`float`, *optional*, defaults to 0.0):
+            The loss's label smoothing epsilon (§5.4); `nll_loss` is the plain cross-entropy beside it, returned
+            only where it differs from the loss (smoothing above 0). Not named `label_...`: the Trainer takes every
+            `forward` argument so named for a column of labels.
         """
         decoder_input_ids = self.decoder_input_ids_for(labels, decoder_input_ids, decoder_inputs_embeds, skip_logits,
                                                        inputs_embeds if input_ids is None else input_ids)  # fmt: skip
@@ -1148,11 +1156,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=False if labels is not None else use_cache,
             **kwargs,
         )
-        logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, label_smoothing, skip_logits)
+        logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, smoothing, skip_logits)
         if labels is not None:
             # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch
             tokens = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
-            loss, nll_loss = loss / tokens, nll_loss / tokens
+            loss, nll_loss = loss / tokens, nll_loss / tokens if smoothing else None
         return VanillaTransformerLMOutput(
             loss=loss,
             nll_loss=nll_loss,

@@ -161,6 +161,41 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5)
 
 
+def test_training_with_gradient_checkpointing_returns_no_cache_rather_than_an_empty_one():
+    """Checkpointed layers drop the cache; an empty one returned would start the next call at position 0."""
+    model = tiny_model().train()
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    src, tgt = torch.randint(3, 50, (2, 7)), torch.randint(3, 50, (2, 5))
+    assert model(input_ids=src, decoder_input_ids=tgt, use_cache=True).cache is None
+    with torch.no_grad():  # no backward pass to checkpoint: the cache is kept
+        assert model(input_ids=src, decoder_input_ids=tgt, use_cache=True).cache.get_seq_length() == 5
+
+
+def test_the_trainer_finds_the_labels_column_alone_and_reports_the_eval_loss_and_metrics(tmp_path):
+    """The Trainer takes every `forward` argument named `label...` for a column of labels, and a batch lacking one
+    for a batch without labels: no loss, no metrics. Its predictions hold the logits and the encoder's output, as
+    for MarianMTModel (no `nll_loss` without label smoothing, no cache)."""
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model = tiny_model()
+    rows = {"input_ids": torch.randint(3, 50, (4, 6)).tolist(), "labels": torch.randint(3, 50, (4, 5)).tolist()}
+    shapes = []
+
+    def metrics(prediction):
+        shapes.extend(p.shape for p in prediction.predictions)
+        return {"rows": len(prediction.label_ids)}
+
+    arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = Seq2SeqTrainer(model=model, args=arguments, compute_metrics=metrics)
+    assert trainer.label_names == ["labels"]
+    result = trainer.evaluate(Dataset.from_dict(rows))
+    assert result["eval_rows"] == 4 and result["eval_loss"] > 0
+    assert shapes == [(4, 5, 50), (4, 6, 32)]  # the logits, the encoder's last hidden states
+    assert len(model(input_ids=torch.tensor(rows["input_ids"]), labels=torch.tensor(rows["labels"])).to_tuple()) == 3
+
+
 def test_every_parameter_is_initialised_and_trainable():
     model = tiny_model()
     src = torch.randint(3, 50, (2, 7))

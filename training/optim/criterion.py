@@ -142,7 +142,8 @@ class TranslationCriterion:
             labels=labels,
             use_cache=False,
             skip_logits=True,
-            label_smoothing=self.label_smoothing,
+            smoothing=self.label_smoothing,
             num_items_in_batch=1,  # the model's loss is the sum over tokens divided by this
         )
-        return None, outputs.loss, outputs.nll_loss, (labels != -100).sum()
+        nll = outputs.loss if outputs.nll_loss is None else outputs.nll_loss  # None: no smoothing, the same sum
+        return None, outputs.loss, nll, (labels != -100).sum()
