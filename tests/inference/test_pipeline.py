@@ -42,8 +42,42 @@ def test_translation_pipeline_passes_generation_arguments(trained_folder):
 
 def test_translation_pipeline_rejects_other_inputs(trained_folder):
     translate = pipeline("translation", model=str(trained_folder))
-    with pytest.raises(ValueError, match="expected a string or a list of strings"):
-        translate(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="translation pipeline: input 1 is Tensor, not a string"):
+        list(translate(torch.tensor([1, 2, 3])))  # an iterator: each input is checked as it is read
+    with pytest.raises(ValueError, match="translation pipeline: input 3 is int, not a string"):
+        list(translate(iter(["six", "seven", 8])))
+    with pytest.raises(ValueError, match="expected a string or a sequence or iterator of strings, got int"):
+        translate(7)
+    with pytest.raises(ValueError, match="input 2 is NoneType, not a string"):
+        translate(["six", None])
+
+
+def test_translation_pipeline_reads_columns_datasets_and_iterators_as_transformers_4_did(trained_folder, monkeypatch):
+    from datasets import Dataset
+    from transformers.pipelines.pt_utils import KeyDataset
+
+    translate = pipeline("translation", model=str(trained_folder))
+    expected = [{"translation_text": text} for text in reference(trained_folder, SOURCES)]
+    dataset = Dataset.from_dict({"text": SOURCES})
+    assert translate(dataset["text"]) == translate(tuple(SOURCES)) == expected  # sequences: a list
+    monkeypatch.setattr("vanilla_transformer.inference.pipeline.STREAM_CHUNK", 2)  # 3 chunks of 5 texts
+    streamed = translate(iter(SOURCES), batch_size=2)
+    assert not isinstance(streamed, list) and list(streamed) == [[result] for result in expected]
+    assert list(translate(KeyDataset(dataset, "text"))) == [[result] for result in expected]
+    with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
+        translate(iter(SOURCES), max_source_length=0)  # at the call, before any result is asked for
+
+
+def test_translation_pipeline_takes_the_arguments_of_transformers_4s(trained_folder):
+    translate = pipeline("translation", model=str(trained_folder))
+    tokenizer = AutoTokenizer.from_pretrained(trained_folder)
+    (both,) = translate([SOURCES[0]], return_tensors=True)
+    assert both["translation_text"] == tokenizer.decode(both["translation_token_ids"], skip_special_tokens=True)
+    assert translate(SOURCES[0], return_tensors=True, return_text=False)[0].keys() == {"translation_token_ids"}
+    tokenizer.model_max_length = 2
+    cut = pipeline("translation", model=str(trained_folder), tokenizer=tokenizer)
+    assert cut(SOURCES[0], truncation=True) == cut(SOURCES[0], max_source_length=2) != cut(SOURCES[0])
+    assert cut(SOURCES[0], clean_up_tokenization_spaces=True) == translate(SOURCES[0])
 
 
 def test_translation_pipeline_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder):

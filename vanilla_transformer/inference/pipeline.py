@@ -6,10 +6,18 @@ Importing `vanilla_transformer` registers it with `transformers.pipelines.PIPELI
     translate(["forty-two", "seven"], num_beams=5, batch_size=8)
 
 returns `[{"translation_text": ...}, ...]`, one dict per input (a single dict in a list for a single string, as the
-transformers 4 pipeline did). Keyword arguments other than `max_source_length` and the pipeline's own (`batch_size`,
-...) are passed to `model.generate`. It works with any `AutoModelForSeq2SeqLM` model, not only this one.
+transformers 4 pipeline did). A sequence of strings (a list, a tuple, a datasets `Column`) gives a list; an iterator
+or a torch `Dataset` (`KeyDataset(dataset, "text")`) gives an iterator over the results, read `STREAM_CHUNK` inputs
+at a time. The transformers 4 pipeline's own arguments are taken: `truncation` (True: cut to the tokenizer's
+`model_max_length`), `clean_up_tokenization_spaces`, `return_tensors` (`translation_token_ids`) and `return_text`;
+so is `max_source_length`. Other keyword arguments than these and the pipeline's own (`batch_size`, ...) are passed
+to `model.generate`. It works with any `AutoModelForSeq2SeqLM` model, not only this one.
 """
 
+import itertools
+from collections.abc import Iterable, Sequence
+
+import torch.utils.data
 import transformers.pipelines
 from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
@@ -20,6 +28,7 @@ from ..errors import is_whole
 from ..model_folder import encode_within
 
 logger = logging.get_logger(__name__)
+STREAM_CHUNK = 256  # texts read at a time from an iterator: batches are made within them
 
 
 class TranslationPipeline(Pipeline):
@@ -33,33 +42,64 @@ class TranslationPipeline(Pipeline):
         super().__init__(*args, **kwargs)
         check_tokenizer_matches(self.model.config, self.tokenizer, "translation pipeline")
 
-    def _sanitize_parameters(self, max_source_length: int | None = None, **generate_kwargs):
+    def _sanitize_parameters(
+        self,
+        max_source_length: int | None = None,
+        truncation: bool | None = None,
+        clean_up_tokenization_spaces: bool | None = None,
+        return_tensors: bool = False,
+        return_text: bool = True,
+        **generate_kwargs,
+    ):
         if max_source_length is not None and (not is_whole(max_source_length) or max_source_length < 1):
             raise ValueError(
                 f"translation pipeline: max_source_length must be a positive integer, got {max_source_length!r}"
             )
+        if truncation and max_source_length is None:  # transformers 4's: cut to what the tokenizer says it takes
+            max_source_length = min(self.tokenizer.model_max_length, 10**9)
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
-        return preprocess_params, generate_kwargs, {}
+        postprocess_params = dict(clean_up_tokenization_spaces=clean_up_tokenization_spaces)
+        postprocess_params.update(return_tensors=return_tensors, return_text=return_text)
+        return preprocess_params, generate_kwargs, postprocess_params
 
-    def __call__(self, inputs: str | list[str], **kwargs):
-        """One list of translations per input (a list of strings gives one translation each, unlisted, where one is
-        asked for). A blank input (empty, or spaces only) is answered with empty translations without a search, as
-        the package's translators answer it: a search from an empty source writes whatever the model likes best."""
-        if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(x, str) for x in inputs))):
-            raise ValueError(
-                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
-            )
-        _, generate_kwargs, _ = self._sanitize_parameters(**kwargs)  # checked even when every input is blank
-        texts = [inputs] if isinstance(inputs, str) else inputs
+    def __call__(self, inputs: str | Sequence[str] | Iterable[str], **kwargs):
+        """One list of translations per input (a sequence of strings gives one translation each, unlisted, where one
+        is asked for; an iterator or a torch Dataset, an iterator over them). A blank input (empty, or spaces only)
+        is answered with empty translations without a search, as the package's translators answer it: a search from
+        an empty source writes whatever the model likes best."""
+        if isinstance(inputs, str):
+            return self.translate_texts([inputs], kwargs)[0]
+        if isinstance(inputs, torch.utils.data.Dataset):  # read by index, as a DataLoader would
+            inputs = map(inputs.__getitem__, range(len(inputs)))
+        elif isinstance(inputs, Sequence):
+            results = self.translate_texts(list(inputs), kwargs)
+            return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
+        if isinstance(inputs, Iterable):
+            self._sanitize_parameters(**kwargs)  # checked at the call, not at the first result
+            return self.stream(iter(inputs), kwargs)
+        raise ValueError(
+            f"translation pipeline: expected a string or a sequence or iterator of strings, got {type(inputs).__name__}"
+        )
+
+    def stream(self, inputs, kwargs: dict):
+        """The results of an iterator of texts, `STREAM_CHUNK` texts translated at a time: each a list of dicts, as
+        transformers 4 gave them."""
+        for start in itertools.count(0, STREAM_CHUNK):
+            if not (chunk := list(itertools.islice(inputs, STREAM_CHUNK))):
+                return
+            yield from self.translate_texts(chunk, kwargs, start)
+
+    def translate_texts(self, texts: list, kwargs: dict, start: int = 0) -> list[list[dict]]:
+        """The list of translations of each text, each checked to be a string (`start`: the inputs before them)."""
+        for index, text in enumerate(texts, start + 1):
+            if not isinstance(text, str):
+                raise ValueError(f"translation pipeline: input {index} is {type(text).__name__}, not a string")
+        _, generate_kwargs, postprocess_params = self._sanitize_parameters(**kwargs)  # even when all are blank
         others = [text for text in texts if text.strip()]
         found = iter(super().__call__(others, **kwargs) if others else [])
         returned = generate_kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
-        results = [next(found) if text.strip() else [{"translation_text": ""}] * returned for text in texts]
-        if isinstance(inputs, str):
-            return results[0]
-        if all(len(result) == 1 for result in results):
-            return [result[0] for result in results]
-        return results
+        blank = self.postprocess({"output_ids": [[torch.empty(0, dtype=torch.long)] * returned]}, **postprocess_params)
+        return [next(found) if text.strip() else blank for text in texts]
 
     def preprocess(self, text: str, max_source_length: int | None = None):
         """The tokenised source, cut to `max_source_length` tokens if given, and to the model's learned positions
@@ -79,11 +119,19 @@ class TranslationPipeline(Pipeline):
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}  # (batch, returned, len)
 
-    def postprocess(self, model_outputs):
-        return [
-            {"translation_text": self.tokenizer.decode(ids, skip_special_tokens=True)}
-            for ids in model_outputs["output_ids"][0]
-        ]
+    def postprocess(self, model_outputs, clean_up_tokenization_spaces=None, return_tensors=False, return_text=True):
+        """Each returned sequence as a dict: its text (`translation_text`), its token ids (`translation_token_ids`)
+        with `return_tensors`, or both."""
+        results = []
+        for ids in model_outputs["output_ids"][0]:
+            result = {"translation_token_ids": ids} if return_tensors else {}
+            if return_text:
+                decoded = self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+                result["translation_text"] = decoded
+            results.append(result)
+        return results
 
 
 def register() -> None:
