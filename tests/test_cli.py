@@ -99,6 +99,12 @@ def test_each_commands_failures_end_in_their_status(argv, target, error, status,
         assert capsys.readouterr().err == f"error: {error}\n"
 
 
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch, capsys):
+    monkeypatch.setattr("vanilla_transformer.commands.translate.translator_for", raising(KeyboardInterrupt()))
+    assert main(["translate", "--model", "m", "x"]) == 130
+    assert capsys.readouterr().err == "\ntranslate: interrupted\n"
+
+
 def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["train", "--streaming"])

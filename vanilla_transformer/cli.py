@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except KeyboardInterrupt:  # Ctrl-C: what the command writes is left whole or resumable, as its help says
+        print(f"\n{args.command}: interrupted", file=sys.stderr)
+        return 130
     end_processes()  # several processes (torchrun, accelerate launch): their group ends before they exit
     return status
 

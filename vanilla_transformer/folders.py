@@ -67,3 +67,11 @@ def staged_folder(out: str):
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def with_usual_mode(path: str) -> None:
+    """The mode `open()` gives a new file (0666 less the umask), for a file made with `tempfile.mkstemp` (0600) that
+    is renamed over the one the user named."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)

@@ -2,6 +2,8 @@
 the same, progress on stderr, bad lines and outputs named."""
 
 import json
+import os
+import threading
 
 import pytest
 from vanilla_transformer.training.tasks.numbers import english, german
@@ -71,6 +73,17 @@ def test_a_start_that_fails_before_its_first_window_leaves_no_parts(numbers_file
                          "--output", str(output))  # fmt: skip
     assert status != 0 and "no-model" in err
     assert not output.exists() and not (tmp_path / "out.txt.partial").exists()
+
+
+def test_a_named_pipe_is_read_once(trained_folder, tmp_path, capsys):
+    """It is not opened to be checked first: its writer would be gone when it is opened again to be read."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text("six\nseven\n"))
+    writer.start()
+    status, out, _ = run(capsys, "translate", "--model", str(trained_folder), "--input", str(pipe))
+    writer.join()
+    assert status == 0 and len(out.splitlines()) == 2
 
 
 def test_an_output_over_its_own_input_is_refused(numbers_file, tmp_path, capsys):

@@ -34,6 +34,10 @@ def check_file(flag: str, path: str) -> str:
         raise DataError(f"{flag} {path}: expected a .jsonl, .json, .csv or .parquet file.")
     if os.path.getsize(path) == 0:
         raise DataError(f"{flag} {path}: the file is empty.")
+    try:
+        open(path, "rb").close()
+    except OSError as error:
+        raise DataError(f"{flag} {path}: cannot be read ({error.strerror}).") from None
     return FILE_BUILDERS[extension]
 
 

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ...folders import with_usual_mode
 
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
 RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
@@ -100,6 +101,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     os.close(handle)
     try:
         fig.savefig(partial, dpi=100)
+        with_usual_mode(partial)
         os.replace(partial, out)
     finally:
         plt.close(fig)

@@ -79,11 +79,14 @@ def check_results_file(output: str, data: DataArguments, model: str) -> None:
 
 def write_results(output: str, text: str) -> None:
     """The results in --output: a file is replaced whole (written beside it and renamed), a stream written to."""
-    if is_stream(output):
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        write_atomically(output, text)
+    try:
+        if is_stream(output):
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        else:
+            write_atomically(output, text)
+    except OSError as error:  # a full disk or device, a folder that went away
+        raise CommandError(f"--output {output}: {error.strerror}", exit_code=1) from error
 
 
 def split_of(data: DataArguments, split: str, seed: int) -> "datasets.Dataset":

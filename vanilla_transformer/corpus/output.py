@@ -14,10 +14,11 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from ..errors import OutputError
-from ..folders import why_unmakeable
+from ..folders import why_unmakeable, with_usual_mode
 from ..processes import processes
 
 
@@ -74,11 +75,18 @@ class StandardOutput:
 def check_output_file(flag: str, path: str) -> None:
     """That the file `flag` names can be written (its folder exists and is writable, it is not a folder), checked
     before any work is done; an OutputError names the flag, the file and what is wrong."""
+    if not path:
+        raise OutputError(f"{flag}: an empty name; expected a file name")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise OutputError(f"{flag} {path}: its folder {directory} does not exist")
     if os.path.isdir(path):
         raise OutputError(f"{flag} {path}: is a folder; expected a file name")
+    if os.path.islink(path):  # the file is written beside it and renamed over it: the link would be replaced
+        raise OutputError(f"{flag} {path}: is a symbolic link; give the file it points to, {os.path.realpath(path)}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OutputError(f"{flag} {path}: is not a regular file (a device or a pipe), which would be replaced; "
+                          "write to a file, or to stdout and redirect it")  # fmt: skip
     if not os.access(directory, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise OutputError(f"{flag} {path}: not writable")
 
@@ -95,11 +103,17 @@ def check_output_folder(flag: str, path: str) -> None:
 
 def write_atomically(path: str, text: str) -> None:
     """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    folder, name = os.path.split(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)  # a new name: no file of the user's is lost
+    try:
+        with open(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        with_usual_mode(temporary)
+    except BaseException:
+        os.remove(temporary)
+        raise
     os.replace(temporary, path)
 
 
@@ -251,7 +265,7 @@ class Parts:
 
     def remove_parts(self) -> None:
         for name in os.listdir(self.folder):
-            if name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp")):
+            if name.startswith("process-") and name.endswith((".txt", ".json")) or name.startswith(".process-"):
                 os.remove(os.path.join(self.folder, name))
         if not os.listdir(self.folder):
             os.rmdir(self.folder)

@@ -3,6 +3,7 @@ a JSON-lines file of pairs, decoded line by line as UTF-8, so that memory holds 
 A line that cannot be read is not an exception at once: its record carries the problem, which the job names, or
 counts and leaves blank under `skip_invalid`."""
 
+import errno
 import hashlib
 import io
 import json
@@ -49,18 +50,25 @@ class TextInput:
 
     @property
     def rereadable(self) -> bool:
-        """Whether it can be read again (every process of several reads it whole): a file or arguments, not stdin."""
-        return self.path is not None or self.texts is not None
+        """Whether it can be read again (every process of several reads it whole): a regular file or arguments, not
+        stdin or a named pipe."""
+        return self.texts is not None or (self.path is not None and os.path.isfile(self.path))
 
     def where(self, number: int) -> str:
         """How a message names line `number`: "--input FILE, line 7", or "sentence 7" of the arguments."""
         return f"sentence {number}" if self.texts is not None else f"{self.name}, line {number}"
 
     def check(self) -> None:
-        """An OSError (its message naming the input) where the file cannot be opened."""
-        if self.path is not None:
-            with open(self.path, "rb"):
-                pass
+        """An OSError (its message naming the input) where the file cannot be opened. A named pipe is not opened:
+        its writer would be gone before it is read."""
+        if self.path is None:
+            return
+        if os.path.exists(self.path) and not os.path.isfile(self.path) and not os.path.isdir(self.path):
+            if not os.access(self.path, os.R_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), self.path)
+            return
+        with open(self.path, "rb"):
+            pass
 
     def lines(self) -> Iterator[tuple[str, str | None]]:
         """Each line's text and its problem (None, or why it is not UTF-8 text); a UTF-8 byte order mark that starts

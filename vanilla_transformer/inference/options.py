@@ -57,7 +57,7 @@ class Guards:
         if self.max_len_b is None and not self.max_len_a:
             return [max_length] * len(source_lengths)
         b = self.max_len_b or 0
-        return [max(1, min(max_length, int(self.max_len_a * length + b))) for length in source_lengths]
+        return [max(1, int(min(max_length, self.max_len_a * length + b))) for length in source_lengths]  # a*n: inf
 
     def repetition(self, generation_config) -> dict:
         """generate()'s and ctranslate2's settings for the repetition guards (their arguments have one name)."""
