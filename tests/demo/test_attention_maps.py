@@ -96,3 +96,17 @@ def test_the_command_refuses_an_out_it_cannot_write_into_before_loading_the_mode
     figures = existing / "figures"
     assert main([*argv, str(figures)]) == 2
     assert capsys.readouterr().err == f"error: --out {figures}: cannot be made, since {existing} is a file\n"
+
+
+def test_the_command_refuses_the_model_folder_no_name_and_a_blank_source(trained_folder, tmp_path, capsys):
+    before = sorted(path.name for path in trained_folder.iterdir())
+    argv = ["attention", "--model", str(trained_folder)]
+    refused = {
+        ("--source", "seven", "--out", str(trained_folder / "figures")): "is inside the --model folder",
+        ("--source", "seven", "--out", ""): "--out: an empty name; expected a folder",
+        ("--source", "  ", "--out", str(tmp_path / "figures")): "--source is blank; expected the sentence",
+    }
+    for flags, words in refused.items():
+        assert main([*argv, *flags]) == 2
+        assert words in capsys.readouterr().err
+    assert sorted(path.name for path in trained_folder.iterdir()) == before and not (tmp_path / "figures").exists()

@@ -1,8 +1,11 @@
 """`vanilla-transformer attention`: the attention heatmaps of a model for one sentence, as PNG files."""
 
 import argparse
+import os
 
 from ..corpus.output import check_output_folder
+from ..errors import CommandError
+from ..folders import holds
 from ..model_folder import load_model_folder
 from ..training.options.arguments import PositiveInt
 
@@ -23,6 +26,12 @@ def attention_command(args: argparse.Namespace) -> int:
     from ..demo.attention_maps import attention_maps, write_attention_figures
 
     check_output_folder("--out", args.out)
+    if os.path.isdir(args.model) and holds(args.model, args.out):
+        raise CommandError(
+            f"--out {args.out} is inside the --model folder {args.model}: write the figures elsewhere", 2
+        )
+    if not args.source.strip():  # a blank sentence is not searched (docs/errors.md): it has no attention to draw
+        raise CommandError("--source is blank; expected the sentence to translate", 2)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
     maps = attention_maps(
         model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length

@@ -94,6 +94,8 @@ def check_output_file(flag: str, path: str) -> None:
 def check_output_folder(flag: str, path: str) -> None:
     """That the folder `flag` names can be written into, or made (with its parents) where it does not exist yet;
     an OutputError names the flag, the folder and what is wrong."""
+    if not path:
+        raise OutputError(f"{flag}: an empty name; expected a folder")
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{flag} {path}: is a file; expected a folder")
     reason = why_unmakeable(path)
