@@ -98,6 +98,9 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
         main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--split", "validation"]) == 2
     )
     assert "--split validation" in capsys.readouterr().err
+    same = ["--source-lang", "de", "--target-lang", "de"]
+    assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), *same]) == 2
+    assert "error: --source-lang and --target-lang are both 'de'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from ..training.data.loading import DataError
 
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
+    if data.source_lang == data.target_lang:  # as train refuses it: every pair would be scored against itself
+        raise CommandError(f"--source-lang and --target-lang are both {data.source_lang!r}", exit_code=2)
     if args.output:
         check_results_file(args.output, data, args.model)
     with reported_as(2, DataError):
