@@ -126,3 +126,17 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     flags[-1] = str(tmp_path / "empty.txt")
     assert main(["translate", "--model", str(trained_folder), *flags]) == 2
     assert "line 1: an empty term" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("length_penalty", [1000.0, -1000.0])
+def test_a_length_penalty_past_floats_range_gives_translations_not_an_overflow(
+    trained_folder, length_penalty, tmp_path, capsys
+):
+    """length ** penalty leaves float's range (Python's OverflowError) in every search of the package."""
+    (tmp_path / "in.txt").write_text("six\n", encoding="utf-8")
+    (tmp_path / "terms.txt").write_text("sechs\n", encoding="utf-8")
+    constrained = ["--num-beams", "3", "--constraints-file", str(tmp_path / "terms.txt")]
+    for flags in (["--num-beams", "1"], ["--num-beams", "3"], constrained):
+        argv = ["translate", "--model", str(trained_folder), "--input", str(tmp_path / "in.txt"), *flags]
+        assert main([*argv, "--length-penalty", str(length_penalty)]) == 0, capsys.readouterr().err
+        assert len(capsys.readouterr().out.splitlines()) == 1

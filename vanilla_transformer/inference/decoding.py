@@ -18,6 +18,7 @@ tokens generate() writes (up to the rounding of a smaller batch's matrix product
     found[0][0].tokens   # the best translation of the first sentence, its end of sentence last
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -113,7 +114,7 @@ def greedy(model, input_ids, attention_mask, config, processors, scores: bool) -
         done = torch.isin(chosen, eos) | (tokens.shape[1] >= config.max_length)
         for row in done.nonzero()[:, 0].tolist():
             length = tokens.shape[1] - 1
-            score = totals[row].item() / length**config.length_penalty if scores else None
+            score = (totals[row] / length_power(length, config.length_penalty)).item() if scores else None
             found[sentences[row].item()] = [Decoded(tokens[row, 1:].tolist(), score)]
         if done.all():
             return found
@@ -191,7 +192,7 @@ def beam_step(state: Beams, decoder: Decoder, processors, config, length: int) -
     decoder.reorder((parents.gather(1, going) + torch.arange(count, device=going.device)[:, None] * k).view(-1))
     # those among the first k that end are finished, if they beat the finished ones
     just = ends & (torch.arange(ends.shape[1], device=ends.device) < k)
-    finishing = top_scores / length**config.length_penalty
+    finishing = top_scores / length_power(length, config.length_penalty)
     if config.early_stopping is True:
         finishing = finishing + state.is_finished.all(dim=1, keepdim=True).float() * EXCLUDED
     finishing = finishing + (~state.improvable).float() * EXCLUDED + (~just).float() * EXCLUDED
@@ -204,6 +205,15 @@ def beam_step(state: Beams, decoder: Decoder, processors, config, length: int) -
                                   length + 1, config)  # fmt: skip
     return Beams(state.sentences, running, running_scores, finished, merged_scores.gather(1, best), is_finished,
                  improvable)  # fmt: skip
+
+
+def length_power(length: int, penalty: float) -> float:
+    """length ** penalty, which a hypothesis's summed log-probability is divided by: inf where it passes float's range
+    (Python raises OverflowError there), as in the tensors it divides."""
+    try:
+        return float(length) ** penalty
+    except OverflowError:
+        return math.inf
 
 
 def candidates_kept(config, k: int) -> int:
@@ -222,6 +232,6 @@ def still_improvable(improvable, running_scores, finished_scores, is_finished, l
         best_length = config.max_length - 1
     else:
         best_length = length - 1
-    best_possible = running_scores[:, :1] / best_length**config.length_penalty
+    best_possible = running_scores[:, :1] / length_power(best_length, config.length_penalty)
     worst = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True).values, EXCLUDED)
     return improvable & (best_possible > worst).any(dim=-1, keepdim=True)

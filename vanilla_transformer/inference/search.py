@@ -27,6 +27,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from .constraints import initial_state
+from .decoding import length_power
 from .options import SearchOptions
 
 # fairseq's sort key gives each bank this much score: the candidates sort by bank, then by score within a bank
@@ -218,7 +219,7 @@ def finish(step, beam: Beam, candidates: Candidates, eos: int, options: SearchOp
     positions (in `beam.sentences`) of the sentences that are done: k finished hypotheses, or the length limit."""
     k = candidates.scores.shape[1] // 2
     ends = candidates.tokens[:, :k].eq(eos) & candidates.scores[:, :k].ne(-math.inf) & ~beam.ignore
-    normalised = candidates.scores / (step + 1) ** options.length_penalty
+    normalised = candidates.scores / length_power(step + 1, options.length_penalty)
     touched = []
     for s, j in ends.nonzero().tolist():
         sentence = beam.sentences[s]
