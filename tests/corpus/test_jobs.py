@@ -3,6 +3,7 @@ line, or left blank and counted under skip_invalid."""
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -74,9 +75,23 @@ def test_scores_are_json_lines_and_a_pair_that_cannot_be_read_a_null(translator)
     window = [Record(1, ("six", "sechs")), Record(2, ("", ""), "--pairs p.jsonl, line 2: expected ..."),
               Record(3, ("seven", "sieben"))]  # fmt: skip
     with pytest.raises(CorpusError, match="--pairs p.jsonl, line 2"):
-        ScoreJob(translator, 8, False, [TextInput.file("p.jsonl", "--pairs")])(window)
-    done = ScoreJob(translator, 8, True, [TextInput.file("p.jsonl", "--pairs")])(window)
+        ScoreJob(translator, 8, Layout(), [TextInput.file("p.jsonl", "--pairs")])(window)
+    done = ScoreJob(translator, 8, Layout(skip_invalid=True), [TextInput.file("p.jsonl", "--pairs")])(window)
     lines = done.text.splitlines()
     assert lines[1] == "null" and done.skipped == 1
     expected = translator.score(["six", "seven"], ["sechs", "sieben"])
     assert [json.loads(lines[0]), json.loads(lines[2])] == [json.loads(json.dumps(s.as_dict())) for s in expected]
+
+
+def test_a_sentence_over_max_sentence_tokens_is_named_or_left_blank_before_any_search(translator):
+    """With the sinusoids there is no positions' limit: a line of a million characters asked for terabytes."""
+    window = records("six", "seven " * 40, "eight")
+    most = Layout(max_sentence_tokens=20)
+    words = r"--input in.txt, line 8: a sentence of \d+ tokens, over --max-sentence-tokens 20; split it, or raise"
+    with pytest.raises(CorpusError, match=words):
+        TranslateJob(translator, SearchOptions(num_beams=1), most, NAMES)(window)
+    done = TranslateJob(translator, SearchOptions(num_beams=1), replace(most, skip_invalid=True), NAMES)(window)
+    assert done.text.splitlines()[1] == "" and done.skipped == 1 and done.text.splitlines()[2]
+    pairs = [Record(1, ("six", "sechs")), Record(2, ("seven", "sieben " * 40))]
+    with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: a sentence of \d+ tokens, over --max-sentence"):
+        ScoreJob(translator, 8, most, [TextInput.file("p.jsonl", "--pairs")])(pairs)

@@ -15,6 +15,7 @@ from ..folders import holds
 from ..training.options.arguments import PositiveInt
 
 READ_WINDOW = 2000  # lines a window holds by default
+MAX_SENTENCE_TOKENS = 1024  # far above a sentence's tokens; a line of 250,000 asked for 2 TB of attention weights
 NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads"}  # they do not change the output
 
 
@@ -36,8 +37,16 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
     corpus.add_argument(
         "--skip-invalid",
         action="store_true",
-        help="a line that is not UTF-8 or is over the model's positions gets an empty output line (`null` for a "
-        "score), counted at the end, instead of stopping the run",
+        help="a line that is not UTF-8, is over the model's positions or over --max-sentence-tokens gets an empty "
+        "output line (`null` for a score), counted at the end, instead of stopping the run",
+    )
+    corpus.add_argument(
+        "--max-sentence-tokens",
+        type=PositiveInt,
+        default=MAX_SENTENCE_TOKENS,
+        metavar="N",
+        help="a sentence of more tokens stops the run, naming its line (or is skipped with --skip-invalid): the "
+        "memory a sentence takes grows with the square of its length",
     )
 
 

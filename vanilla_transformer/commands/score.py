@@ -3,7 +3,7 @@ pair: the sentence's log-probability with and without the end of sentence, per t
 
 import argparse
 
-from ..corpus.jobs import ScoreJob
+from ..corpus.jobs import Layout, ScoreJob
 from ..corpus.reading import Corpus, TextInput, translation_pair
 from ..errors import CommandError
 from ..training.options.arguments import PositiveInt
@@ -44,5 +44,6 @@ def score_command(args: argparse.Namespace) -> int:
     """One JSON line per pair, in input order, to stdout or --output; the pairs go through in windows (see
     `corpus`)."""
     corpus = corpus_of(args)
-    job = lambda: ScoreJob(translator_for(args), args.batch_size, args.skip_invalid, corpus.inputs)  # noqa: E731
+    layout = Layout(skip_invalid=args.skip_invalid, max_sentence_tokens=args.max_sentence_tokens)
+    job = lambda: ScoreJob(translator_for(args), args.batch_size, layout, corpus.inputs)  # noqa: E731
     return run_job(args, corpus, job)

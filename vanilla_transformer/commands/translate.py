@@ -151,7 +151,7 @@ def layout_of(args: argparse.Namespace) -> Layout:
     prefix or terms ask for each line whole."""
     extra = "prefix" if args.prefix_file else "terms" if args.constraints_file else None
     whole = args.no_split or args.n_best > 1 or args.alignments or extra
-    return Layout(None if whole else source_language(args), extra, args.skip_invalid)
+    return Layout(None if whole else source_language(args), extra, args.skip_invalid, args.max_sentence_tokens)
 
 
 def translate_command(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@ pairs. Each gives the window's output in input order (`Done`): one output line p
 K, K lines; one, empty, for a blank line). It names a record it cannot read (not UTF-8, not a pair) by its input and
 line; with `skip_invalid` it leaves that record's output blank (an empty line; `null` for a score) and counts it
 instead, as it does for a line over the model's positions (which the translator otherwise reads from its first
-tokens, with a warning)."""
+tokens, with a warning). A sentence over `max_sentence_tokens` is named too (or blanked): the memory it would take
+grows with the square of its length."""
 
 import json
 import sys
@@ -35,11 +36,12 @@ class Layout:
     """How a `TranslateJob` reads its records and writes their translations: each line split into its sentences by
     the rules of `split_language` (None: each line whole); the second input of each record, if any, is a target
     `prefix` or its `terms` (tab-separated) (`extra`); `skip_invalid` leaves a line that cannot be translated blank
-    instead of stopping."""
+    instead of stopping; a sentence of more than `max_sentence_tokens` tokens cannot be translated."""
 
     split_language: str | None = None
     extra: str | None = None
     skip_invalid: bool = False
+    max_sentence_tokens: int | None = None
 
 
 class Usable:
@@ -58,10 +60,21 @@ class Usable:
         self.skipped.add(index)
 
 
-def too_long(counts: list[int], limit: int | None) -> int | None:
-    """The token count of the longest of `counts` over `limit`, if any."""
-    over = [count for count in counts if limit is not None and count > limit]
-    return max(over) if over else None
+def length_problem(counts: list[int], positions: int | None, most: int | None, skip_invalid: bool) -> str | None:
+    """Why a record whose sentences (or sides) have `counts` tokens cannot be used: one over `most`
+    (--max-sentence-tokens), or under `skip_invalid` over the model's `positions` (else the translator reads its
+    first tokens, with a warning)."""
+    longest = max(counts, default=0)
+    if most is not None and longest > most:
+        return f"a sentence of {longest} tokens, over --max-sentence-tokens {most}; split it, or raise the limit"
+    if skip_invalid and positions is not None and longest > positions:
+        return f"a sentence of {longest} tokens, over the model's {positions} positions; shorten or split it"
+    return None
+
+
+def lengths_checked(translator, most: int | None, skip_invalid: bool) -> bool:
+    """Whether a window's token counts are needed: for `length_problem` to find anything."""
+    return most is not None or (skip_invalid and translator.max_source_tokens is not None)
 
 
 class TranslateJob:
@@ -95,17 +108,17 @@ class TranslateJob:
         return split_document(text, self.layout.split_language)
 
     def check_lengths(self, records: list[Record], documents: list[Document], usable: Usable) -> None:
-        """Under `skip_invalid`, a line with a sentence over the model's positions is skipped; else the translator
-        translates the sentence from its first tokens and names it in a warning."""
-        limit = self.translator.max_source_tokens
-        if limit is None or not usable.skip_invalid:
+        """Each line with a sentence that cannot be translated (`length_problem`) named, or skipped."""
+        most, positions = self.layout.max_sentence_tokens, self.translator.max_source_tokens
+        sentences = [sentence for document in documents for sentence in document.sentences]
+        if not sentences or not lengths_checked(self.translator, most, usable.skip_invalid):
             return
-        counts = iter(self.translator.count_tokens([s for d in documents for s in d.sentences]))
+        counts = iter(self.translator.count_tokens(sentences))
         for index, (record, document) in enumerate(zip(records, documents)):
-            longest = too_long([next(counts) for _ in document.sentences], limit)
-            if longest is not None:
-                usable.refuse(index, f"{self.inputs[0].where(record.number)}: a sentence of {longest} tokens, over the "
-                                     f"model's {limit} positions; shorten or split it")  # fmt: skip
+            lengths = [next(counts) for _ in document.sentences]
+            problem = length_problem(lengths, positions, most, usable.skip_invalid)
+            if problem is not None and index not in usable.skipped:
+                usable.refuse(index, f"{self.inputs[0].where(record.number)}: {problem}")
 
     def window_options(self, records: list[Record], usable: Usable) -> SearchOptions:
         """The options with this window's prefixes or terms (none for a line left blank)."""
@@ -147,8 +160,10 @@ class ScoreJob:
 
     label = "scored"
 
-    def __init__(self, translator, batch_size: int, skip_invalid: bool, inputs: list[TextInput]):
-        self.translator, self.batch_size, self.skip_invalid, self.inputs = translator, batch_size, skip_invalid, inputs
+    def __init__(self, translator, batch_size: int, layout: Layout, inputs: list[TextInput]):
+        """`layout`: its `skip_invalid` and `max_sentence_tokens` (a pair is read whole, never split)."""
+        self.translator, self.batch_size, self.inputs = translator, batch_size, inputs
+        self.skip_invalid, self.max_sentence_tokens = layout.skip_invalid, layout.max_sentence_tokens
 
     def __call__(self, records: list[Record]) -> Done:
         usable = Usable(records, self.skip_invalid)
@@ -162,15 +177,16 @@ class ScoreJob:
         return Done("".join(line + "\n" for line in lines), len(records), tokens, len(usable.skipped))
 
     def check_lengths(self, records: list[Record], usable: Usable) -> None:
-        """As `TranslateJob.check_lengths`: a pair with a side over the positions skipped under `skip_invalid`."""
-        limit = self.translator.max_source_tokens
-        if limit is None or not usable.skip_invalid:
+        """As `TranslateJob.check_lengths`, for each pair's longer side."""
+        if not lengths_checked(self.translator, self.max_sentence_tokens, usable.skip_invalid):
             return
         kept = [i for i in range(len(records)) if i not in usable.skipped]
+        if not kept:
+            return
         sources = self.translator.count_tokens([records[i].fields[0] for i in kept])
         targets = self.translator.count_tokens([records[i].fields[1] for i in kept], target=True)
+        positions = self.translator.max_source_tokens
         for index, source, target in zip(kept, sources, targets):
-            longest = too_long([source, target], limit)
-            if longest is not None:
-                usable.refuse(index, f"{self.inputs[0].where(records[index].number)}: a side of {longest} tokens, "
-                                     f"over the model's {limit} positions")  # fmt: skip
+            problem = length_problem([source, target], positions, self.max_sentence_tokens, usable.skip_invalid)
+            if problem is not None:
+                usable.refuse(index, f"{self.inputs[0].where(records[index].number)}: {problem}")
