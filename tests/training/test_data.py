@@ -10,7 +10,7 @@ from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 from vanilla_transformer.training.data.batching import TokenBatchSampler
-from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_tokenizer, training_texts
+from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_tokenizer, training_texts, vocabulary_note
 from vanilla_transformer.training.data.loading import DataError, load_files, load_pairs, load_raw_datasets
 from vanilla_transformer.training.data.memory import release_file_pages
 from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs, tokenize_datasets
@@ -428,3 +428,12 @@ def test_a_pipe_given_as_a_data_file_is_named_as_not_a_regular_file(tmp_path):
     os.mkfifo(pipe)
     with pytest.raises(DataError, match=f"--train-file {pipe}: not a regular file"):
         load_raw_datasets(data_args(train_file=str(pipe)), SEED)
+
+
+def test_a_vocabulary_size_below_the_characters_is_warned_of():
+    tokenizer = train_bpe_tokenizer(iter(["abcdefgh ijkl", "mnop"]), vocab_size=5)
+    assert len(tokenizer) > 5 and vocabulary_note(tokenizer, 5) == (
+        f"warning: --vocab-size 5 is below the training data's characters and the special tokens: the vocabulary "
+        f"has {len(tokenizer)} types"
+    )
+    assert vocabulary_note(tokenizer, len(tokenizer)) is None

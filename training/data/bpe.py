@@ -155,6 +155,8 @@ def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool
         if tokenizer is None:
             texts, length = corpus.texts()
             tokenizer = train_bpe_tokenizer(texts, options.vocab_size, lowercase=options.lowercase, length=length)
+            if note := vocabulary_note(tokenizer, options.vocab_size):
+                accelerator.print(note)
             if cached is not None:
                 save_whole(tokenizer, cached)
         else:
@@ -165,6 +167,15 @@ def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool
     # same tokenizer at the same place lets datasets reuse the tokenised corpus of an earlier run
     here = cached is not None and os.path.isfile(os.path.join(cached, "tokenizer.json"))
     return load_tokenizer(cached if here else folder, "the run's tokenizer")
+
+
+def vocabulary_note(tokenizer, vocab_size: int) -> str | None:
+    """A warning where the BPE has more types than --vocab-size asked: it keeps every character it saw and the
+    special tokens, whatever the size asked."""
+    if len(tokenizer) <= vocab_size:
+        return None
+    return (f"warning: --vocab-size {vocab_size} is below the training data's characters and the special tokens: "
+            f"the vocabulary has {len(tokenizer)} types")  # fmt: skip
 
 
 def cached_tokenizer(cached: str | None):

@@ -65,7 +65,8 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         "--no-split",
         action="store_true",
         help="translate each line whole; by default a line of several sentences is split into its sentences (pysbd, "
-        "in the rules of --source-lang), each translated, and put back together on one output line",
+        "in the rules of --source-lang), each translated, and put back together on one output line, except with "
+        "--n-best above 1, --alignments, --prefix-file or --constraints-file, which read each line whole",
     )
     translate.add_argument(
         "--source-lang", help="the language whose sentence rules split the lines (default: the model card's, else en)"
