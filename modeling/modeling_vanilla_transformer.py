@@ -924,6 +924,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def items_in_batch(kwargs: dict):
+    """The Trainer's `num_items_in_batch` (the target tokens of the whole accumulated batch), taken out of the
+    loss's keyword arguments; `label_smoothing`, the name `smoothing` had before, refused rather than ignored."""
+    if "label_smoothing" in kwargs:
+        raise TypeError("forward() takes the label smoothing epsilon as `smoothing`, not `label_smoothing`")
+    return kwargs.pop("num_items_in_batch", None)
+
+
 @dataclass
 class VanillaTransformerLMOutput(Seq2SeqLMOutput):
     r"""Seq2SeqLMOutput, and beside a label-smoothed `loss` the plain cross-entropy it smooths.
@@ -996,9 +1004,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         A decoder without its mask (`config.decoder_mask=False`, a study's switch) decodes without a cache: at every
         step it reads the whole prefix again, each position seeing all the others, as it did in training.
 
-        A `max_length` given to the call, without `max_new_tokens`, bounds the output, as it does for a model whose
-        generation config holds `max_length` (Seq2SeqTrainer's `generation_max_length` is passed so): the library
-        would let the folder's own `max_new_tokens` take precedence over it."""
+        A `max_length` given to the call (without `max_new_tokens` or a `generation_config`) bounds the output, as
+        it does for a model whose generation config holds `max_length` (Seq2SeqTrainer's `generation_max_length` is
+        passed so): the library would let the folder's own `max_new_tokens` take precedence over it."""
         if not self.config.decoder_mask:
             kwargs["use_cache"] = False
         if generation_config is None and kwargs.get("max_length") is not None and kwargs.get("max_new_tokens") is None:
@@ -1137,13 +1145,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             of tokens at a time) and returned as None; the convention of Liger-Kernel and of the Trainer's
             `use_liger_kernel`. A replaced or hooked `lm_head` makes the logits as usual.
         smoothing (`float`, *optional*, defaults to 0.0):
-            The loss's label smoothing epsilon (§5.4); `nll_loss` is the plain cross-entropy beside it, returned
-            only where it differs from the loss (smoothing above 0). Not named `label_...`: the Trainer takes every
-            `forward` argument so named for a column of labels.
+            The loss's label smoothing epsilon (§5.4), not named `label_...`: the Trainer reads such for labels.
         """
         decoder_input_ids = self.decoder_input_ids_for(labels, decoder_input_ids, decoder_inputs_embeds, skip_logits,
                                                        inputs_embeds if input_ids is None else input_ids)  # fmt: skip
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        num_items_in_batch = items_in_batch(kwargs)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,

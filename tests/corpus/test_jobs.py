@@ -87,11 +87,11 @@ def test_a_sentence_over_max_sentence_tokens_is_named_or_left_blank_before_any_s
     """With the sinusoids there is no positions' limit: a line of a million characters asked for terabytes."""
     window = records("six", "seven " * 40, "eight")
     most = Layout(max_sentence_tokens=20)
-    words = r"--input in.txt, line 8: a sentence of \d+ tokens, over --max-sentence-tokens 20; split it, or raise"
+    words = r"--input in.txt, line 8: a sentence of \d+ tokens, over --max-sentence-tokens 20; shorten or split"
     with pytest.raises(CorpusError, match=words):
         TranslateJob(translator, SearchOptions(num_beams=1), most, NAMES)(window)
     done = TranslateJob(translator, SearchOptions(num_beams=1), replace(most, skip_invalid=True), NAMES)(window)
     assert done.text.splitlines()[1] == "" and done.skipped == 1 and done.text.splitlines()[2]
     pairs = [Record(1, ("six", "sechs")), Record(2, ("seven", "sieben " * 40))]
-    with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: a sentence of \d+ tokens, over --max-sentence"):
+    with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: a side of \d+ tokens, over --max-sentence"):
         ScoreJob(translator, 8, most, [TextInput.file("p.jsonl", "--pairs")])(pairs)

@@ -64,6 +64,8 @@ def test_translation_pipeline_reads_columns_datasets_and_iterators_as_transforme
     streamed = translate(iter(SOURCES), batch_size=2)
     assert not isinstance(streamed, list) and list(streamed) == [[result] for result in expected]
     assert list(translate(KeyDataset(dataset, "text"))) == [[result] for result in expected]
+    iterable = type("Texts", (torch.utils.data.IterableDataset,), {"__iter__": lambda self: iter(SOURCES)})()
+    assert list(translate(iterable)) == [[result] for result in expected]
     with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
         translate(iter(SOURCES), max_source_length=0)  # at the call, before any result is asked for
 
@@ -74,6 +76,11 @@ def test_translation_pipeline_takes_the_arguments_of_transformers_4s(trained_fol
     (both,) = translate([SOURCES[0]], return_tensors=True)
     assert both["translation_text"] == tokenizer.decode(both["translation_token_ids"], skip_special_tokens=True)
     assert translate(SOURCES[0], return_tensors=True, return_text=False)[0].keys() == {"translation_token_ids"}
+    with_ids = pipeline("translation", model=str(trained_folder), return_tensors=True)  # the pipeline's own setting
+    assert with_ids(SOURCES[0])[0].keys() == with_ids(" ")[0].keys() == {"translation_token_ids", "translation_text"}
+    blanks = translate(["", " "])
+    blanks[0]["translation_text"] = "changed"
+    assert blanks[1] == {"translation_text": ""}  # each blank input its own answer
     tokenizer.model_max_length = 2
     cut = pipeline("translation", model=str(trained_folder), tokenizer=tokenizer)
     assert cut(SOURCES[0], truncation=True) == cut(SOURCES[0], max_source_length=2) != cut(SOURCES[0])

@@ -127,6 +127,8 @@ def test_skip_logits_needs_labels_and_leaves_a_replaced_head_to_make_its_logits(
         model(input_ids=ids, decoder_input_ids=ids, skip_logits=True)
     with pytest.raises(ValueError, match=r"smoothing is label smoothing\'s epsilon, in \[0, 1\); got 1.5"):
         model(input_ids=ids, labels=ids, smoothing=1.5)
+    with pytest.raises(TypeError, match="as `smoothing`, not `label_smoothing`"):  # the name before: not ignored
+        model(input_ids=ids, labels=ids, label_smoothing=0.1)
     model.lm_head.register_forward_hook(lambda module, args, out: out * 2)  # an adapter's hook: the head is not plain
     out = model(input_ids=ids, labels=ids, skip_logits=True)
     assert out.logits is not None and out.loss is not None

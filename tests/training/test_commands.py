@@ -169,6 +169,10 @@ def test_evaluate_refuses_a_link_to_the_test_file_and_writes_to_a_stream(trained
         assert main([*evaluate, "--output", f"/proc/self/fd/{writing}"]) == 0
         os.close(writing)
         assert json.loads(pipe.read()) == json.loads(capsys.readouterr().out)
+    with open(tmp_path / "redirected.json", "w") as redirected:  # /dev/stdout redirected to a file: a link to it
+        assert main([*evaluate, "--output", f"/proc/self/fd/{redirected.fileno()}"]) == 0
+    assert json.loads((tmp_path / "redirected.json").read_text()) == json.loads(capsys.readouterr().out)
+    assert main([*evaluate, "--output", ""]) == 2 and "--output: an empty name" in capsys.readouterr().err
 
 
 def test_translate_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder, capsys):

@@ -45,7 +45,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     if data.source_lang == data.target_lang:  # as train refuses it: every pair would be scored against itself
         raise CommandError(f"--source-lang and --target-lang are both {data.source_lang!r}", exit_code=2)
-    if args.output:
+    if args.output is not None:
         check_results_file(args.output, data, args.model)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
@@ -56,13 +56,16 @@ def evaluate_command(args: argparse.Namespace) -> int:
             metrics = evaluate_exported(translator, split, data, generation, args.read_window)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
-        if args.output:
+        if args.output is not None:
             write_results(args.output, json.dumps(metrics, indent=2))
     return 0
 
 
 def is_stream(path: str) -> bool:
-    """A device or a pipe (/dev/stdout, a named pipe): written as it is, not replaced."""
+    """A device or a pipe (/dev/stdout, a named pipe): written as it is, not replaced. /dev/stdout redirected to a
+    file is a link to it, written as it is too."""
+    if path.startswith(("/dev/", "/proc/self/fd/")) and os.path.exists(path):
+        return not os.path.isdir(path)
     return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
 
 
@@ -71,12 +74,12 @@ def check_results_file(output: str, data: DataArguments, model: str) -> None:
     not in the --model folder."""
     if is_stream(output):
         return
-    check_output_file("--output", output)
-    check_outside_model(output, model)
     for flag, path in (("--train-file", data.train_file), ("--validation-file", data.validation_file),
                        ("--test-file", data.test_file)):  # fmt: skip
-        if path and os.path.realpath(path) == os.path.realpath(output):
+        if output and path and os.path.realpath(path) == os.path.realpath(output):
             raise CommandError(f"--output {output} is {flag}: write the results to another file", exit_code=2)
+    check_output_file("--output", output)
+    check_outside_model(output, model)
 
 
 def write_results(output: str, text: str) -> None:

@@ -60,15 +60,16 @@ class Usable:
         self.skipped.add(index)
 
 
-def length_problem(counts: list[int], positions: int | None, most: int | None, skip_invalid: bool) -> str | None:
-    """Why a record whose sentences (or sides) have `counts` tokens cannot be used: one over `most`
+def length_problem(counts: list[int], positions: int | None, most: int | None, skip_invalid: bool,
+                   what: str = "a sentence") -> str | None:  # fmt: skip
+    """Why a record whose sentences (or sides, `what`) have `counts` tokens cannot be used: one over `most`
     (--max-sentence-tokens), or under `skip_invalid` over the model's `positions` (else the translator reads its
     first tokens, with a warning)."""
     longest = max(counts, default=0)
     if most is not None and longest > most:
-        return f"a sentence of {longest} tokens, over --max-sentence-tokens {most}; split it, or raise the limit"
+        return f"{what} of {longest} tokens, over --max-sentence-tokens {most}; shorten or split it, or raise the limit"
     if skip_invalid and positions is not None and longest > positions:
-        return f"a sentence of {longest} tokens, over the model's {positions} positions; shorten or split it"
+        return f"{what} of {longest} tokens, over the model's {positions} positions; shorten or split it"
     return None
 
 
@@ -187,6 +188,7 @@ class ScoreJob:
         targets = self.translator.count_tokens([records[i].fields[1] for i in kept], target=True)
         positions = self.translator.max_source_tokens
         for index, source, target in zip(kept, sources, targets):
-            problem = length_problem([source, target], positions, self.max_sentence_tokens, usable.skip_invalid)
+            lengths = [source, target]
+            problem = length_problem(lengths, positions, self.max_sentence_tokens, usable.skip_invalid, "a side")
             if problem is not None:
                 usable.refuse(index, f"{self.inputs[0].where(records[index].number)}: {problem}")

@@ -82,11 +82,11 @@ def check_output_file(flag: str, path: str) -> None:
         raise OutputError(f"{flag} {path}: its folder {directory} does not exist")
     if os.path.isdir(path):
         raise OutputError(f"{flag} {path}: is a folder; expected a file name")
-    if os.path.islink(path):  # the file is written beside it and renamed over it: the link would be replaced
-        raise OutputError(f"{flag} {path}: is a symbolic link; give the file it points to, {os.path.realpath(path)}")
     if os.path.exists(path) and not os.path.isfile(path):
         raise OutputError(f"{flag} {path}: is not a regular file (a device or a pipe), which would be replaced; "
                           "write to a file, or to stdout and redirect it")  # fmt: skip
+    if os.path.islink(path):  # the file is written beside it and renamed over it: the link would be replaced
+        raise OutputError(f"{flag} {path}: is a symbolic link; give the file it points to, {os.path.realpath(path)}")
     if not os.access(directory, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise OutputError(f"{flag} {path}: not writable")
 
@@ -181,7 +181,8 @@ class Parts:
                    for then, now in zip(started["inputs"], self.run["inputs"]) if now and then != now]  # fmt: skip
         settings, before = self.run["settings"], started["settings"]
         changes += [f"{key} was {before.get(key)!r} at the first start, now {settings.get(key)!r}"
-                    for key in sorted(set(before) | set(settings)) if before.get(key) != settings.get(key)]  # fmt: skip
+                    for key in sorted(set(before) | set(settings))  # a flag newer than the first start: not compared
+                    if key in before and before.get(key) != settings.get(key)]  # fmt: skip
         if started["processes"] != self.run["processes"]:
             changes.append(f"it started on {started['processes']} processes, now {self.run['processes']}")
         if changes:
@@ -260,14 +261,15 @@ class Parts:
         if self.lengths or self.finished:
             return
         for path in (self.text, self.journal):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # the error that stopped the start is the one to report
                 os.remove(path)
         with contextlib.suppress(OSError):  # another process's files are still there
             os.rmdir(self.folder)
 
     def remove_parts(self) -> None:
         for name in os.listdir(self.folder):
-            if name.startswith("process-") and name.endswith((".txt", ".json")) or name.startswith(".process-"):
+            ours = name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp"))
+            if ours or name.startswith(".process-"):  # .process-R.json.XXXX: a journal's write a kill cut short
                 os.remove(os.path.join(self.folder, name))
         if not os.listdir(self.folder):
             os.rmdir(self.folder)

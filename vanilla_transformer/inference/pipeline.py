@@ -47,8 +47,8 @@ class TranslationPipeline(Pipeline):
         max_source_length: int | None = None,
         truncation: bool | None = None,
         clean_up_tokenization_spaces: bool | None = None,
-        return_tensors: bool = False,
-        return_text: bool = True,
+        return_tensors: bool | None = None,
+        return_text: bool | None = None,
         **generate_kwargs,
     ):
         if max_source_length is not None and (not is_whole(max_source_length) or max_source_length < 1):
@@ -58,8 +58,9 @@ class TranslationPipeline(Pipeline):
         if truncation and max_source_length is None:  # transformers 4's: cut to what the tokenizer says it takes
             max_source_length = min(self.tokenizer.model_max_length, 10**9)
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
-        postprocess_params = dict(clean_up_tokenization_spaces=clean_up_tokenization_spaces)
-        postprocess_params.update(return_tensors=return_tensors, return_text=return_text)
+        given = dict(clean_up_tokenization_spaces=clean_up_tokenization_spaces, return_tensors=return_tensors,
+                     return_text=return_text)  # fmt: skip
+        postprocess_params = {key: value for key, value in given.items() if value is not None}  # over the pipeline's
         return preprocess_params, generate_kwargs, postprocess_params
 
     def __call__(self, inputs: str | Sequence[str] | Iterable[str], **kwargs):
@@ -69,8 +70,8 @@ class TranslationPipeline(Pipeline):
         an empty source writes whatever the model likes best."""
         if isinstance(inputs, str):
             return self.translate_texts([inputs], kwargs)[0]
-        if isinstance(inputs, torch.utils.data.Dataset):  # read by index, as a DataLoader would
-            inputs = map(inputs.__getitem__, range(len(inputs)))
+        if isinstance(inputs, torch.utils.data.Dataset) and not isinstance(inputs, torch.utils.data.IterableDataset):
+            inputs = map(inputs.__getitem__, range(len(inputs)))  # read by index, as a DataLoader would
         elif isinstance(inputs, Sequence):
             results = self.translate_texts(list(inputs), kwargs)
             return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
@@ -98,8 +99,13 @@ class TranslationPipeline(Pipeline):
         others = [text for text in texts if text.strip()]
         found = iter(super().__call__(others, **kwargs) if others else [])
         returned = generate_kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
-        blank = self.postprocess({"output_ids": [[torch.empty(0, dtype=torch.long)] * returned]}, **postprocess_params)
-        return [next(found) if text.strip() else blank for text in texts]
+        postprocess_params = {**self._postprocess_params, **postprocess_params}  # the call's over the pipeline's
+
+        def blank() -> list[dict]:  # a new one each time: a caller may change what it is given
+            nothing = torch.empty(0, dtype=torch.long)
+            return self.postprocess({"output_ids": [[nothing] * returned]}, **postprocess_params)
+
+        return [next(found) if text.strip() else blank() for text in texts]
 
     def preprocess(self, text: str, max_source_length: int | None = None):
         """The tokenised source, cut to `max_source_length` tokens if given, and to the model's learned positions
