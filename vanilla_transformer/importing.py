@@ -61,7 +61,7 @@ def check_source_present(source: str, kind: str) -> None:
         except HFValidationError:
             hub = " (nor a Hub id: NAME or OWNER/NAME)" if importer.hub_base_model else ""
             raise CheckpointImportError(f"{source}: no such file or folder{hub}") from None
-    elif os.path.isdir(source):
+    elif os.path.isdir(source) and not os.path.isfile(os.path.join(source, "tokenizer.json")):  # a fast one reads that
         missing = [name for name in importer.tokenizer_files if not os.path.isfile(os.path.join(source, name))]
         if missing:
             needed = ", ".join(importer.tokenizer_files)

@@ -18,7 +18,8 @@ class Importer(NamedTuple):
     local path is a Hub id the card names as its base model (the Hub repository of a transformers model);
     `model_type` is the `model_type` of a model folder that this importer brings in (None: the source is no model
     folder); `takes_languages`: `read` also takes `languages`, (source, target), for a source that may not name them;
-    `tokenizer_files`: the files a source folder's tokenizer cannot load without (named before it is read)."""
+    `tokenizer_files`: the files a source folder's tokenizer cannot load without (named before it is read), unless
+    the folder holds a fast tokenizer's `tokenizer.json`."""
 
     read: Callable
     description: str
