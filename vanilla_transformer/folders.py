@@ -69,9 +69,39 @@ def staged_folder(out: str):
         raise
 
 
-def with_usual_mode(path: str) -> None:
-    """The mode `open()` gives a new file (0666 less the umask), for a file made with `tempfile.mkstemp` (0600) that
-    is renamed over the one the user named."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
+def new_file_beside(path: str) -> str:
+    """The name of a new, empty file in `path`'s folder, made for this call only (so that no file of the user's is
+    replaced), to write and then rename over `path`. It gets the mode `open()` gives a new file: 0666 less the
+    umask, which the system applies."""
+    folder, name = os.path.split(os.path.abspath(path))
+    while True:
+        temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}")
+        try:
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return temporary
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def replacing(path: str, binary: bool = False):
+    """A file to write `path`'s new content into (UTF-8 text, or bytes if `binary`): written beside it, on disk
+    (fsync) and renamed over it when the block ends, so that `path` is the old file or the new one whole. If the
+    block raises, the new file is removed and `path` is left as it was."""
+    temporary = new_file_beside(path)
+    try:
+        with open(temporary, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise
+
+
+def write_atomically(path: str, text: str) -> None:
+    """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
+    with replacing(path) as handle:
+        handle.write(text)

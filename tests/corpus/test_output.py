@@ -8,7 +8,7 @@ import re
 import pytest
 
 from vanilla_transformer.corpus.jobs import Done
-from vanilla_transformer.corpus.output import Parts, Share, write_atomically
+from vanilla_transformer.corpus.output import Parts, Share
 from vanilla_transformer.errors import OutputError
 
 INPUTS = [{"input": "--input in.txt", "bytes": 10, "first_window_sha256": "ab"}]
@@ -107,13 +107,3 @@ def test_an_output_that_is_a_link_a_device_or_no_name_is_refused_not_replaced(tm
             Parts(output, Share(), INPUTS, SETTINGS)
     assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real.txt").read_text() == "kept"
     assert os.path.exists(os.devnull) and not os.path.isfile(os.devnull) and not os.path.exists(".partial")
-
-
-def test_a_file_written_whole_keeps_the_users_files_beside_it_and_gets_the_usual_mode(tmp_path):
-    (tmp_path / "results.json.tmp").write_text("my notes")
-    write_atomically(str(tmp_path / "results.json"), "{}")
-    assert (tmp_path / "results.json").read_text() == "{}" and (tmp_path / "results.json.tmp").read_text() == "my notes"
-    mask = os.umask(0o022)
-    os.umask(mask)
-    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o666 & ~mask
-    assert sorted(os.listdir(tmp_path)) == ["results.json", "results.json.tmp"]

@@ -3,10 +3,9 @@ metrics.jsonl."""
 
 import json
 import os
-import tempfile
 
 from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
-from ...folders import with_usual_mode
+from ...folders import replacing
 
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
 RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
@@ -97,16 +96,11 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         ax.grid(alpha=0.3)
     fig.tight_layout()
     out = out or os.path.join(run_dir, "training_curves.png")
-    handle, partial = tempfile.mkstemp(suffix=os.path.splitext(out)[1], dir=os.path.dirname(os.path.abspath(out)))
-    os.close(handle)
     try:
-        fig.savefig(partial, dpi=100)
-        with_usual_mode(partial)
-        os.replace(partial, out)
+        with replacing(out, binary=True) as handle:
+            fig.savefig(handle, format=os.path.splitext(out)[1][1:].lower(), dpi=100)
     finally:
         plt.close(fig)
-        if os.path.exists(partial):
-            os.remove(partial)
     return out
 
 

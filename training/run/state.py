@@ -12,6 +12,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
+from ...folders import replacing
 from ..data.batching import TokenBatchSampler
 from ..data.streaming import StreamingBatches
 from ..data.tokenizing import BpeDropoutPairs
@@ -41,11 +42,8 @@ def forget_metrics_after(output_dir: str, step: int) -> None:
                     kept.append(line if line.endswith("\n") else line + "\n")
             except (ValueError, KeyError):  # a line cut short by the kill
                 continue
-    with open(path + ".tmp", "w") as handle:
+    with replacing(path) as handle:
         handle.writelines(kept)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(path + ".tmp", path)
 
 
 def log_metrics(output_dir: str, accelerator, record: dict) -> None:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from ...configuration import fold_switches
+from ...folders import replacing
 from ..options.argument_types import ArgumentsError, flag_name
 from ..options.arguments import TrainArguments, resolve
 from .variants import Variant
@@ -209,9 +210,8 @@ def end_run(run: PlannedRun, returncode: int, seconds: float, log_dir: str) -> d
     status = "finished" if returncode == 0 else "stopped: " + stopped
     record = {"options": run.options, "status": status, "seconds": round(seconds, 1), "command": run.command_line()}
     os.makedirs(run.folder, exist_ok=True)
-    with open(os.path.join(run.folder, RECORD) + ".tmp", "w") as handle:
+    with replacing(os.path.join(run.folder, RECORD)) as handle:
         json.dump(record, handle, indent=1)
-    os.replace(os.path.join(run.folder, RECORD) + ".tmp", os.path.join(run.folder, RECORD))
     return record
 
 

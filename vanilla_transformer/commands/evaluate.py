@@ -8,8 +8,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from ..corpus.output import check_output_file, write_atomically
+from ..corpus.output import check_output_file
 from ..errors import CommandError
+from ..folders import write_atomically
 from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator

@@ -14,11 +14,10 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from ..errors import OutputError
-from ..folders import why_unmakeable, with_usual_mode
+from ..folders import why_unmakeable, write_atomically
 from ..processes import processes
 
 
@@ -101,22 +100,6 @@ def check_output_folder(flag: str, path: str) -> None:
     reason = why_unmakeable(path)
     if reason:
         raise OutputError(f"{flag} {path}: cannot be made, since {reason}")
-
-
-def write_atomically(path: str, text: str) -> None:
-    """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
-    folder, name = os.path.split(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)  # a new name: no file of the user's is lost
-    try:
-        with open(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        with_usual_mode(temporary)
-    except BaseException:
-        os.remove(temporary)
-        raise
-    os.replace(temporary, path)
 
 
 class Parts:

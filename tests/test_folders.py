@@ -1,0 +1,51 @@
+"""Files and folders written so that a failure leaves nothing half-written and no file of the user's is lost."""
+
+import json
+import os
+
+import pytest
+from vanilla_transformer.training.run.state import forget_metrics_after
+
+from vanilla_transformer.folders import replacing, write_atomically
+
+
+def umask_now() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_a_file_written_whole_keeps_the_users_files_beside_it_and_gets_the_usual_mode(tmp_path, mask):
+    (tmp_path / "results.json.tmp").write_text("my notes")
+    before = os.umask(mask)
+    try:
+        write_atomically(str(tmp_path / "results.json"), "{}")
+        assert umask_now() == mask  # the umask is only read, never changed on the way
+    finally:
+        os.umask(before)
+    assert (tmp_path / "results.json").read_text() == "{}" and (tmp_path / "results.json.tmp").read_text() == "my notes"
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o666 & ~mask
+    assert sorted(os.listdir(tmp_path)) == ["results.json", "results.json.tmp"]
+
+
+def test_a_block_that_fails_leaves_the_old_file_and_nothing_beside_it(tmp_path):
+    path = tmp_path / "table.bin"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="cut short"), replacing(str(path), binary=True) as handle:
+        handle.write(b"half of the new")
+        raise RuntimeError("cut short")
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["table.bin"]
+    with replacing(str(path), binary=True) as handle:
+        handle.write(b"\x00new")
+    assert path.read_bytes() == b"\x00new" and os.listdir(tmp_path) == ["table.bin"]
+
+
+def test_a_resumed_runs_metrics_are_rewritten_whole_and_keep_a_file_named_like_a_temporary(tmp_path):
+    records = [{"step": s, "loss": 1.0} for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
+    (tmp_path / "metrics.jsonl.tmp").write_text("my notes")
+    forget_metrics_after(str(tmp_path), 2)
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (tmp_path / "metrics.jsonl.tmp").read_text() == "my notes"
+    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "metrics.jsonl.tmp"]
