@@ -78,3 +78,5 @@ def test_the_score_command_names_what_is_wrong_with_its_input(trained_folder, tm
     flags = ["--pairs", str(tmp_path / "pairs.jsonl"), "--source-lang", "en", "--target-lang", "de"]
     assert main(["score", "--model", str(trained_folder), *flags]) == 2
     assert "pairs.jsonl, line 2: expected" in capsys.readouterr().err
+    assert main(["score", "--model", str(trained_folder), *files, "--source-lang", "en"]) == 2
+    assert "--source-lang and --target-lang name the keys of --pairs: give --pairs" in capsys.readouterr().err

@@ -126,6 +126,8 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     flags[-1] = str(tmp_path / "empty.txt")
     assert main(["translate", "--model", str(trained_folder), *flags]) == 2
     assert "line 1: an empty term" in capsys.readouterr().err
+    assert main(["translate", "--model", str(trained_folder), "--constraints-order", "ordered", "seven"]) == 2
+    assert "--constraints-order orders the terms of --constraints-file: give that file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("length_penalty", [1000.0, -1000.0])

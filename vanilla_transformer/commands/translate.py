@@ -107,8 +107,7 @@ def add_constraint_arguments(translate: argparse.ArgumentParser) -> None:
     translate.add_argument(
         "--constraints-order",
         choices=("unordered", "ordered"),
-        default="unordered",
-        help="with --constraints-file: the terms in any order (default), or in the order given",
+        help="with --constraints-file: the terms in any order (the default), or in the order given",
     )
 
 
@@ -120,6 +119,8 @@ def corpus_of(args: argparse.Namespace) -> Corpus:
         raise CommandError("give sentences as arguments or --input, not both", exit_code=2)
     if args.prefix_file and args.constraints_file:
         raise CommandError("--prefix-file and --constraints-file together: give one of them", exit_code=2)
+    if args.constraints_order and not args.constraints_file:
+        raise CommandError("--constraints-order orders the terms of --constraints-file: give that file", exit_code=2)
     if args.sentences:
         sentences = TextInput.arguments(args.sentences)
     else:
