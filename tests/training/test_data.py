@@ -1,6 +1,7 @@
 import collections
 import json
 import os
+import re
 
 import datasets
 import pandas as pd
@@ -210,14 +211,39 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_i
 
 
 @pytest.mark.parametrize("side", [5, [1, 2], {"x": "y"}, True])
-def test_a_side_that_is_not_text_is_named_by_its_row_not_counted_as_missing(tmp_path, side):
+@pytest.mark.parametrize("layout", ["translation", "columns"])
+def test_a_side_that_is_not_text_is_named_by_its_row_not_counted_as_missing(tmp_path, side, layout):
     rows = pairs(range(10, 20))
     rows[6]["translation"]["de"] = side
+    if layout == "columns":  # a column that mixes kinds: its texts are not turned into their JSON ('"zehn"')
+        rows = [row["translation"] for row in rows]
     path = write_jsonl(tmp_path / "train.jsonl", rows)
     with pytest.raises(
         DataError, match=r"split 'train', row 6 \(counting from 0\): its 'de' side is .*; expected text"
     ):
         load_pairs(data_args(train_file=str(path)), SEED)
+
+
+def test_a_column_of_lists_is_refused_and_one_of_numbers_read_as_their_text(tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", [{"en": "ten", "de": ["zehn"]}, {"en": "one", "de": ["eins"]}])
+    with pytest.raises(DataError, match=r"row 0 \(counting from 0\): its 'de' side is \['zehn'\]; expected text"):
+        load_pairs(data_args(train_file=str(path)), SEED)
+    (tmp_path / "digits.csv").write_text("en,de\nten,10\none,1\n")
+    raw, _ = load_pairs(data_args(train_file=str(tmp_path / "digits.csv")), SEED)
+    assert raw["train"]["translation"] == [{"en": "ten", "de": "10"}, {"en": "one", "de": "1"}]
+
+
+def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_path):
+    cases = {
+        "cut.json": ('[{"en": "one", "de": "eins"},\n {"en": "two", "de":\n]\n', "line 3 is not valid JSON"),
+        "item.json": ('[{"en": "one", "de": "eins"}, {"en": "two", "de": "zwei"},\n\n  "three"]', "line 3: item 3 of"),
+        "wide.csv": ('en,de\n"one\nuno",eins\ntwo,zwei,deux\n', "line 4 has 3 fields; expected 2, as the header has"),
+        "open.csv": ('en,de\none,eins\n"two,zwei\n', "EOF inside string starting at row 2"),  # pandas' own words
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DataError, match=f"--train-file {tmp_path / name}: .*{re.escape(message)}"):
+            load_pairs(data_args(train_file=str(tmp_path / name)), SEED)
 
 
 def test_unreachable_hub_dataset_is_a_clear_error(monkeypatch):

@@ -1,8 +1,10 @@
 """Checking the data before training on it: each file's builder and first bad line, the translation column, and the
 pairs with text on both sides. `DataError` names the file, split, row or flag and what was expected."""
 
+import csv
 import json
 import os
+import re
 import sys
 
 import datasets
@@ -55,7 +57,7 @@ def first_bad_line(path: str, builder: str) -> str | None:
                     f"line {number} is not UTF-8 (byte 0x{raw_line[error.start]:02x} at column {error.start + 1}); "
                     "expected a UTF-8 file: convert it, e.g. with iconv -f latin1 -t utf-8"
                 )
-    return first_bad_json_line(path) if builder == "json" else None
+    return first_bad_json_line(path) if builder == "json" else first_bad_csv_line(path)
 
 
 def first_bad_json_line(path: str) -> str | None:
@@ -67,7 +69,7 @@ def first_bad_json_line(path: str) -> str | None:
             if not line.strip():
                 continue
             if line.lstrip().startswith("[") and not seen_a_row:
-                return None
+                return first_bad_array_item(path)
             seen_a_row = True
             try:
                 row = json.loads(line)
@@ -76,6 +78,52 @@ def first_bad_json_line(path: str) -> str | None:
             if not isinstance(row, dict):
                 return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
     return None
+
+
+def first_bad_array_item(path: str) -> str | None:
+    """Where a file holding one JSON document goes wrong: the line of a syntax error, or of the first item of its
+    array that is not a JSON object; None if it is an array of objects."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as error:
+        return f"line {error.lineno} is not valid JSON ({error.msg} at column {error.colno})"
+    if not isinstance(rows, list):
+        return "expected an array of JSON objects (one pair each) or one JSON object per line"
+    decoder, between, position = json.JSONDecoder(), re.compile(r"[\s,]*"), text.index("[") + 1
+    for number in range(1, len(rows) + 1):
+        position = between.match(text, position).end()
+        row, end = decoder.raw_decode(text, position)
+        if not isinstance(row, dict):
+            line = text.count("\n", 0, position) + 1
+            example = '{"translation": ...}'
+            return f"line {line}: item {number} of the array is not a JSON object (one pair each, e.g. {example})"
+        position = end
+    return None
+
+
+def first_bad_csv_line(path: str) -> str | None:
+    """The first record of a CSV file with more fields than its header line; None if there is none."""
+    limit = csv.field_size_limit(sys.maxsize)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            for record in reader:
+                if len(record) > len(header):
+                    return f"line {reader.line_num} has {len(record)} fields; expected {len(header)}, as the header has"
+    finally:
+        csv.field_size_limit(limit)
+    return None
+
+
+def deepest_cause(error: BaseException) -> str:
+    """The message of the error at the bottom of `error`'s chain: `datasets` wraps its reader's in one that says
+    only that the dataset could not be generated."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return f"{type(error).__name__}: {str(error).strip()}"
 
 
 def check_translation_column(

@@ -12,6 +12,7 @@ from .checks import (
     DataError,
     check_file,
     check_translation_column,
+    deepest_cause,
     drop_pairs_without_text,
     first_bad_line,
 )
@@ -76,7 +77,7 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
             splits[split] = datasets.load_dataset(builder, data_files=path, split="train")
             splits[split].data.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
         except Exception as error:
-            reason = first_bad_line(path, builder) or f"could not be read as {builder}: {error}"
+            reason = first_bad_line(path, builder) or f"could not be read as {builder}: {deepest_cause(error)}"
             raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows.")
@@ -106,6 +107,10 @@ def to_translation_schema(
         )
     features = {name: feature for name, feature in dataset.features.items() if name not in languages}
     features["translation"] = datasets.Translation(languages=languages)
+    # numbers become their text (a CSV column of digits); a column of lists or objects, or one that mixes kinds
+    # (`datasets`' Json), keeps its values, not their JSON text, and `drop_pairs_without_text` names the first row
+    # whose side is not text
+    typed = all(isinstance(dataset.features[lang], datasets.Value) for lang in languages)
 
     def pair_up(batch):
         return {"translation": [dict(zip(languages, texts)) for texts in zip(*(batch[lang] for lang in languages))]}
@@ -114,7 +119,7 @@ def to_translation_schema(
         pair_up,
         batched=True,
         remove_columns=languages,
-        features=datasets.Features(features),
+        features=datasets.Features(features) if typed else None,
         desc="Pairing the language columns",
     )
 
