@@ -1,5 +1,7 @@
 """`ablate`'s own flags (training/studies/arguments.py): which studies and which of their variants run."""
 
+import os
+
 import pytest
 from vanilla_transformer.training.studies.arguments import VARIANT_KEYS, StudyArguments
 from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
@@ -58,3 +60,20 @@ def test_a_study_folder_that_is_a_file_is_refused_with_the_usage(tmp_path, capsy
     assert stopped.value.code == 2
     assert f"error: --study-dir {data}: is a file; expected a folder" in capsys.readouterr().err
     assert data.read_text() == "{}\n"
+
+
+def test_a_study_folder_in_a_model_folder_and_more_jobs_than_workers_are_refused(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "vanilla_transformer"}')
+    refused = {
+        ("--study-dir", str(model)): f"--study-dir {model} is the model folder {model}: give a folder of its own",
+        ("--study-dir", str(model / "studies" / "a")): f"is inside the model folder {model}: give a folder of its own",
+        ("--study-dir", str(tmp_path / "s"), "--jobs", "100000"): "--jobs 100000: more runs at once than this machine",
+    }
+    for flags, message in refused.items():
+        with pytest.raises(SystemExit) as stopped:
+            main(["ablate", *flags])
+        assert stopped.value.code == 2
+        assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and os.listdir(model) == ["config.json"]

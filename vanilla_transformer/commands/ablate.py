@@ -5,6 +5,7 @@ embedded task with `--preset study` unless given), and the study's own (`StudyAr
 
 import argparse
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -52,6 +53,9 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
         )
     if study.launcher and study.jobs > 1:
         raise ValueError("--launcher with --jobs > 1: launched runs train one at a time (they would share a port)")
+    if study.jobs > usable_workers():
+        raise ValueError(f"--jobs {study.jobs}: more runs at once than this machine has CPU cores or GPUs "
+                         f"({usable_workers()}); expected at most that")  # fmt: skip
     if args.run.preset is None and args.data.uses_embedded_task:
         args = args.replace(preset="study")
     if args.checkpoints.layer_gradients == 0:
@@ -67,6 +71,38 @@ def study_folder(study: StudyArguments, base: dict) -> StudyArguments:
     return dataclasses.replace(study, study_dir=os.path.join("studies", task))
 
 
+def usable_workers() -> int:
+    """How many runs can train at once here: one per CPU core this process may use, or per GPU if there are more."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(cores, torch.cuda.device_count())
+
+
+def check_study_folder(study_dir: str) -> None:
+    """The study's folder can be written and is no model folder, nor inside one: the study would write its runs and
+    tables among the model's files. Raises `ValueError` naming it."""
+    check_output_folder("--study-dir", study_dir)
+    folder = os.path.abspath(study_dir)
+    while True:
+        if is_model_folder(folder):
+            where = "is the model folder" if folder == os.path.abspath(study_dir) else "is inside the model folder"
+            raise ValueError(f"--study-dir {study_dir} {where} {folder}: give a folder of its own")
+        if os.path.dirname(folder) == folder:
+            return
+        folder = os.path.dirname(folder)
+
+
+def is_model_folder(folder: str) -> bool:
+    """Whether `folder` holds a model's config.json (a JSON object naming its model_type)."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "model_type" in config
+
+
 def ablate_command(namespace: argparse.Namespace) -> int:
     """Resolve the flags (a bad combination: ablate's usage and status 2), then run the study: a run that fails
     for a reason other than its own training stopping ends the study with status 1."""
@@ -74,7 +110,7 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         study = StudyArguments.from_namespace(namespace)
         base = base_options(namespace, study)
         study = study_folder(study, base)
-        check_output_folder("--study-dir", study.study_dir)
+        check_study_folder(study.study_dir)
     except ValueError as error:
         namespace.refuse(str(error))
     from ..training.studies.study import run_study
