@@ -3,6 +3,7 @@ the same, progress on stderr, bad lines and outputs named."""
 
 import json
 import os
+import socket
 import threading
 
 import pytest
@@ -84,6 +85,18 @@ def test_a_named_pipe_is_read_once(trained_folder, tmp_path, capsys):
     status, out, _ = run(capsys, "translate", "--model", str(trained_folder), "--input", str(pipe))
     writer.join()
     assert status == 0 and len(out.splitlines()) == 2
+
+
+def test_a_socket_as_input_is_refused_before_the_model_loads(tmp_path, capsys):
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock"))
+    try:
+        status, _, err = run(
+            capsys, "translate", "--model", str(tmp_path / "no-model"), "--input", str(tmp_path / "sock")
+        )
+    finally:
+        listener.close()
+    assert status == 2 and f"--input {tmp_path / 'sock'}: a socket; expected a file or a named pipe" in err
 
 
 def test_an_output_over_its_own_input_is_refused(numbers_file, tmp_path, capsys):

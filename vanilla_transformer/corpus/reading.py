@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ class TextInput:
         if self.path is None:
             return
         if os.path.exists(self.path) and not os.path.isfile(self.path) and not os.path.isdir(self.path):
+            if stat.S_ISSOCK(os.stat(self.path).st_mode):
+                raise OSError(errno.EINVAL, "a socket; expected a file or a named pipe", self.path)
             if not os.access(self.path, os.R_OK):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), self.path)
             return
