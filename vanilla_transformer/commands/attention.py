@@ -23,7 +23,7 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def attention_command(args: argparse.Namespace) -> int:
-    from ..demo.attention_maps import attention_maps, write_attention_figures
+    from ..demo.attention_maps import NotDrawable, attention_maps, write_attention_figures
 
     check_output_folder("--out", args.out)
     if os.path.isdir(args.model) and holds(args.model, args.out):
@@ -33,9 +33,13 @@ def attention_command(args: argparse.Namespace) -> int:
     if not args.source.strip():  # a blank sentence is not searched (docs/errors.md): it has no attention to draw
         raise CommandError("--source is blank; expected the sentence to translate", 2)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
-    maps = attention_maps(
-        model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length
-    )
+    try:
+        maps = attention_maps(
+            model, tokenizer, args.source, args.target, num_beams=args.num_beams, max_new_tokens=args.max_length
+        )
+    except NotDrawable as error:
+        flag = {"source": "--source", "target": "--target", "max_new_tokens": "--max-length"}[error.argument]
+        raise CommandError(f"{flag}{str(error).removeprefix(error.argument)}", 2) from error
     paths = write_attention_figures(maps, args.out)
     print(f"{args.source} -> {maps['translation']}")
     print(f"{len(paths)} figures in {args.out}")

@@ -19,6 +19,7 @@ from ..inference.devices import DEFAULT_PLACEMENT, Placement
 from ..inference.translators import PyTorchTranslator
 from ..model_folder import load_model_folder
 from . import figures
+from .attention_maps import MAX_DRAWN_TOKENS
 from .stages import Stages, trace_stages
 
 MISSING_GRADIO = 'the demo needs Gradio and matplotlib: pip install "vanilla-transformer[demo]"'
@@ -30,7 +31,7 @@ KIND_NAMES = {
 MASKED = "decoder masked self-attention"
 MEAN = "mean over heads"
 EMPTY_INPUT = "Type a sentence to translate first."
-MAX_NEW_TOKENS = 128  # the longest translation, in tokens
+MAX_NEW_TOKENS = MAX_DRAWN_TOKENS - 1  # the longest translation, in tokens: its maps, the end of sentence added
 MAX_SOURCE_TOKENS = 64  # the longest sentence drawn: its maps grow as the square of its tokens
 MAX_SOURCE_CHARACTERS = 1000  # read before tokenizing
 

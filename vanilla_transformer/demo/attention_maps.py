@@ -18,6 +18,16 @@ import torch
 from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
 from ..model_folder import source_tokens
 
+MAX_DRAWN_TOKENS = 128  # the longest sentence drawn: a figure grows as the square of its tokens
+
+
+class NotDrawable(ValueError):
+    """A sentence pair whose maps cannot be drawn: `argument` names `attention_maps`' argument at fault."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+
 
 @torch.no_grad()
 def attention_maps(
@@ -33,11 +43,13 @@ def attention_maps(
     pair. `during_forward`, a context manager, is entered around the one forward pass that gives them (and not
     around the generation before it): forward hooks placed there see exactly that pass."""
     encoded = tokenizer([source], return_tensors="pt").to(model.device)  # the figures get CPU float32 copies
+    check_length("source", encoded["input_ids"].shape[1])
     if target is None:
+        check_length("max_new_tokens", max_new_tokens)  # the end of sentence among them
         generated = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)[0]
         start, produced = generated[:1], generated[1:]  # produced: the translation, ending with </s> unless cut
     else:
-        produced = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][0].to(model.device)
+        produced = forced_target(tokenizer, target).to(model.device)
         start = torch.tensor([model.config.decoder_start_token_id], device=model.device)
     produced = produced[produced != model.config.pad_token_id]
     decoder_input_ids = torch.cat([start, produced[:-1]])  # the outputs shifted right
@@ -53,6 +65,25 @@ def attention_maps(
         "cross": [a[0].float().cpu() for a in out.cross_attentions],  # each (heads, tgt_len, src_len)
         "logits": out.logits[0].float().cpu(),  # (tgt_len, vocab): the final linear layer, before the softmax
     }
+
+
+def check_length(argument: str, tokens: int) -> None:
+    if tokens > MAX_DRAWN_TOKENS:
+        raise NotDrawable(argument, f"{tokens} tokens; the maps are drawn for at most {MAX_DRAWN_TOKENS}, since a "
+                          "figure grows as the square of its tokens")  # fmt: skip
+
+
+def forced_target(tokenizer, target: str) -> torch.Tensor:
+    """The ids of the translation to force-decode; a `NotDrawable` naming a word the target vocabulary cannot
+    spell (its maps would be those of the unknown token, not of the word) or a translation too long to draw."""
+    ids = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][0]
+    unknown = tokenizer.unk_token_id
+    if unknown is not None and unknown in ids.tolist():
+        spelt = lambda word: unknown not in tokenizer(text_target=word)["input_ids"]  # noqa: E731
+        words = [word for word in target.split() if not spelt(word)] or [target]
+        raise NotDrawable("target", f"{words[0]!r} has a token the target vocabulary lacks ({tokenizer.unk_token})")
+    check_length("target", len(ids))
+    return ids
 
 
 def draw_heatmap(ax, matrix, rows, columns, title):
