@@ -371,7 +371,7 @@ def test_constrained_search_writes_fairseq_interactives_translations_with_their_
     translator = PyTorchTranslator(case.model, case.tokenizer)
     english = [pair[0] for pair in reference.pairs]
     terms = [constraint_terms(german, mode) for _, german in reference.pairs]
-    term_ids = translator.term_ids(terms, None)
+    term_ids = translator.term_ids(terms)
     rows = []
     for start in range(0, len(english), BATCH):
         batch = case.tokenizer(english[start : start + BATCH], padding=True, return_tensors="pt")

@@ -69,7 +69,7 @@ def test_a_term_given_twice_appears_twice(trained_folder):
 def test_terms_are_met_token_for_token_and_batches_give_what_one_sentence_gives(trained_folder):
     translator = load_translator(str(trained_folder))
     model, tokenizer = translator.model, translator.tokenizer
-    terms = translator.term_ids(TERMS, None)
+    terms = translator.term_ids(TERMS)
     batch = tokenizer(SOURCES, padding=True, return_tensors="pt")
     together = beam_search(model, batch["input_ids"], batch["attention_mask"], SEARCH, terms)
     for index, source in enumerate(SOURCES):
@@ -126,6 +126,10 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     flags[-1] = str(tmp_path / "empty.txt")
     assert main(["translate", "--model", str(trained_folder), *flags]) == 2
     assert "line 1: an empty term" in capsys.readouterr().err
+    (tmp_path / "many.txt").write_text("sieben\tacht\thundert\n\n\n", encoding="utf-8")
+    flags[-1] = str(tmp_path / "many.txt")
+    assert main(["translate", "--model", str(trained_folder), *flags, "--max-length", "2"]) == 2
+    assert "many.txt, line 1: its terms have 7 tokens; its translation has at most 2 (max_length)" in capsys.readouterr().err
     assert main(["translate", "--model", str(trained_folder), "--constraints-order", "ordered", "seven"]) == 2
     assert "--constraints-order orders the terms of --constraints-file: give that file" in capsys.readouterr().err
 

@@ -161,6 +161,9 @@ BAD_TERMS = [
     ({"terms": 7}, 422, "terms: expected a list of strings"),
     ({"terms": [["sieben"]]}, 422, "terms: expected a list of strings"),
     ({"terms": ["€€"]}, 422, "terms: sentence 1: the term '€€' has a token the target vocabulary lacks"),
+    ({"terms": ["<pad>"]}, 422, "terms: sentence 1: the term '<pad>' has the special token <pad>, which is not text"),
+    ({"terms": ["acht</s>"]}, 422, "the term 'acht</s>' has the special token </s>, which is not text"),
+    ({"terms": ["sieben"] * 60}, 413, "q and terms have "),  # terms count in --max-chars
 ]
 
 

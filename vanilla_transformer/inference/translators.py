@@ -188,10 +188,11 @@ class PyTorchTranslator(Translator):
             raise OptionError(GUARDS, "no_repeat_ngram_size and repetition_penalty apply to generate()'s search "
                               "only: not with terms or prefixes")  # fmt: skip
         limit = position_limit(self.model.config)
-        terms = self.term_ids(options.terms, limit) if options.terms is not None else None
+        limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
+        rooms = [most if limit is None else min(most, limit - 1) for most in limits]
+        terms = self.term_ids(options.terms, rooms) if options.terms is not None else None
         prefixes = self.prefix_ids(options.prefix, limit) if options.prefix is not None else None
         rules = options.rules or (FAIRSEQ if terms else CTRANSLATE2)  # terms are fairseq's; prefixes the export's
-        limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
         keys = [(len(prefixes[i]) if prefixes else 0, limits[i]) for i in range(len(source_ids))]
         results = [None] * len(source_ids)
         for indices in grouped_batches(keys, [len(row) for row in source_ids], options):
@@ -217,20 +218,38 @@ class PyTorchTranslator(Translator):
         )
         return [[replace(t, alignment=next(alignments)) for t in translations] for translations in results]
 
-    def term_ids(self, constraints, limit: int | None) -> list[list[list[int]]]:
+    def term_ids(self, constraints, rooms: list[int] | None = None) -> list[list[list[int]]]:
         """Each sentence's terms as target token ids, without the end of sentence; a ValueError naming the sentence
-        and the term where a term is empty or has a token the target vocabulary lacks."""
-        encoded = iter(self.target_ids([term for terms in constraints for term in terms], limit))
-        unknown, found = self.tokenizer.unk_token_id, []
+        and the term where a term is empty, has a token the target vocabulary lacks, or a special token (no
+        translation writes one as text: the search would run to its length limit), or naming the sentence whose
+        terms need more than `rooms[i]` tokens, the most its translation may have."""
+        encoded = iter(self.target_ids([term for terms in constraints for term in terms], None))  # longer: refused
+        found = []
         for index, terms in enumerate(constraints):
             found.append([next(encoded) for _ in terms])
             for term, row in zip(terms, found[-1]):
-                if not row or (unknown is not None and unknown in row):
-                    what = (
-                        "no tokens" if not row else f"a token the target vocabulary lacks ({self.tokenizer.unk_token})"
-                    )
-                    raise SentenceError(index, f"the term {term!r} has {what}")
+                problem = self.term_problem(row)
+                if problem:
+                    raise SentenceError(index, f"the term {term!r} has {problem}")
+            needed = sum(map(len, found[-1]))
+            if rooms is not None and needed > rooms[index]:
+                reason = f"its terms have {needed} tokens; its translation has at most {rooms[index]} (max_length)"
+                raise SentenceError(index, reason)
         return found
+
+    def term_problem(self, row: list[int]) -> str | None:
+        """What keeps a term's token ids from being written: none, the unknown token or another special token."""
+        if not row:
+            return "no tokens"
+        unknown = self.tokenizer.unk_token_id
+        if unknown is not None and unknown in row:
+            return f"a token the target vocabulary lacks ({self.tokenizer.unk_token})"
+        config = self.model.config
+        special = set(self.tokenizer.all_special_ids) | {config.eos_token_id, config.pad_token_id}
+        written = [token for token in row if token in special]
+        if written:
+            return f"the special token {self.tokenizer.convert_ids_to_tokens(written[0])}, which is not text"
+        return None
 
     def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
         """Each text as target token ids without the end of sentence (the model's id: not every tokenizer, fairseq's

@@ -377,10 +377,11 @@ def parse_translate(params: dict, engine: Engine, settings: ServerSettings) -> T
     alternatives = whole_number(params.get("alternatives", 0), "alternatives")
     if not 0 <= alternatives <= settings.max_alternatives:
         raise RequestError(400, f"alternatives {alternatives}: expected 0 to {settings.max_alternatives}")
-    characters = sum(map(len, items))
-    if characters > settings.max_chars:
-        raise RequestError(413, f"q has {characters} characters; this server takes at most {settings.max_chars}")
     terms = parse_terms(params.get("terms"), items, isinstance(q, str))
+    characters = sum(map(len, items)) + sum(len(term) for row in terms or [] for term in row)
+    if characters > settings.max_chars:
+        fields = "q and terms have" if terms else "q has"
+        raise RequestError(413, f"{fields} {characters} characters; this server takes at most {settings.max_chars}")
     return TranslateRequest(items, isinstance(q, str), alternatives, source == "auto", terms)
 
 

@@ -37,9 +37,12 @@ class Engine:
 
     def check_terms(self, terms: list[list[str]]) -> None:
         """An `UnsupportedError` where the engine has no constrained search, a ValueError naming a term the model
-        cannot write."""
+        cannot write, or a text whose terms cannot all fit in its translation (checked before the text is queued:
+        an error in a batch would fail every request in it)."""
         self.translator.require("terms")
-        self.translator.term_ids(terms, None)
+        limit = position_limit(self.translator.model.config)
+        room = self.settings.max_length if limit is None else min(self.settings.max_length, limit - 1)
+        self.translator.term_ids(terms, [room] * len(terms))
 
     def score(self, sources: list[str], targets: list[str]):
         """Each pair's `PairScore` (see `vanilla_transformer.inference.scoring`), in one batch."""
