@@ -129,7 +129,10 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     (tmp_path / "many.txt").write_text("sieben\tacht\thundert\n\n\n", encoding="utf-8")
     flags[-1] = str(tmp_path / "many.txt")
     assert main(["translate", "--model", str(trained_folder), *flags, "--max-length", "2"]) == 2
-    assert "many.txt, line 1: its terms have 7 tokens; its translation has at most 2 (max_length)" in capsys.readouterr().err
+    assert (
+        "many.txt, line 1: its terms have 7 tokens; its translation has at most 2 (max_length)"
+        in capsys.readouterr().err
+    )
     assert main(["translate", "--model", str(trained_folder), "--constraints-order", "ordered", "seven"]) == 2
     assert "--constraints-order orders the terms of --constraints-file: give that file" in capsys.readouterr().err
 

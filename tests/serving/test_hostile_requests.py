@@ -42,6 +42,10 @@ HOSTILE = [
          "q, item 2: character 1 is a lone UTF-16 surrogate"),
     Case("a lone surrogate in a score", b'{"q": "one", "translation": "\\ud800x"}', 400,
          "translation: character 1 is a lone UTF-16 surrogate", path="/score"),
+    Case("a lone surrogate in a field's name", b'{"q": "one", "source": "en", "target": "de", "\\ud800": "\\udfff"}',
+         400, "a field's name: character 1 is a lone UTF-16 surrogate (U+D800"),
+    Case("a lone surrogate in a key", b'{"q": "one", "source": "en", "target": "de", "x": {"\\ud800": 1}}', 400,
+         "x, a key: character 1 is a lone UTF-16 surrogate (U+D800"),
     Case("JSON nested 20,000 deep", nested(20_000), 400, "the body is not valid JSON: it nests too deeply"),
     Case("JSON nested 100,000 deep", nested(100_000), 413,
          "the body has 200039 bytes; this server takes at most 69136"),
@@ -68,7 +72,8 @@ HOSTILE = [
 ]  # fmt: skip
 # the fast tier's cases: one of each class
 FAST = {
-    "a lone surrogate", "JSON nested 20,000 deep", "a Unicode digit", "two empty lists to score", "auto with a list",
+    "a lone surrogate", "a lone surrogate in a field's name",
+    "JSON nested 20,000 deep", "a Unicode digit", "two empty lists to score", "auto with a list",
 }  # fmt: skip
 
 

@@ -183,7 +183,8 @@ def parse_json(body: bytes) -> dict:
 def check_text(fields: dict) -> None:
     """Every string in the fields (names, values, items of lists at any depth) encodable as UTF-8; iterative, so
     that a deeply nested value cannot exhaust the stack."""
-    stack = [(value, str(name)) for name, value in fields.items()]
+    stack = [(value, printable(name)) for name, value in fields.items()]
+    stack.extend((name, "a field's name") for name in fields)  # the names first (the last in is the first out)
     while stack:
         value, where = stack.pop()
         if isinstance(value, str):
@@ -200,7 +201,12 @@ def check_text(fields: dict) -> None:
             stack.extend((item, f"{where}, item {index + 1}") for index, item in enumerate(value))
         elif isinstance(value, dict):
             stack.extend((key, f"{where}, a key") for key in value)
-            stack.extend((item, f"{where}.{key}") for key, item in value.items())
+            stack.extend((item, f"{where}.{printable(key)}") for key, item in value.items())
+
+
+def printable(name) -> str:
+    """A field's name as an error message can show it: a lone surrogate in it written as its escape."""
+    return str(name).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def whole_number(value, name: str) -> int:
