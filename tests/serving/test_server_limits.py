@@ -77,6 +77,27 @@ def test_sigterm_answers_every_queued_request_and_exits_0(trained_folder):
         assert server.process.wait(timeout=60) == 0
 
 
+def test_a_batch_that_outlasts_the_drain_ends_its_request_with_a_json_503_and_the_server_with_0(
+    trained_folder, tmp_path
+):
+    """The batch is still in torch when the drain ends: the interpreter's own shutdown aborted there (status 134)."""
+    terms = ["ein", "elf", "null", "acht", "neun", "zehn", "vier", "drei", "zwei", "fünf", "sechs", "sieben"]
+    long = {**BODY, "q": ["six"] * 1000, "terms": [terms] * 1000}  # minutes of constrained search on 2 cores
+    with serving(trained_folder, "--drain-timeout", "1", "--max-chars", "100000", tmp_path=tmp_path) as server:
+        answers = []
+        sender = threading.Thread(target=lambda: answers.append(server.post(**long)))
+        sender.start()
+        wait_for(lambda: server.metric("vanilla_transformer_batch_sentences_count") > 0)  # taken by the worker
+        start = time.time()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.output()[-3000:]
+        assert time.time() - start < 10  # the drain's 1 s, not the batch's minutes, nor twice the drain
+        sender.join(30)
+        assert "a batch was still being translated after --drain-timeout 1 s" in server.output()
+    assert answers[0].status_code == 503 and answers[0].headers["x-request-id"]
+    assert error_of(answers[0]) == "the server stopped before answering it"
+
+
 def test_ready_says_503_until_the_model_is_loaded_and_translations_wait_for_it(trained_folder):
     from vanilla_transformer.serving.app import create_app
     from vanilla_transformer.serving.engine import EngineSettings, load_engine

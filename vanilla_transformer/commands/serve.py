@@ -3,9 +3,11 @@ across requests, backpressure, API keys and a graceful shutdown."""
 
 import argparse
 import dataclasses
+import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import typing
 
@@ -21,6 +23,8 @@ from ..training.options.argument_types import (
 )
 from .engine import checked_engine, flag_error
 from .process_settings import apply_decoding_process_settings
+
+LOG = logging.getLogger("uvicorn.error")  # the server's log, which uvicorn configures
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SERVE_EXTRA = "the server needs FastAPI, uvicorn and friends: pip install 'vanilla-transformer[serve]'"
@@ -140,6 +144,13 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     server.run()
     if failures:
         raise CommandError(f"MODEL {args.model}: could not load it: {failures[0]}", exit_code=1)
+    batcher = app.state.server.batcher
+    if batcher is not None and batcher.worker.is_alive():  # a batch outlasted --drain-timeout: its requests got 503
+        LOG.warning("a batch was still being translated after --drain-timeout %g s: stopped", args.drain_timeout)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the interpreter's shutdown would abort, tearing torch's threads down under the batch
     return 0
 
 
@@ -149,7 +160,7 @@ def draining_server(uvicorn, config):
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame) -> None:
-            config.app.state.server.draining = True
+            config.app.state.server.drain()
             super().handle_exit(sig, frame)
 
     return DrainingServer(config)

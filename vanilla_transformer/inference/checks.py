@@ -93,3 +93,33 @@ def check_prefixes(prefix, rows: list[list], unknown, unknown_name: str | None, 
             reason = (f"the prefix has {len(row)} tokens; the model writes at most {limit} (its learned positions), "
                       "the end of sentence included")  # fmt: skip
             raise SentenceError(index, reason)
+
+
+def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: set[int], rooms: list[int] | None) -> None:
+    """A `SentenceError` naming the first sentence with a term whose token ids (`rows`) are none, hold the unknown
+    token, or another special token (`tokenizer`'s, or one of `specials`: no translation writes one as text, so the
+    search would run to its length limit), or whose terms need more tokens than `rooms[i]`, the most its
+    translation may have."""
+    specials = set(tokenizer.all_special_ids) | specials
+    for index, (sentence_terms, sentence_rows) in enumerate(zip(terms, rows)):
+        for term, row in zip(sentence_terms, sentence_rows):
+            problem = term_problem(row, tokenizer, specials)
+            if problem:
+                raise SentenceError(index, f"the term {term!r} has {problem}")
+        needed = sum(map(len, sentence_rows))
+        if rooms is not None and needed > rooms[index]:
+            raise SentenceError(
+                index, f"its terms have {needed} tokens; its translation has at most {rooms[index]} (max_length)"
+            )
+
+
+def term_problem(row: list[int], tokenizer, specials: set[int]) -> str | None:
+    """What keeps a term's token ids from being written: none, the unknown token or another special token."""
+    if not row:
+        return "no tokens"
+    if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in row:
+        return f"a token the target vocabulary lacks ({tokenizer.unk_token})"
+    written = [token for token in row if token in specials]
+    if written:
+        return f"the special token {tokenizer.convert_ids_to_tokens(written[0])}, which is not text"
+    return None

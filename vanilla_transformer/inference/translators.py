@@ -23,7 +23,7 @@ from ..configuration import position_limit
 from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
 from ..model_folder import encode_within, load_model_folder
 from .alignment import Alignment, align, align_tokens
-from .checks import check_prefixes
+from .checks import check_prefixes, check_terms
 from .decoding import decode
 from .devices import DEFAULT_PLACEMENT, Placement, PlacementError
 from .options import (
@@ -34,7 +34,6 @@ from .options import (
     Guards,
     OptionError,
     SearchOptions,
-    SentenceError,
     Translation,
     blank_stays_blank,
     distinct_texts,
@@ -219,37 +218,14 @@ class PyTorchTranslator(Translator):
         return [[replace(t, alignment=next(alignments)) for t in translations] for translations in results]
 
     def term_ids(self, constraints, rooms: list[int] | None = None) -> list[list[list[int]]]:
-        """Each sentence's terms as target token ids, without the end of sentence; a ValueError naming the sentence
-        and the term where a term is empty, has a token the target vocabulary lacks, or a special token (no
-        translation writes one as text: the search would run to its length limit), or naming the sentence whose
-        terms need more than `rooms[i]` tokens, the most its translation may have."""
+        """Each sentence's terms as target token ids, without the end of sentence, checked by `check_terms` (a
+        ValueError naming the sentence and the term), with `rooms[i]` the most tokens sentence i's translation may
+        have."""
         encoded = iter(self.target_ids([term for terms in constraints for term in terms], None))  # longer: refused
-        found = []
-        for index, terms in enumerate(constraints):
-            found.append([next(encoded) for _ in terms])
-            for term, row in zip(terms, found[-1]):
-                problem = self.term_problem(row)
-                if problem:
-                    raise SentenceError(index, f"the term {term!r} has {problem}")
-            needed = sum(map(len, found[-1]))
-            if rooms is not None and needed > rooms[index]:
-                reason = f"its terms have {needed} tokens; its translation has at most {rooms[index]} (max_length)"
-                raise SentenceError(index, reason)
-        return found
-
-    def term_problem(self, row: list[int]) -> str | None:
-        """What keeps a term's token ids from being written: none, the unknown token or another special token."""
-        if not row:
-            return "no tokens"
-        unknown = self.tokenizer.unk_token_id
-        if unknown is not None and unknown in row:
-            return f"a token the target vocabulary lacks ({self.tokenizer.unk_token})"
+        found = [[next(encoded) for _ in terms] for terms in constraints]
         config = self.model.config
-        special = set(self.tokenizer.all_special_ids) | {config.eos_token_id, config.pad_token_id}
-        written = [token for token in row if token in special]
-        if written:
-            return f"the special token {self.tokenizer.convert_ids_to_tokens(written[0])}, which is not text"
-        return None
+        check_terms(constraints, found, self.tokenizer, {config.eos_token_id, config.pad_token_id}, rooms)
+        return found
 
     def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
         """Each text as target token ids without the end of sentence (the model's id: not every tokenizer, fairseq's

@@ -16,7 +16,8 @@ Every error is JSON, `{"error": "..."}`, naming the field or the limit: 400 a ma
 that is not whole characters or not UTF-8, a request that is not HTTP or an unknown language pair; 403 a missing or
 unknown API key; 404 and 405 a path or method the server lacks; 408 a request whose headers or body did not arrive
 within `--read-timeout`; 413 a body, a text over `--max-chars` or a sentence over the token limit; 415 a body neither
-JSON nor a form; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 500 an
+JSON nor a form; 422 a field of the wrong type; 429 a full queue or a key over its limit, with `Retry-After`; 431
+headers over 64 KiB; 500 an
 unexpected error, logged once with the request's id (every answer carries it in `X-Request-ID`); 503 loading,
 draining or more requests in progress than `--limit-concurrency`; 504 a request still unanswered after `--timeout`
 seconds, whose sentences are dropped from the queue. A client that disconnects before its answer is counted under
@@ -24,11 +25,8 @@ status 499 and logged at info, and its sentences are dropped from the queue too.
 
 import asyncio
 import contextlib
-import json
-import logging
 import threading
 import time
-import uuid
 from asyncio import FIRST_COMPLETED
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,20 +41,16 @@ from .access import KeyRing
 from .batcher import Batcher, QueueFull
 from .documents import Document, split_document
 from .engine import Engine
+from .envelope import Envelope
 from .fields import RequestError, described, kind, read_fields, texts, whole_number
 from .metrics import ServerMetrics
 from .settings import ServerSettings
-
-LOG = logging.getLogger("uvicorn.error")  # the server's log, which uvicorn configures
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish", "fr": "French",
     "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
     "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }  # fmt: skip
-ENDPOINTS = ("/translate", "/score", "/detect", "/languages", "/health", "/ready", "/metrics")
-PROBES = ("/health", "/ready", "/metrics")  # answered whatever the load, for the operator's monitoring
-DISCONNECTED = 499  # the status a request is counted under when its client left before the answer (nginx's code)
 CONFIDENCE = 100.0  # LibreTranslate's detection confidence, in percent: the model reads one source language
 
 
@@ -78,7 +72,20 @@ class ServerState:
         self.engine: Engine | None = None
         self.batcher: Batcher | None = None
         self.error: BaseException | None = None  # why the engine did not load
-        self.draining = False
+        self.drain_started: float | None = None  # time.monotonic() when a stop signal came
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_started is not None
+
+    def drain(self) -> None:
+        """Answer no new work (503): the server is stopping."""
+        if self.drain_started is None:
+            self.drain_started = time.monotonic()
+
+    def drain_left(self) -> float:
+        """Seconds left of the drain's `drain_timeout`, which the requests in progress and the queue share."""
+        return max(0.0, self.settings.drain_timeout - (time.monotonic() - self.drain_started))
 
     def start(self, load) -> None:
         """Load the engine with `load()`, warm it up and start the batcher's worker (in a thread of its own); the
@@ -148,70 +155,11 @@ def lifespan(state: ServerState, load, on_failure):
 
         threading.Thread(target=start, name="load-model", daemon=True).start()
         yield
-        state.draining = True
+        state.drain()
         if state.batcher is not None:
-            await asyncio.to_thread(state.batcher.stop, state.settings.drain_timeout)
+            await asyncio.to_thread(state.batcher.stop, state.drain_left())
 
     return run
-
-
-class Envelope:
-    """What every request goes through (a plain ASGI middleware: it adds next to nothing to a request's cost):
-    an id, sent back in `X-Request-ID`; 503 beyond `limit` requests in progress (the probes excepted); an
-    unexpected error answered as a JSON 500 and logged once with the id; a client that left before its answer
-    counted under status 499 and logged at info; and every answer in the metrics, by endpoint and status, with its
-    latency."""
-
-    def __init__(self, app, metrics: ServerMetrics, limit: int):
-        self.app, self.metrics, self.limit = app, metrics, limit
-        self.in_progress = 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start, request_id, status = time.perf_counter(), uuid.uuid4().hex[:16], [None]
-        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
-
-        async def send_with_id(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
-            await send(message)
-
-        try:
-            await self.answer(scope, receive, send_with_id, endpoint)
-        except ClientDisconnect:
-            LOG.info("request %s: %s %s: the client disconnected before its answer", request_id, scope["method"],
-                     scope["path"])  # fmt: skip
-        except Exception:
-            LOG.exception("request %s: %s %s failed", request_id, scope["method"], scope["path"])
-            if status[0] is None:
-                error = f"internal error: the server's log has its details under request id {request_id}"
-                await json_response(send_with_id, 500, {"error": error})
-        finally:
-            labels = (endpoint, str(status[0] or DISCONNECTED))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
-
-    async def answer(self, scope, receive, send, endpoint: str) -> None:
-        if self.in_progress >= self.limit and endpoint not in PROBES:
-            error = f"the server has {self.in_progress} requests in progress, its limit (--limit-concurrency)"
-            return await json_response(send, 503, {"error": error}, retry_after=1)
-        self.in_progress += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_progress -= 1
-
-
-async def json_response(send, status: int, body: dict, retry_after: int | None = None) -> None:
-    """A JSON answer sent on a bare ASGI `send`."""
-    payload = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
 
 
 async def http_error(request: Request, error: HTTPException) -> JSONResponse:

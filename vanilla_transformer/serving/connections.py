@@ -1,15 +1,21 @@
-"""The server's HTTP connections: uvicorn's httptools protocol with a header timeout.
+"""The server's HTTP connections: uvicorn's httptools protocol with limits on what a client may hold.
 
 uvicorn closes a connection that stays idle between requests (`timeout_keep_alive`), but not one that opens and
-sends its headers slowly or never: such clients could hold sockets for ever. Here a connection gets `seconds` to send
-each request's headers, from the moment it opens or the request's first byte arrives; past that it is answered 408
-(JSON, as every error) and closed; what is not HTTP is answered 400 in JSON, and closed. The body has its own limit,
-in the app (`fields.read_fields`)."""
+sends its headers slowly or never, sends headers without end, or trickles a body the server never reads: such
+clients could hold sockets and memory for ever. Here a connection gets `seconds` to send each request's headers, from
+the moment it opens, or the request's first byte arrives once the answer before it is sent; past that it is answered
+408 (JSON, as every error) and closed. A request line and headers over `MAX_HEADER_BYTES` are answered 431 and closed;
+what is not HTTP is answered 400 in JSON, and closed. A connection whose request body was not all received when its
+answer was sent is closed, as its unread bytes would otherwise keep it open. A client that hangs up is marked gone
+on the request being answered, not only on the last one it sent (pipelined). The body has its own limits, in the app
+(`fields.read_fields`)."""
 
 import json
 import uuid
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+MAX_HEADER_BYTES = 64 * 1024  # a request line and headers beyond this are answered 431
 
 
 def json_answer(status: str, error: str) -> bytes:
@@ -22,50 +28,85 @@ def json_answer(status: str, error: str) -> bytes:
     )
 
 
-def header_timeout_protocol(seconds: float) -> type:
-    """The protocol class for `uvicorn.Config(http=...)`. A request that is not HTTP (a malformed header, a method
-    or path with bytes HTTP does not allow) is answered 400 in JSON too, where uvicorn answers in plain text."""
+class LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits the module's docstring gives; `seconds`: --read-timeout."""
 
-    class HeaderTimeoutProtocol(HttpToolsProtocol):
-        header_timer = None
+    seconds = 15.0
+    header_timer = None
+    header_bytes = 0  # of the request whose headers are awaited
+    running = None  # the request-response cycle being answered
 
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self.start_header_timer()
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.start_header_timer()
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self.start_header_timer()
+    def data_received(self, data: bytes) -> None:
+        awaiting_headers = self.header_timer is not None
+        super().data_received(data)
+        if awaiting_headers and self.header_timer is not None and not self.transport.is_closing():
+            self.header_bytes += len(data)
+            if self.header_bytes > MAX_HEADER_BYTES:
+                error = f"the request's line and headers exceed {MAX_HEADER_BYTES} bytes, this server's limit"
+                self.refuse("431 Request Header Fields Too Large", error)
 
-        def on_headers_complete(self) -> None:
-            self.stop_header_timer()
-            super().on_headers_complete()
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.start_header_timer()
 
-        def connection_lost(self, exc) -> None:
-            self.stop_header_timer()
-            super().connection_lost(exc)
+    def on_headers_complete(self) -> None:
+        self.stop_header_timer()
+        before = self.cycle
+        super().on_headers_complete()
+        if before is None or before.response_complete:  # started at once, not queued behind another
+            self.running = self.cycle
 
-        def start_header_timer(self) -> None:
-            self.stop_header_timer()
-            self.header_timer = self.loop.call_later(seconds, self.headers_timed_out)
-
-        def stop_header_timer(self) -> None:
-            if self.header_timer is not None:
-                self.header_timer.cancel()
-                self.header_timer = None
-
-        def headers_timed_out(self) -> None:
-            self.header_timer = None
-            if not self.transport.is_closing():
-                self.logger.info("a client sent no complete request headers within %g s: closed", seconds)
-                self.transport.write(
-                    json_answer("408 Request Timeout", f"the request's headers did not arrive within {seconds:g} s")
-                )
-                self.transport.close()
-
-        def send_400_response(self, msg: str) -> None:
-            self.stop_header_timer()
-            self.transport.write(json_answer("400 Bad Request", f"not an HTTP request this server can read: {msg}"))
+    def on_response_complete(self) -> None:
+        unread = not self.pipeline and self.cycle is not None and self.cycle.more_body
+        queued = self.pipeline[-1][0] if self.pipeline else None
+        super().on_response_complete()
+        if queued is not None and not (self.pipeline and self.pipeline[-1][0] is queued):
+            self.running = queued  # the next pipelined request, started
+        if unread and not self.transport.is_closing():
+            self.logger.info("an answer was sent before its request's body was all received: closed")
             self.transport.close()
 
-    return HeaderTimeoutProtocol
+    def connection_lost(self, exc) -> None:
+        self.stop_header_timer()
+        super().connection_lost(exc)
+        for cycle in [self.running, *(queued for queued, _ in self.pipeline)]:
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+
+    def start_header_timer(self) -> None:
+        self.stop_header_timer()
+        self.header_bytes = 0
+        self.header_timer = self.loop.call_later(self.seconds, self.headers_timed_out)
+
+    def stop_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def headers_timed_out(self) -> None:
+        self.header_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:  # reading waits for the answer before
+            self.start_header_timer()
+        elif not self.transport.is_closing():
+            self.logger.info("a client sent no complete request headers within %g s: closed", self.seconds)
+            self.refuse("408 Request Timeout", f"the request's headers did not arrive within {self.seconds:g} s")
+
+    def send_400_response(self, msg: str) -> None:
+        self.refuse("400 Bad Request", f"not an HTTP request this server can read: {msg}")
+
+    def refuse(self, status: str, error: str) -> None:
+        self.stop_header_timer()
+        self.transport.write(json_answer(status, error))
+        self.transport.close()
+
+
+def header_timeout_protocol(seconds: float) -> type:
+    """The protocol class for `uvicorn.Config(http=...)`, with `seconds` for each request's headers. A request that
+    is not HTTP (a malformed header, a method or path with bytes HTTP does not allow) is answered 400 in JSON too,
+    where uvicorn answers in plain text."""
+    return type("HeaderTimeoutProtocol", (LimitedProtocol,), {"seconds": seconds})

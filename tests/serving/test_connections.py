@@ -1,0 +1,130 @@
+"""The server's connections (serving/connections.py) against clients over raw sockets: headers without end, a body
+trickled after its answer, pipelined requests cut short or abandoned. The slow requests are held in an engine of
+this process, which answers when released."""
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from .conftest import answers, in_process, serving, wait_for
+
+READ_TIMEOUT = 1  # seconds: --read-timeout
+TRANSLATE = {"source": "en", "target": "de"}
+
+
+def request_bytes(path: str = "/translate", **fields) -> bytes:
+    body = json.dumps({**TRANSLATE, **fields}).encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def connect(url: str) -> socket.socket:
+    connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    connection.settimeout(READ_TIMEOUT + 10)
+    return connection
+
+
+def received(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := connection.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.fixture(scope="module")
+def server(trained_folder, tmp_path_factory):
+    flags = ("--read-timeout", str(READ_TIMEOUT), "--keep-alive-timeout", "2")
+    with serving(trained_folder, *flags, tmp_path=tmp_path_factory.mktemp("connections")) as running:
+        yield running
+
+
+def test_headers_without_end_are_answered_431_and_closed(server):
+    connection = connect(server.url)
+    connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    with pytest.raises(OSError):  # the server closes the connection while the headers keep coming
+        for _ in range(10_000):
+            connection.sendall(b"X-Padding: " + b"a" * 100 + b"\r\n")
+    refused = received(connection)
+    assert refused.startswith(b"HTTP/1.1 431 ") and b"x-request-id" in refused
+    assert b"the request's line and headers exceed 65536 bytes" in refused
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_body_the_answer_did_not_wait_for_closes_the_connection(server):
+    """Its bytes, trickled after the answer, would otherwise hold the connection open for ever."""
+    connection = connect(server.url)
+    connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc")
+    start = time.time()
+    answer = received(connection)  # and closed, without waiting for the rest of the body
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"status":"ok"}')
+    assert time.time() - start < 2
+    assert "an answer was sent before its request's body was all received: closed" in server.output()
+
+
+def held_engine(folder, release: threading.Event, translated: list):
+    """The model's engine, whose batches (not its warm-up) wait until `release` is set."""
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    def load():
+        engine = load_engine(EngineSettings(str(folder), threads=1))
+        translate = engine.translate
+
+        def held(sentences, *args, **kwargs):
+            translated.extend(sentences)
+            if sentences != ["warm up"]:  # the engine's own, before the server is ready
+                release.wait(30)
+            return translate(sentences, *args, **kwargs)
+
+        engine.translate = held
+        return engine
+
+    return load
+
+
+@pytest.fixture
+def held(trained_folder, caplog):
+    """A server in this process on a held engine: (its URL, the release, the sentences translated)."""
+    from vanilla_transformer.serving.app import ServerSettings, create_app
+    from vanilla_transformer.serving.connections import header_timeout_protocol
+
+    release, translated = threading.Event(), []
+    app = create_app(held_engine(trained_folder, release, translated), ServerSettings(max_wait_ms=1))
+    try:
+        with in_process(app, log_config=None, http=header_timeout_protocol(READ_TIMEOUT)) as url:
+            wait_for(lambda: answers(url + "/ready"))
+            translated.clear()
+            yield url, release, translated
+    finally:
+        release.set()
+
+
+def test_a_pipelined_request_cut_short_waits_for_the_answer_before_it_not_408(held):
+    url, release, translated = held
+    connection = connect(url)
+    connection.sendall(request_bytes(q="six") + b"GET /hea")  # the next request's start, behind the first
+    wait_for(lambda: translated == ["six"])
+    time.sleep(READ_TIMEOUT + 1)  # the first is still being answered: its header time has not begun
+    release.set()
+    first = connection.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200 ") and b"translatedText" in first
+    connection.sendall(b"lth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert received(connection).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_pipelining_client_that_hangs_up_is_gone_for_the_request_being_answered(held, caplog):
+    url, release, translated = held
+    connection = connect(url)
+    connection.sendall(request_bytes(q="six") + request_bytes(q="seven"))
+    wait_for(lambda: translated == ["six"])
+    connection.close()
+    gone = 'vanilla_transformer_requests_total{endpoint="/translate",status="499"} 1.0'
+    wait_for(lambda: gone in httpx.get(url + "/metrics").text, timeout=10)  # before its batch is done
+    release.set()
+    assert httpx.post(url + "/translate", json={"q": "eight", **TRANSLATE}).status_code == 200
+    assert "seven" not in translated  # never started
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
