@@ -2,6 +2,7 @@
 CTranslate2 server in the slow tier), a table of requests each with its expected status and JSON, and a normal request
 answered after each; clients that stall or hang up over raw sockets; an unexpected error in the engine."""
 
+import gzip
 import json
 import socket
 import threading
@@ -350,6 +351,17 @@ def test_a_body_of_another_content_type_is_refused_not_ignored(server):
     assert error_of(refused) == 'a body of Content-Type "text/plain": send JSON (application/json) or a form'
     empty = httpx.post(f"{server.url}/translate?q=six&source=en&target=de", headers={"content-type": "text/plain"})
     assert empty.status_code == 200  # no body: the query string's fields
+    gzipped = httpx.post(server.url + "/translate", content=gzip.compress(body),
+                         headers={"content-type": "application/json", "content-encoding": "gzip"})  # fmt: skip
+    assert gzipped.status_code == 415
+    assert error_of(gzipped) == 'a body of Content-Encoding "gzip": send it uncompressed'
+
+
+def test_a_websocket_upgrade_is_answered_as_a_plain_request_in_json(server):
+    upgrade = {"connection": "Upgrade", "upgrade": "websocket", "sec-websocket-version": "13",
+               "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+    answer = httpx.get(server.url + "/translate", headers=upgrade)
+    assert answer.status_code == 405 and error_of(answer) == "Method Not Allowed" and answer.headers["x-request-id"]
 
 
 def test_a_list_item_that_is_not_text_is_named_in_jsons_words(server):

@@ -132,7 +132,7 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
         timeout_graceful_shutdown=args.drain_timeout, timeout_keep_alive=args.keep_alive_timeout,
-        http=header_timeout_protocol(args.read_timeout),
+        http=header_timeout_protocol(args.read_timeout), ws="none",  # no WebSocket: an upgrade is a plain request
     )  # fmt: skip
     server = draining_server(uvicorn, config)
     # uvicorn re-raises the signal that stopped it once it has drained; this handler makes that the end of a

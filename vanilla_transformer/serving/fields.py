@@ -41,6 +41,9 @@ async def read_fields(request: Request, max_bytes: int, read_timeout: float) -> 
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(413, f"the body has {int(declared)} bytes; this server takes at most {max_bytes}")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise RequestError(415, f"a body of Content-Encoding {described(encoding)}: send it uncompressed")
     try:
         async with asyncio.timeout(read_timeout):
             if content_type == "application/json":
