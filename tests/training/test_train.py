@@ -75,7 +75,7 @@ def test_train_on_csv_files_with_one_column_per_language(tmp_path, capsys):
     assert "  twenty\n    -> " in printed and "(reference: zwanzig)" in printed
 
 
-def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_both_runs(tmp_path, data_files):
+def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_both_runs(tmp_path, data_files, capsys):
     common = [*data_flags(data_files), "--save-steps", "3", "--eval-steps", "0", "--dropout", "0.2", *TINY_MODEL_FLAGS]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert main(["train", *common, "--output-dir", str(straight), "--max-steps", "8"]) == 0
@@ -89,14 +89,16 @@ def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_b
     state["train_seconds"] = 1000.0  # as if they had taken longer: the resumed run adds its own time to it
     with open(state_file, "w") as handle:
         json.dump(state, handle)
+    resume = ["train", *common, "--output-dir", str(interrupted), "--max-steps", "8", "--resume-from", checkpoint]
+    assert main(resume) == 2  # its step-5 checkpoint, of the course abandoned, would outlive the new course's
+    assert f"holds checkpoints after {checkpoint} (checkpoint-5)" in capsys.readouterr().err
     resumed_at = time.time()
-    assert (
-        main(["train", *common, "--output-dir", str(interrupted), "--max-steps", "8", "--resume-from", checkpoint]) == 0
-    )
+    assert main([*resume, "--overwrite-output-dir"]) == 0  # which removes them, once the data is read
     seconds = json.loads((interrupted / "eval_results.json").read_text())["train_seconds"]
     assert 1000.0 < seconds <= 1000.0 + time.time() - resumed_at
     a, b = losses(straight), losses(interrupted)
     assert [a[s] for s in range(1, 9)] == [b[s] for s in range(1, 9)]
+    assert sorted(os.listdir(interrupted / "checkpoints")) == sorted(os.listdir(straight / "checkpoints"))
     wa, wb = load_file(straight / "model.safetensors"), load_file(interrupted / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -434,6 +436,23 @@ def test_output_folder_of_another_run_is_refused(tmp_path, data_files, capsys):
     assert code == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (out / "config.json").read_text() == "{}"
+
+
+def test_a_folder_of_the_users_files_is_refused_and_an_earlier_run_outlives_bad_data(tmp_path, data_files, capsys):
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "README.md").write_text("# my notes")
+    assert train_cli(data_files, out, "--max-steps 1", *TINY_MODEL_FLAGS) == 2
+    assert f"--output-dir {out} is not empty (README.md) and holds no run" in capsys.readouterr().err
+    assert os.listdir(out) == ["README.md"] and (out / "README.md").read_text() == "# my notes"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")  # an earlier run's
+    bad = {**data_files, "train": tmp_path / "bad.jsonl"}
+    bad["train"].write_text('{"translation": {"en": "one", "de": "eins"}}\n{not json\n')
+    assert train_cli(bad, run, "--max-steps 1 --overwrite-output-dir", *TINY_MODEL_FLAGS) == 2
+    assert "bad.jsonl: line 2 is not valid JSON" in capsys.readouterr().err
+    assert os.listdir(run) == ["config.json"]  # removed only once the new run's data is read
 
 
 def test_an_output_folder_holding_an_input_is_refused_before_anything_is_removed(tmp_path, data_files, capsys):

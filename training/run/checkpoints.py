@@ -148,7 +148,28 @@ def read_state(checkpoint: str) -> dict:
     missing = [key for key in ("step", "epoch", "batches_in_epoch") if not isinstance(state, dict) or key not in state]
     if missing:
         raise ValueError(f"--resume-from {checkpoint}: {path} lacks {', '.join(missing)}; resume from another")
+    problem = state_problem(state)
+    if problem:
+        raise ValueError(f"--resume-from {checkpoint}: {path}: {problem}; resume from another checkpoint")
     return state
+
+
+STATE_KINDS = {"step": int, "epoch": int, "batches_in_epoch": int, "batches_per_epoch": int, "train_seconds": float,
+               "built_with": dict, "engine": dict}  # fmt: skip
+
+
+def state_problem(state: dict) -> str | None:
+    """What is wrong with a checkpoint's record of where the run was: a field of another kind (an edited file)."""
+    for key, kind in STATE_KINDS.items():
+        value = state.get(key)
+        if value is None:
+            continue
+        if kind is dict:
+            if not isinstance(value, dict):
+                return f"{key} is {value!r:.60}; expected an object"
+        elif isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)) or value < 0:
+            return f"{key} is {value!r:.60}; expected {'a whole number' if kind is int else 'a number'}, at least 0"
+    return None
 
 
 def average_checkpoints(paths: list[str]) -> dict[str, torch.Tensor]:

@@ -18,8 +18,9 @@ from ..report.evaluation import evaluate_split, reference_cross_entropy, summary
 from .checkpoints import CheckpointWriteError, list_checkpoints, save_checkpoint
 from .engines import deepspeed_boundary, engine_record, full_weights
 from .finish import end_process_group, finish, upload, write_final_model
+from .output_folder import removed_if_unstarted
 from .resume_checks import built_with
-from .startup import removed_if_unstarted, setup_run
+from .startup import setup_run
 from .state import Run, TrainingStopped, log_metrics
 
 # --------------------------------------------------------------------------------------------------------------------

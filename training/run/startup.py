@@ -2,12 +2,9 @@
 prepared by accelerate and restored from a checkpoint when resuming. `setup_run` is the one place that reads the whole
 `TrainArguments`; it hands each piece the group it needs, and the `Run` the groups the loop and the finish read."""
 
-import contextlib
 import math
 import os
 import pickle
-import shutil
-import tempfile
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
@@ -15,7 +12,6 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from ...errors import one_line
-from ...folders import holds
 from ..data.batching import TokenBatchSampler
 from ..data.bpe import bpe_corpus, build_tokenizer
 from ..data.loading import load_pairs
@@ -36,67 +32,9 @@ from .engines import (
     shards_model,
 )
 from .model import build_model
+from .output_folder import earlier_files, prepare_output_dir, remove_earlier
 from .resume_checks import check_resume_matches, tokenizer_identity
-from .state import RUN_MARKERS, Run, forget_metrics_after
-
-
-def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None, inputs: dict[str, str]) -> None:
-    """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it, or
-    where one of the run's `inputs` (flag -> path: a data file, a tokenizer or model folder) lies among the files
-    the run writes or clears (`among_run_files`): README.md and the tokenizer would replace them, and
-    --overwrite-output-dir would remove them before they are read."""
-    for flag, path in inputs.items():
-        if path and os.path.exists(path) and among_run_files(output_dir, path):
-            raise ValueError(
-                f"--output-dir {output_dir} holds {flag} {path}: the run writes its files there; choose another folder."
-            )
-    existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(output_dir, m))]
-    resuming_here = resume_from and holds(output_dir, resume_from)
-    if existing and not (overwrite or resuming_here):
-        raise ValueError(
-            f"--output-dir {output_dir} already holds a run ({', '.join(existing)}); pass "
-            "--overwrite-output-dir to replace it, --resume-from to continue it, or choose another folder."
-        )
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        # a uniquely named file that removes itself: the processes of a distributed run check the folder at once
-        with tempfile.TemporaryFile(dir=output_dir):
-            pass
-    except OSError as error:
-        raise ValueError(f"--output-dir {output_dir}: cannot write there ({error.strerror or error}).") from error
-
-
-def among_run_files(output_dir: str, path: str) -> bool:
-    """Whether `path` is `output_dir`, or lies in it where a run writes: at its top, or in the folders it clears
-    (`checkpoints`, `tokenizer`); a file in a folder of the user's own (`data/`) is left alone."""
-    if not holds(output_dir, path):
-        return False
-    inside = os.path.relpath(os.path.realpath(path), os.path.realpath(output_dir))
-    return inside == "." or os.sep not in inside or inside.split(os.sep)[0] in ("checkpoints", "tokenizer")
-
-
-@contextlib.contextmanager
-def removed_if_unstarted(output_dir: str):
-    """--output-dir left as it was when the run fails before it has written any of a run's files: a folder that the
-    run made is removed again (by the first process), with what it held (a tokenizer trained before the failure)."""
-    made = not os.path.exists(output_dir)
-    try:
-        yield
-    except BaseException:
-        started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
-        if made and not started and os.environ.get("RANK", "0") == "0":
-            shutil.rmtree(output_dir, ignore_errors=True)
-        raise
-
-
-def clear_output_dir(output_dir: str) -> None:
-    """Remove an earlier run's files (--overwrite-output-dir)."""
-    for marker in RUN_MARKERS + ("tokenizer",):
-        path = os.path.join(output_dir, marker)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)
+from .state import Run, forget_metrics_after
 
 
 def start_accelerator(run: RunArguments, optimisation: OptimisationArguments, report_to: list[str]) -> Accelerator:
@@ -169,16 +107,19 @@ def prepare_data(
     options: TokenizerArguments,
     run: RunArguments,
     learned_positions: bool,
-    resuming: bool,
+    resume_checkpoint: str | None,
     accelerator,
+    earlier: list[str] = (),
 ) -> tuple:
     """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split. A streamed
-    training split is not loaded here: the splits are the others, and the training rows None."""
+    training split is not loaded here: the splits are the others, and the training rows None. The `earlier` run's
+    files (--overwrite-output-dir) are removed once the data is read and checked, not before."""
     raw, empty = load_pairs(data, run.seed)
+    remove_earlier(earlier, accelerator)
     # the BPE's corpus is dropped with the call, and with it the last reference to the splits as first mapped
     stream = train_stream_source(data) if data.streaming else None
     corpus = bpe_corpus(data, options, run.seed, raw, stream)
-    tokenizer = build_tokenizer(options, run.output_dir, resuming, corpus, accelerator)
+    tokenizer = build_tokenizer(options, run.output_dir, bool(resume_checkpoint), corpus, accelerator)
     del corpus
     release_file_pages(raw)  # the pages that the checks and the BPE's sample read no longer count here
     with accelerator.main_process_first():
@@ -265,14 +206,11 @@ def setup_run(args: TrainArguments) -> Run:
               "--tokenizer-name": args.tokenizer.tokenizer_name, "--init-from": args.model.init_from}  # fmt: skip
     prepare_output_dir(output_dir, args.run.overwrite_output_dir, checkpoints.resume_from, inputs)
     accelerator = start_accelerator(args.run, optimisation, checkpoints.report_to)
-    if args.run.overwrite_output_dir and not checkpoints.resume_from:
-        if accelerator.is_main_process:  # one process clears the earlier run; the others wait for it
-            clear_output_dir(output_dir)
-        accelerator.wait_for_everyone()
     resume_checkpoint = resolve_resume(checkpoints.resume_from) if checkpoints.resume_from else None
     resume_state = read_state(resume_checkpoint) if resume_checkpoint else None
     learned = args.model.position_encoding == "learned"
-    prepared = prepare_data(data, args.tokenizer, args.run, learned, bool(checkpoints.resume_from), accelerator)
+    earlier = earlier_files(output_dir, args.run.overwrite_output_dir, resume_checkpoint)
+    prepared = prepare_data(data, args.tokenizer, args.run, learned, resume_checkpoint, accelerator, earlier)
     raw, tokenizer, tokenized, rows, dropped = prepared
     trim_freed_memory()
     model = build_model(args.model, data, args.evaluation, tokenizer, args.switches.changed())

@@ -1,0 +1,112 @@
+"""The run's folder (--output-dir): refused where it holds another run or the user's files, cleared of an earlier
+run only once the new run's data is read, and removed again when a run fails before it has written anything."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+from ...folders import holds
+from .checkpoints import CHECKPOINT_PATTERN, list_checkpoints, resolve_resume
+from .state import RUN_MARKERS
+
+LEFT_BY_A_FAILED_START = ("tokenizer",)  # what a start that failed before its first checkpoint may leave
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None, inputs: dict[str, str]) -> None:
+    """Refuse to write into a folder that holds another run, unless asked to overwrite or resuming inside it; a
+    folder of the user's files, which README.md and the tokenizer would replace, unless asked to overwrite; later
+    checkpoints than the one resumed from inside the folder (another course of the run, which would outlive this
+    one's), unless asked to remove them; or where one of the run's `inputs` (flag -> path: a data file, a tokenizer
+    or model folder) lies among the files the run writes or clears (`among_run_files`)."""
+    for flag, path in inputs.items():
+        if path and os.path.exists(path) and among_run_files(output_dir, path):
+            raise ValueError(
+                f"--output-dir {output_dir} holds {flag} {path}: the run writes its files there; choose another folder."
+            )
+    existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(output_dir, m))]
+    resuming_here = resume_from and holds(output_dir, resume_from)
+    if existing and not (overwrite or resuming_here):
+        raise ValueError(
+            f"--output-dir {output_dir} already holds a run ({', '.join(existing)}); pass "
+            "--overwrite-output-dir to replace it, --resume-from to continue it, or choose another folder."
+        )
+    check_no_users_files(output_dir, overwrite or bool(existing))
+    later = later_checkpoints(output_dir, resolve_resume(resume_from)) if resuming_here else []
+    if later and not overwrite:
+        raise ValueError(
+            f"--output-dir {output_dir} holds checkpoints after {resume_from} "
+            f"({', '.join(map(os.path.basename, later))}), from the course of the run after it: resume from the "
+            "newest, or pass --overwrite-output-dir to remove them."
+        )
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        # a uniquely named file that removes itself: the processes of a distributed run check the folder at once
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as error:
+        raise ValueError(f"--output-dir {output_dir}: cannot write there ({error.strerror or error}).") from error
+
+
+def among_run_files(output_dir: str, path: str) -> bool:
+    """Whether `path` is `output_dir`, or lies in it where a run writes: at its top, or in the folders it clears
+    (`checkpoints`, `tokenizer`); a file in a folder of the user's own (`data/`) is left alone."""
+    if not holds(output_dir, path):
+        return False
+    inside = os.path.relpath(os.path.realpath(path), os.path.realpath(output_dir))
+    return inside == "." or os.sep not in inside or inside.split(os.sep)[0] in ("checkpoints", "tokenizer")
+
+
+@contextlib.contextmanager
+def removed_if_unstarted(output_dir: str):
+    """--output-dir left as it was when the run fails before it has written any of a run's files: a folder that the
+    run made is removed again (by the first process), with what it held (a tokenizer trained before the failure)."""
+    made = not os.path.exists(output_dir)
+    try:
+        yield
+    except BaseException:
+        started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
+        if made and not started and os.environ.get("RANK", "0") == "0":
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
+
+
+def check_no_users_files(output_dir: str, allowed: bool) -> None:
+    """A ValueError where `output_dir` holds files that are not a run's, unless `allowed`."""
+    if allowed or not os.path.isdir(output_dir):
+        return
+    found = sorted(name for name in os.listdir(output_dir) if name not in LEFT_BY_A_FAILED_START)
+    if found:
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise ValueError(
+            f"--output-dir {output_dir} is not empty ({shown}) and holds no run: the run would write README.md, "
+            "tokenizer.json and more over what is there; choose a new or empty folder, or pass --overwrite-output-dir."
+        )
+
+
+def later_checkpoints(output_dir: str, checkpoint: str) -> list[str]:
+    """The checkpoints of `output_dir` after `checkpoint` (one of them, or another run's)."""
+    match = CHECKPOINT_PATTERN.match(os.path.basename(os.path.normpath(checkpoint)))
+    step = int(match.group(1)) if match else -1
+    return [path for path in list_checkpoints(output_dir) if int(os.path.basename(path).split("-")[1]) > step]
+
+
+def earlier_files(output_dir: str, overwrite: bool, resume_checkpoint: str | None) -> list[str]:
+    """What --overwrite-output-dir removes: an earlier run's files; or, resuming inside the folder, the checkpoints
+    after the one resumed from."""
+    if not overwrite:
+        return []
+    if resume_checkpoint and holds(output_dir, resume_checkpoint):
+        return later_checkpoints(output_dir, resume_checkpoint)
+    return [os.path.join(output_dir, name) for name in RUN_MARKERS + LEFT_BY_A_FAILED_START]
+
+
+def remove_earlier(paths: list[str], accelerator) -> None:
+    """Remove `paths` (`earlier_files`): one process removes them; the others wait for it."""
+    if accelerator.is_main_process:
+        for path in paths:
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    accelerator.wait_for_everyone()
