@@ -712,8 +712,15 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(
         (lambda c: (c / "optimizer.bin").write_bytes((c / "optimizer.bin").read_bytes()[:100]),
          "its optimizer, schedule or random states cannot be restored"),
         (lambda c: (c / "random_states_0.pkl").unlink(), "no random_states_0.pkl, the random generators' states"),
+        (lambda c: (c / "random_states_0.pkl").write_bytes((c / "random_states_0.pkl").read_bytes()[:100]),
+         "random_states_0.pkl, the random generators' states, cannot be read"),
+        (lambda c: (c / STATE_FILE).write_text('{"step": "2", "epoch": 0, "batches_in_epoch": 2}'),
+         f"{STATE_FILE}: step is '2'; expected a whole number, at least 0"),
+        (lambda c: (c / STATE_FILE).write_text('{"step": 2, "epoch": 0, "batches_in_epoch": 2, "engine": "zz"}'),
+         f"{STATE_FILE}: engine is 'zz'; expected an object"),
     ],
-    ids=["no state", "state cut short", "state without its fields", "optimizer cut short", "no random states"],
+    ids=["no state", "state cut short", "state without its fields", "optimizer cut short", "no random states",
+         "random states cut short", "a step as text", "an engine as text"],
 )  # fmt: skip
 def test_a_damaged_checkpoint_is_named_when_a_run_resumes_from_it(tmp_path, data_files, capsys, damage, message):
     out = tmp_path / "run"

@@ -6,6 +6,7 @@ import math
 import os
 import pickle
 
+import accelerate.utils
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
@@ -271,6 +272,13 @@ def resume(run: Run, state: dict) -> None:
     if not os.path.isfile(states):  # accelerate would go on without them: dropout would draw other masks
         raise ValueError(f"--resume-from {run.resume_checkpoint}: no {os.path.basename(states)}, the random "
                          "generators' states; resume from another checkpoint")  # fmt: skip
+    try:  # accelerate's own reader, which would only log a file it cannot read, at level info, and go on
+        accelerate.utils.load(states)
+    except Exception as error:
+        raise ValueError(
+            f"--resume-from {run.resume_checkpoint}: {os.path.basename(states)}, the random generators' "
+            f"states, cannot be read ({type(error).__name__}); resume from another checkpoint"
+        ) from error
     create_optimizer_state(run.accelerator, run.optimizer)
     try:
         run.accelerator.load_state(run.resume_checkpoint)
