@@ -14,6 +14,7 @@ from vanilla_transformer.training.data.batching import TokenBatchSampler
 from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_tokenizer, training_texts, vocabulary_note
 from vanilla_transformer.training.data.loading import DataError, load_files, load_pairs, load_raw_datasets
 from vanilla_transformer.training.data.memory import release_file_pages
+from vanilla_transformer.training.data.streaming import train_stream_source
 from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs, tokenize_datasets
 from vanilla_transformer.training.optim.criterion import drop_words
 from vanilla_transformer.training.options.arguments import DataArguments
@@ -231,6 +232,18 @@ def test_a_column_of_lists_is_refused_and_one_of_numbers_read_as_their_text(tmp_
     (tmp_path / "digits.csv").write_text("en,de\nten,10\none,1\n")
     raw, _ = load_pairs(data_args(train_file=str(tmp_path / "digits.csv")), SEED)
     assert raw["train"]["translation"] == [{"en": "ten", "de": "10"}, {"en": "one", "de": "1"}]
+
+
+def test_a_csv_files_cells_are_the_text_they_hold_not_what_pandas_makes_of_them(tmp_path):
+    """pandas reads "007" as 7, "1.50" as 1.5 and "N/A", "null" or "nan" as missing; a BOM starts the header."""
+    (tmp_path / "cells.csv").write_text("\ufeffen,de\n007,null\n1.50,N/A\n1e3,nan\n12,\n", encoding="utf-8")
+    raw, dropped = load_pairs(data_args(train_file=str(tmp_path / "cells.csv")), SEED)
+    assert raw["train"]["translation"] == [
+        {"en": "007", "de": "null"}, {"en": "1.50", "de": "N/A"}, {"en": "1e3", "de": "nan"}
+    ]  # fmt: skip
+    assert dropped == {"train": 1}  # the empty cell: no text
+    stream_open, where = train_stream_source(data_args(train_file=str(tmp_path / "cells.csv"), streaming=True))
+    assert [row["en"] for row in stream_open()] == ["007", "1.50", "1e3", "12"]
 
 
 def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_path):

@@ -194,6 +194,14 @@ def test_a_streamed_file_with_a_bad_line_is_named_with_the_line(tmp_path, capsys
         assert f"--train-file {bad}: {expected}" in capsys.readouterr().err
 
 
+def test_a_streamed_side_that_is_not_text_is_named_by_its_row_as_when_read_whole(tmp_path, tokenizer):
+    rows = pairs(range(100, 130))
+    rows[7]["translation"]["de"] = 5
+    args = stream_args(write_jsonl(tmp_path / "train.jsonl", rows))
+    with pytest.raises(ValueError, match=r"train.jsonl, row 7 \(counting from 0\): its 'de' side is 5; expected text"):
+        list(streamed(args, tokenizer))
+
+
 def test_a_dataset_folder_streams_its_train_split_and_loads_the_others_whole(tmp_path):
     """--dataset-name with --streaming: the 'train' split is streamed; validation is read through the streaming reader
     too (nothing else is downloaded) and held in memory. A local folder is read as a Hub repository is."""

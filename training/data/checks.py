@@ -43,6 +43,23 @@ def check_file(flag: str, path: str) -> str:
     return FILE_BUILDERS[extension]
 
 
+def reader_options(builder: str, path: str) -> dict:
+    """How `datasets` is to read the file: a CSV file's cells as the text they hold, where pandas would read "007"
+    as 7, "1.50" as 1.5 and "N/A", "null" or "nan" as missing. (A header that cannot be read is named later, by
+    `first_bad_line`.)"""
+    if builder != "csv":
+        return {}
+    options = {"keep_default_na": False, "na_filter": False}
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            header = next(csv.reader(handle), [])
+    except (UnicodeDecodeError, csv.Error):
+        return options
+    if header and len(set(header)) == len(header):
+        options["features"] = datasets.Features({name: datasets.Value("string") for name in header})
+    return options
+
+
 def first_bad_line(path: str, builder: str) -> str | None:
     """Where a text file that `datasets` could not read goes wrong: the first line that is not UTF-8 or, in JSON
     lines, not a JSON object; None if every line is fine (then the library's own message is the one to show)."""

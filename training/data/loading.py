@@ -15,6 +15,7 @@ from .checks import (
     deepest_cause,
     drop_pairs_without_text,
     first_bad_line,
+    reader_options,
 )
 
 
@@ -74,7 +75,8 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
         flag = f"--{split}-file"
         builder = check_file(flag, path)
         try:
-            splits[split] = datasets.load_dataset(builder, data_files=path, split="train")
+            options = reader_options(builder, path)
+            splits[split] = datasets.load_dataset(builder, data_files=path, split="train", **options)
             splits[split].data.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
         except Exception as error:
             reason = first_bad_line(path, builder) or f"could not be read as {builder}: {deepest_cause(error)}"

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ..options.arguments import DataArguments
 from .batching import batch_bounds
-from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line, has_text
+from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line, has_text, reader_options
 from .tokenizing import within_length_limits
 
 CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks
@@ -55,7 +55,8 @@ def train_stream_source(data: DataArguments) -> tuple[Callable[[], datasets.Iter
     path = data.train_file
     builder = check_file("--train-file", path)
     where = f"--train-file {path}"
-    return lambda: datasets.load_dataset(builder, data_files=path, split="train", streaming=True), where
+    options = reader_options(builder, path)
+    return lambda: datasets.load_dataset(builder, data_files=path, split="train", streaming=True, **options), where
 
 
 def chunk_pairs(chunk: dict, where: str, first_row: int, source_lang: str, target_lang: str) -> tuple[list, list]:
@@ -63,10 +64,21 @@ def chunk_pairs(chunk: dict, where: str, first_row: int, source_lang: str, targe
     pairs, in CSV a JSON object per cell; or one column per language); None where a side is missing."""
     if "translation" in chunk:
         pairs = [json_cell(cell, where, first_row + i) for i, cell in enumerate(chunk["translation"])]
-        return [p.get(source_lang) for p in pairs], [p.get(target_lang) for p in pairs]
-    if source_lang in chunk and target_lang in chunk:
-        return list(chunk[source_lang]), list(chunk[target_lang])
-    raise DataError(
+        sides = [p.get(source_lang) for p in pairs], [p.get(target_lang) for p in pairs]
+    elif source_lang in chunk and target_lang in chunk:
+        sides = list(chunk[source_lang]), list(chunk[target_lang])
+    else:
+        raise missing_columns(chunk, where, source_lang, target_lang)
+    for lang, texts in zip((source_lang, target_lang), sides):
+        for index, text in enumerate(texts):
+            if text is not None and not isinstance(text, str):  # as the files read whole refuse it
+                raise DataError(f"{where}, row {first_row + index} (counting from 0): its {lang!r} side is "
+                                f"{text!r:.60}; expected text")  # fmt: skip
+    return sides
+
+
+def missing_columns(chunk: dict, where: str, source_lang: str, target_lang: str) -> DataError:
+    return DataError(
         f"{where}: found columns {sorted(chunk)}, expected a 'translation' column of {{'{source_lang}': ..., "
         f"'{target_lang}': ...}} pairs or one column per language ('{source_lang}', '{target_lang}')."
     )
