@@ -252,6 +252,13 @@ def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_p
         "item.json": ('[{"en": "one", "de": "eins"}, {"en": "two", "de": "zwei"},\n\n  "three"]', "line 3: item 3 of"),
         "wide.csv": ('en,de\n"one\nuno",eins\ntwo,zwei,deux\n', "line 4 has 3 fields; expected 2, as the header has"),
         "open.csv": ('en,de\none,eins\n"two,zwei\n', "EOF inside string starting at row 2"),  # pandas' own words
+        "half.jsonl": ('{"en": "one", "de": "eins"}\n{"en": "tw\\ud800o", "de": "zwei"}\n', "line 2 holds a lone"),
+        "twice.jsonl": (
+            '{"en": "one", "de": "eins"}\n{"en": "a", "en": "b", "de": "c"}\n',
+            "line 2 has the key 'en' twice",
+        ),
+        "none.json": ("[]\n", "the file holds no rows."),
+        "header.csv": ("en,de\n", "the file holds no rows."),
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)

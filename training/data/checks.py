@@ -89,12 +89,34 @@ def first_bad_json_line(path: str) -> str | None:
                 return first_bad_array_item(path)
             seen_a_row = True
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=keys_once)
             except json.JSONDecodeError as error:
                 return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
+            except RepeatedKey as error:
+                return f"line {number} has the key {error.key!r} twice; expected each once"
             if not isinstance(row, dict):
                 return f'line {number} is not a JSON object (one pair per line, e.g. {{"translation": ...}})'
+            try:
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                return f"line {number} holds a lone UTF-16 surrogate (half a character, such as \\ud800); expected text"
     return None
+
+
+class RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def keys_once(pairs: list[tuple]) -> dict:
+    """A JSON object's pairs as a dict; `RepeatedKey` where a key comes twice (which one counts is the reader's)."""
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise RepeatedKey(key)
+        seen[key] = value
+    return seen
 
 
 def first_bad_array_item(path: str) -> str | None:

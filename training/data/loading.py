@@ -66,6 +66,10 @@ def load_hub_dataset(data: DataArguments, streaming: bool = False) -> datasets.D
         raise DataError(f"--dataset-name {data.dataset_name!r}: could not load it{offline}: {error}") from error
 
 
+# what the readers say of a file without rows ([], blank lines, a CSV header alone, an empty Parquet table)
+NO_ROWS = ("corresponds to no data", "BatchSize must be greater than 0")
+
+
 def load_files(files: dict[str, str | None], source_lang: str, target_lang: str) -> datasets.DatasetDict:
     """The local files of each split, in the translation schema (see `to_translation_schema` for the layouts)."""
     splits = {}
@@ -79,7 +83,10 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
             splits[split] = datasets.load_dataset(builder, data_files=path, split="train", **options)
             splits[split].data.validate(full=True)  # the JSON reader lets bytes that are not UTF-8 through
         except Exception as error:
-            reason = first_bad_line(path, builder) or f"could not be read as {builder}: {deepest_cause(error)}"
+            cause = deepest_cause(error)
+            if any(words in cause for words in NO_ROWS):
+                raise DataError(f"{flag} {path}: the file holds no rows.") from error
+            reason = first_bad_line(path, builder) or f"could not be read as {builder}: {cause}"
             raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows.")
