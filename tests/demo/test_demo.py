@@ -127,6 +127,19 @@ def test_demo_with_a_folder_that_is_not_a_model_says_so_before_serving(tmp_path,
     assert error == f"error: --model {missing}: no config.json, so not a model folder\n"
 
 
+def test_demo_on_an_address_it_cannot_listen_on_says_so_before_loading(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--model", str(tmp_path / "no-model"), "--port", str(port)]) == 2
+        assert f"error: --host 127.0.0.1 --port {port}: cannot listen there" in capsys.readouterr().err
+    assert main(["demo", "--model", str(tmp_path / "no-model"), "--host", "no-such-host.invalid"]) == 2
+    assert "error: --host no-such-host.invalid: " in capsys.readouterr().err
+
+
 def test_the_demo_and_its_space_refuse_a_model_a_study_took_apart(tmp_path):
     from tests.conftest import tiny_model
     from vanilla_transformer.demo.app import build_app

@@ -739,3 +739,13 @@ def test_the_card_names_the_checkpoints_averaged_where_the_run_saved_fewer(tmp_p
     assert train_cli(data_files, out, flags, *TINY_MODEL_FLAGS) == 0
     assert "the final weights are the average of the last 2 checkpoints;" in (out / "README.md").read_text()
     assert json.loads((out / "eval_results.json").read_text())["checkpoints_averaged"] == 2
+
+
+def test_a_resume_with_no_update_left_is_refused_before_anything_is_written(tmp_path, data_files, capsys):
+    out = tmp_path / "run"
+    assert train_cli(data_files, out, "--max-steps 2 --save-steps 2 --eval-steps 0", *TINY_MODEL_FLAGS) == 0
+    again = tmp_path / "again"
+    code = train_cli(data_files, again, f"--max-steps 2 --eval-steps 0 --resume-from {out}", *TINY_MODEL_FLAGS)
+    error = capsys.readouterr().err
+    assert code == 2 and "the checkpoint is at update 2, and the run ends at --max-steps 2" in error, error
+    assert not again.exists()

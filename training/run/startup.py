@@ -169,6 +169,10 @@ def prepare_training(
         # of its first draw
         batches_per_epoch = resume_state.get("batches_per_epoch", batches_per_epoch)
     max_steps = updates_in_run(optimisation, batches_per_epoch)
+    if resume_state and resume_state["step"] >= max_steps:
+        length = f"--max-steps {optimisation.max_steps}" if optimisation.max_steps else f"{max_steps} updates"
+        raise ValueError(f"--resume-from: the checkpoint is at update {resume_state['step']}, and the run ends at "
+                         f"{length}: give a longer run to continue it")  # fmt: skip
     # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
     schedule = lr_lambda(
         d_model,
