@@ -165,6 +165,8 @@ def test_a_tracker_accelerate_does_not_know_is_named_by_report_to():
         (lambda: OptimisationArguments(lr="fast"), "--lr: could not convert string to float: 'fast'"),
         (lambda: OptimisationArguments(clip_norm=False), "--clip-norm: expected a number, got False"),
         (lambda: RunArguments(overwrite_output_dir="False"), "--overwrite-output-dir: expected True or False"),
+        (lambda: RunArguments(seed=-1), "--seed: expected a seed from 0 to 4294967295 (2**32 - 1), got -1"),
+        (lambda: RunArguments(seed=2**32), "--seed: expected a seed from 0 to 4294967295"),
         (lambda: DataArguments(source_lang=5), "--source-lang: expected a string, got 5"),
         (lambda: CheckpointArguments(report_to="none"), "--report-to: expected a list, got 'none'"),
     ],

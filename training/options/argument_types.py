@@ -42,6 +42,17 @@ class PositiveInt(int):
         return number
 
 
+MOST_SEED = 2**32 - 1  # numpy's generators take seeds below 2**32
+
+
+class Seed(int):
+    def __new__(cls, value):
+        number = integer(value)
+        if not 0 <= number <= MOST_SEED:
+            raise argparse.ArgumentTypeError(f"expected a seed from 0 to {MOST_SEED} (2**32 - 1), got {value}")
+        return number
+
+
 class NonNegativeInt(int):
     def __new__(cls, value):
         number = integer(value)
@@ -90,7 +101,7 @@ class Port(int):
         return number
 
 
-CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat, FiniteFloat, Port)
+CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat, FiniteFloat, Port, Seed)
 
 
 class ArgumentsError(ValueError):

@@ -23,6 +23,7 @@ from .argument_types import (
     PositiveFloat,
     PositiveInt,
     Probability,
+    Seed,
     option,
 )
 from .presets import PRESETS
@@ -78,7 +79,7 @@ class RunArguments(Checked):
     preset: str | None = option(
         help="size defaults; 'numbers' without data, 'small' with data", choices=tuple(sorted(PRESETS))
     )
-    seed: int = option(
+    seed: Seed = option(
         42,
         help="fixes the tokenizer, data order, initialisation and dropout: on CPU the same seed, data and thread "
         "count give bit-identical weights; on GPU, kernels may sum in another order, so runs agree closely but not "

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ..options.argument_types import Checked, NonNegativeFloat, PositiveInt, option
 from .variants import BASE, STUDIES
 
+MOST_SEEDS = 100  # runs of each variant: a study plans and trains every one
 VARIANT_KEYS = tuple(
     dict.fromkeys(variant.key for variants in STUDIES.values() for variant in variants if variant.key != "base")
 )
@@ -24,7 +25,9 @@ class StudyArguments(Checked):
         choices=VARIANT_KEYS,
         metavar="KEY",
     )
-    seeds: PositiveInt = option(3, help="runs of each variant, with --seed and the seeds after it")
+    seeds: PositiveInt = option(
+        3, help=f"runs of each variant, with --seed and the seeds after it (at most {MOST_SEEDS})"
+    )
     study_dir: str | None = option(
         help="where the runs, their logs, the tables and the figure are written; run again, the study resumes there "
         "(default: studies/<task>)"
@@ -46,6 +49,8 @@ class StudyArguments(Checked):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.seeds > MOST_SEEDS:
+            raise ValueError(f"--seeds {self.seeds}: at most {MOST_SEEDS} runs of each variant")
         if self.variants is None:
             return
         unknown = [key for key in self.variants if key not in VARIANT_KEYS]

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from ..corpus.output import check_output_folder
+from ..training.options.argument_types import MOST_SEED
 from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
 from .failures import reported_as
@@ -56,6 +57,8 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
     if study.jobs > usable_workers():
         raise ValueError(f"--jobs {study.jobs}: more runs at once than this machine has CPU cores or GPUs "
                          f"({usable_workers()}); expected at most that")  # fmt: skip
+    if args.run.seed + study.seeds - 1 > MOST_SEED:
+        raise ValueError(f"--seed {args.run.seed} --seeds {study.seeds}: the last run's seed would pass {MOST_SEED}")
     if args.run.preset is None and args.data.uses_embedded_task:
         args = args.replace(preset="study")
     if args.checkpoints.layer_gradients == 0:
