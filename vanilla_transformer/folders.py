@@ -4,6 +4,8 @@ import contextlib
 import os
 import re
 import shutil
+import signal
+import threading
 import uuid
 
 
@@ -105,3 +107,21 @@ def write_atomically(path: str, text: str) -> None:
     """`text` in `path`, written beside it and renamed over it: the file is the old one or the new one whole."""
     with replacing(path) as handle:
         handle.write(text)
+
+
+@contextlib.contextmanager
+def signals_held(signals=(signal.SIGINT, signal.SIGTERM)):
+    """The block runs whole: a Ctrl-C or SIGTERM that comes meanwhile is raised again once it ends (in the main
+    thread, which Python's signal handlers run in; elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {number: signal.signal(number, lambda got, frame: caught.append(got)) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if caught:
+            signal.raise_signal(caught[0])

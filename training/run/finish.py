@@ -3,9 +3,12 @@ the length-penalty search, the final scores with beam search, and writing the mo
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 
+from ...folders import signals_held
 from ...inference.devices import describe
 from ...modeling.hub_vanilla_transformer import upload_folder
 from ..options.arguments import HubArguments
@@ -160,13 +163,18 @@ def translation_samples(run: Run, split: str, hypotheses: list[str]) -> list[tup
 
 def write_final_model(output_dir: str, unwrapped, tokenizer, results: dict, write_card: Callable) -> None:
     """Write the model, tokenizer, scores, card (`write_card(output_dir, model, results)`) and curves into the output
-    folder (main process only)."""
+    folder (main process only): written beside it first, then moved in at once, so that a Ctrl-C or a full disk
+    leaves the folder as it was or whole."""
+    staging = tempfile.mkdtemp(prefix=".final-", dir=output_dir)
     try:
-        unwrapped.save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
-        with open(os.path.join(output_dir, "eval_results.json"), "w") as handle:
+        unwrapped.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        with open(os.path.join(staging, "eval_results.json"), "w") as handle:
             json.dump(results, handle, indent=2)
-        write_card(output_dir, unwrapped, results)
+        with signals_held():
+            for name in sorted(os.listdir(staging), key=lambda name: name == "config.json"):  # the config last
+                os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+            write_card(output_dir, unwrapped, results)
     except OSError as error:
         last = list_checkpoints(output_dir)
         raise TrainingStopped(
@@ -174,6 +182,8 @@ def write_final_model(output_dir: str, unwrapped, tokenizer, results: dict, writ
             f"are untouched (last: {last[-1] if last else 'none'}); free space, then run again with --resume-from "
             "to evaluate and save."
         ) from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     from ..report.plots import plot_run
 
     plot_run(output_dir, quiet=True)
