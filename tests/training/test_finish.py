@@ -35,6 +35,7 @@ def test_a_ctrl_c_while_the_files_move_in_waits_for_the_folder_to_be_whole(tmp_p
     with pytest.raises(KeyboardInterrupt):
         write_final_model(str(tmp_path), *model_and_tokenizer, {"test": {"bleu": 1.0}}, interrupted_card)
     assert FINAL_FILES <= set(os.listdir(tmp_path))
+    assert (tmp_path / "README.md").read_text() == "# scores: {'test': {'bleu': 1.0}}\n"  # the run's card, written
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".final-")]
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
     assert reloaded.num_parameters() == model_and_tokenizer[0].num_parameters()
