@@ -9,6 +9,7 @@ import statistics
 
 from safetensors import safe_open
 
+from ...folders import replacing
 from ..report.plots import read_metrics
 from .runs import PlannedRun, read_record
 
@@ -145,11 +146,11 @@ def write_results(study_dir: str, tables: dict[str, list[dict]], metric: str, th
         markdown += [f"- {row['label']}: {row['claim']}" for row in rows] + [""]
         markdown += [f"- {row['label']}, {stop}" for row in rows for stop in row["stopped"]]
     paths = [os.path.join(study_dir, name) for name in ("results.md", "results.csv", "results.json")]
-    with open(paths[0], "w") as handle:
+    with replacing(paths[0]) as handle:  # each the old table or the new one whole
         handle.write("\n".join(markdown).rstrip() + "\n")
-    with open(paths[1], "w", newline="") as handle:
+    with replacing(paths[1]) as handle:
         write_csv(handle, tables)
-    with open(paths[2], "w") as handle:
+    with replacing(paths[2]) as handle:
         json.dump({"metric": metric, "threshold": threshold, "studies": tables}, handle, indent=1)
     return paths
 
