@@ -101,3 +101,13 @@ def test_a_folder_whose_weights_cannot_be_read_is_named_by_init_from(imported_fa
     assert train(*flags, "--output-dir", str(tmp_path / "run"), "--max-steps", "1") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"error: --init-from {folder}: could not load its model: ")
+
+
+def test_a_folder_without_its_tokenizer_is_named_by_init_from(imported_fairseq, tmp_path):
+    import shutil
+
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    shutil.copy(imported_fairseq[0] / "config.json", folder / "config.json")
+    with pytest.raises(ArgumentsError, match=r"--init-from .*config-only: no tokenizer \(tokenizer.json or "):
+        resolve(TrainArguments.from_options(init_from=str(folder), max_steps=1))

@@ -38,12 +38,18 @@ def folder_config(folder: str) -> VanillaTransformerConfig:
         raise ArgumentsError(f"--init-from {folder}: {error}") from error
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
     """The model options of a run that starts from `folder`: its architecture (a flag the command line gave must
     agree) and dropout rates (unless given), and its tokenizer."""
     if given.get("tokenizer_name") not in (None, folder):
         raise ArgumentsError("--tokenizer-name: a run with --init-from uses the folder's tokenizer")
     config = folder_config(folder)
+    if os.path.isdir(folder) and not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES):
+        raise ArgumentsError(f"--init-from {folder}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); expected a model "
+                             "folder with its tokenizer, as train writes one")  # fmt: skip
     options = {"tokenizer_name": folder}
     for option in ARCHITECTURE:
         value = getattr(config, option)
