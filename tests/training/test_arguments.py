@@ -155,6 +155,11 @@ def test_a_tracker_accelerate_does_not_know_is_named_by_report_to():
     with pytest.raises(ArgumentsError, match="--report-to bogus: expected none or Accelerate's all, .*tensorboard"):
         resolve(TrainArguments.from_options(report_to=["tensorboard", "bogus"]))
     assert resolve(TrainArguments.from_options(report_to=["none"])).checkpoints.report_to == ["none"]
+    import accelerate.utils
+
+    if not accelerate.utils.is_aim_available():  # asked for by name, a tracker not installed is named, not skipped
+        with pytest.raises(ArgumentsError, match="--report-to aim: not installed here; pip install aim"):
+            resolve(TrainArguments.from_options(report_to=["aim"]))
 
 
 @pytest.mark.parametrize(

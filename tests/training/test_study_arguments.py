@@ -71,6 +71,7 @@ def test_a_study_folder_in_a_model_folder_and_more_jobs_than_workers_are_refused
         ("--study-dir", str(model / "studies" / "a")): f"is inside the model folder {model}: give a folder of its own",
         ("--study-dir", str(tmp_path / "s"), "--jobs", "100000"): "--jobs 100000: more runs at once than this machine",
         ("--study-dir", str(tmp_path / "s"), "--seeds", "101"): "--seeds 101: at most 100 runs of each variant",
+        ("--study-dir", str(tmp_path / "s"), "--launcher", "'open"): "--launcher 'open: No closing quotation; expected",
         ("--study-dir", str(tmp_path / "s"), "--seed", "4294967295", "--seeds", "2"): "--seed 4294967295 --seeds 2: "
         "the last run's seed would pass 4294967295",
     }

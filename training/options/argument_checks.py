@@ -55,3 +55,10 @@ def check_trackers(report_to: list[str]) -> None:
     unknown = [name for name in report_to if name not in ("none", *known)]
     if unknown:
         raise ArgumentsError(f"--report-to {' '.join(unknown)}: expected none or Accelerate's {', '.join(known)}")
+    if report_to == ["tensorboard"]:  # the default: off where TensorBoard is not installed
+        return
+    import accelerate.utils
+
+    missing = [name for name in report_to if not getattr(accelerate.utils, f"is_{name}_available", lambda: True)()]
+    if missing:
+        raise ArgumentsError(f"--report-to {' '.join(missing)}: not installed here; pip install {' '.join(missing)}")

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import sys
 
@@ -52,6 +53,11 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
         raise ValueError(
             "--train-file: a study scores every run on validation and test; give --validation-file and --test-file"
         )
+    if study.launcher:
+        try:
+            shlex.split(study.launcher)
+        except ValueError as error:
+            raise ValueError(f"--launcher {study.launcher}: {error}; expected a command as a shell writes it") from None
     if study.launcher and study.jobs > 1:
         raise ValueError("--launcher with --jobs > 1: launched runs train one at a time (they would share a port)")
     if study.jobs > usable_workers():
