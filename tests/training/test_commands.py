@@ -101,6 +101,8 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     same = ["--source-lang", "de", "--target-lang", "de"]
     assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), *same]) == 2
     assert "error: --source-lang and --target-lang are both 'de'" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--streaming"]) == 2
+    assert "error: --streaming streams train's training split; evaluate reads --split whole" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
     if data.source_lang == data.target_lang:  # as train refuses it: every pair would be scored against itself
         raise CommandError(f"--source-lang and --target-lang are both {data.source_lang!r}", exit_code=2)
+    if data.streaming:  # train's flag for its training split: evaluate reads one split whole
+        raise CommandError("--streaming streams train's training split; evaluate reads --split whole", exit_code=2)
     if args.output is not None:
         check_results_file(args.output, data, args.model)
     with reported_as(2, DataError):
