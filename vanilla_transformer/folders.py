@@ -86,13 +86,14 @@ def new_file_beside(path: str) -> str:
 
 
 @contextlib.contextmanager
-def replacing(path: str, binary: bool = False):
+def replacing(path: str, binary: bool = False, newline: str | None = None):
     """A file to write `path`'s new content into (UTF-8 text, or bytes if `binary`): written beside it, on disk
     (fsync) and renamed over it when the block ends, so that `path` is the old file or the new one whole. If the
     block raises, the new file is removed and `path` is left as it was."""
     temporary = new_file_beside(path)
     try:
-        with open(temporary, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+        text = {} if binary else {"encoding": "utf-8", "newline": newline}
+        with open(temporary, "wb" if binary else "w", **text) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -122,6 +123,6 @@ def signals_held(signals=(signal.SIGINT, signal.SIGTERM)):
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         if caught:
             signal.raise_signal(caught[0])

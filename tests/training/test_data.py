@@ -244,6 +244,10 @@ def test_a_csv_files_cells_are_the_text_they_hold_not_what_pandas_makes_of_them(
     assert dropped == {"train": 1}  # the empty cell: no text
     stream_open, where = train_stream_source(data_args(train_file=str(tmp_path / "cells.csv"), streaming=True))
     assert [row["en"] for row in stream_open()] == ["007", "1.50", "1e3", "12"]
+    indexed = tmp_path / "indexed.csv"  # pandas' to_csv writes its index as a column without a name
+    pd.DataFrame({"en": ["one", "two"], "de": ["eins", "zwei"]}).to_csv(indexed)
+    raw, _ = load_pairs(data_args(train_file=str(indexed)), SEED)
+    assert raw["train"]["translation"] == [{"en": "one", "de": "eins"}, {"en": "two", "de": "zwei"}]
 
 
 def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_path):

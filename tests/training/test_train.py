@@ -211,7 +211,7 @@ def test_epoch_checkpoints_end_whole_epochs_and_average_them(tmp_path):
     assert "the average of the last 3 epoch checkpoints" in (out / "README.md").read_text()
     # a run resumed from an epoch checkpoint goes on with the next epoch, with the same losses and weights
     first = losses(out)
-    resume = ["--resume-from", paths[1], "--average-checkpoints", "3"]
+    resume = ["--resume-from", paths[1], "--average-checkpoints", "3", "--overwrite-output-dir"]  # the later ones go
     assert main(["train", *epoch_run_flags(train), *flags, "--output-dir", str(out), *resume]) == 0
     second = losses(out)
     assert [second[step] for step in range(states[1]["step"] + 1, 121)] == [
@@ -443,8 +443,14 @@ def test_a_folder_of_the_users_files_is_refused_and_an_earlier_run_outlives_bad_
     out.mkdir()
     (out / "README.md").write_text("# my notes")
     assert train_cli(data_files, out, "--max-steps 1", *TINY_MODEL_FLAGS) == 2
-    assert f"--output-dir {out} is not empty (README.md) and holds no run" in capsys.readouterr().err
+    assert f"--output-dir {out} holds files (README.md) and no run" in capsys.readouterr().err
     assert os.listdir(out) == ["README.md"] and (out / "README.md").read_text() == "# my notes"
+    (out / "README.md").unlink()
+    (out / "data").mkdir()  # a folder of the user's own: its data, beside which the run writes
+    kept = {split: out / "data" / path.name for split, path in data_files.items()}
+    for split, path in data_files.items():
+        kept[split].write_bytes(path.read_bytes())
+    assert train_cli(kept, out, "--max-steps 1 --eval-steps 0", *TINY_MODEL_FLAGS) == 0
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")  # an earlier run's
@@ -641,7 +647,8 @@ def test_a_resumed_bpe_dropout_run_keeps_the_length_and_schedule_of_its_first_dr
     state = json.loads((run / "checkpoints" / "checkpoint-5" / "trainer_state.json").read_text())
     assert state["batches_per_epoch"] * 3 == first[-1]["step"]
     # the resumed run draws new segmentations, but runs to the same last update, its learning rate reaching 0 there
-    assert main(["train", *flags, "--resume-from", str(run / "checkpoints" / "checkpoint-5")]) == 0
+    earlier = ["--resume-from", str(run / "checkpoints" / "checkpoint-5"), "--overwrite-output-dir"]
+    assert main(["train", *flags, *earlier]) == 0
     second = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in second] == [r["step"] for r in first]
     assert [r["lr"] for r in second] == [r["lr"] for r in first] and second[-1]["lr"] == 0.0
@@ -747,5 +754,8 @@ def test_a_resume_with_no_update_left_is_refused_before_anything_is_written(tmp_
     again = tmp_path / "again"
     code = train_cli(data_files, again, f"--max-steps 2 --eval-steps 0 --resume-from {out}", *TINY_MODEL_FLAGS)
     error = capsys.readouterr().err
-    assert code == 2 and "the checkpoint is at update 2, and the run ends at --max-steps 2" in error, error
+    assert code == 2 and "the checkpoint is at update 2, and the run ends at update 2" in error, error
     assert not again.exists()
+    # in its own folder, a checkpoint at the end finishes the run (as after a failure while it evaluated or saved)
+    code = train_cli(data_files, out, f"--max-steps 2 --eval-steps 0 --resume-from {out}", *TINY_MODEL_FLAGS)
+    assert code == 0, capsys.readouterr().err

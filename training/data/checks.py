@@ -55,7 +55,7 @@ def reader_options(builder: str, path: str) -> dict:
             header = next(csv.reader(handle), [])
     except (UnicodeDecodeError, csv.Error):
         return options
-    if header and len(set(header)) == len(header):
+    if header and len(set(header)) == len(header) and all(name.strip() for name in header):  # as pandas names them
         options["features"] = datasets.Features({name: datasets.Value("string") for name in header})
     return options
 

@@ -165,16 +165,18 @@ def write_final_model(output_dir: str, unwrapped, tokenizer, results: dict, writ
     """Write the model, tokenizer, scores, card (`write_card(output_dir, model, results)`) and curves into the output
     folder (main process only): written beside it first, then moved in at once, so that a Ctrl-C or a full disk
     leaves the folder as it was or whole."""
-    staging = tempfile.mkdtemp(prefix=".final-", dir=output_dir)
+    staging = None
     try:
+        staging = tempfile.mkdtemp(prefix=".final-", dir=output_dir)
         unwrapped.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         with open(os.path.join(staging, "eval_results.json"), "w") as handle:
             json.dump(results, handle, indent=2)
-        with signals_held():
+        with signals_held():  # a signal held is raised again as the block ends: nothing may be left to do then
             for name in sorted(os.listdir(staging), key=lambda name: name == "config.json"):  # the config last
                 os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
             write_card(output_dir, unwrapped, results)
+            shutil.rmtree(staging, ignore_errors=True)
     except OSError as error:
         last = list_checkpoints(output_dir)
         raise TrainingStopped(
@@ -183,7 +185,8 @@ def write_final_model(output_dir: str, unwrapped, tokenizer, results: dict, writ
             "to evaluate and save."
         ) from error
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     from ..report.plots import plot_run
 
     plot_run(output_dir, quiet=True)

@@ -72,15 +72,16 @@ def removed_if_unstarted(output_dir: str):
 
 
 def check_no_users_files(output_dir: str, allowed: bool) -> None:
-    """A ValueError where `output_dir` holds files that are not a run's, unless `allowed`."""
+    """A ValueError where `output_dir` holds files of its own at its top, where a run writes its (README.md,
+    tokenizer.json, ...), unless `allowed`. Folders are left alone: the user's data, a start's tokenizer or trackers."""
     if allowed or not os.path.isdir(output_dir):
         return
-    found = sorted(name for name in os.listdir(output_dir) if name not in LEFT_BY_A_FAILED_START)
+    found = sorted(entry.name for entry in os.scandir(output_dir) if not entry.is_dir())
     if found:
         shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
         raise ValueError(
-            f"--output-dir {output_dir} is not empty ({shown}) and holds no run: the run would write README.md, "
-            "tokenizer.json and more over what is there; choose a new or empty folder, or pass --overwrite-output-dir."
+            f"--output-dir {output_dir} holds files ({shown}) and no run: the run writes README.md, tokenizer.json "
+            "and more at its top; choose a new folder, one without files at its top, or pass --overwrite-output-dir."
         )
 
 
@@ -92,13 +93,14 @@ def later_checkpoints(output_dir: str, checkpoint: str) -> list[str]:
 
 
 def earlier_files(output_dir: str, overwrite: bool, resume_checkpoint: str | None) -> list[str]:
-    """What --overwrite-output-dir removes: an earlier run's files; or, resuming inside the folder, the checkpoints
-    after the one resumed from."""
+    """What --overwrite-output-dir removes: an earlier run's files (its tokenizer too, unless resuming, when the
+    checkpoint has checked it); or, resuming inside the folder, the checkpoints after the one resumed from."""
     if not overwrite:
         return []
     if resume_checkpoint and holds(output_dir, resume_checkpoint):
         return later_checkpoints(output_dir, resume_checkpoint)
-    return [os.path.join(output_dir, name) for name in RUN_MARKERS + LEFT_BY_A_FAILED_START]
+    names = RUN_MARKERS if resume_checkpoint else RUN_MARKERS + LEFT_BY_A_FAILED_START
+    return [os.path.join(output_dir, name) for name in names]
 
 
 def remove_earlier(paths: list[str], accelerator) -> None:

@@ -13,6 +13,7 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from ...errors import one_line
+from ...folders import holds
 from ..data.batching import TokenBatchSampler
 from ..data.bpe import bpe_corpus, build_tokenizer
 from ..data.loading import load_pairs
@@ -169,10 +170,6 @@ def prepare_training(
         # of its first draw
         batches_per_epoch = resume_state.get("batches_per_epoch", batches_per_epoch)
     max_steps = updates_in_run(optimisation, batches_per_epoch)
-    if resume_state and resume_state["step"] >= max_steps:
-        length = f"--max-steps {optimisation.max_steps}" if optimisation.max_steps else f"{max_steps} updates"
-        raise ValueError(f"--resume-from: the checkpoint is at update {resume_state['step']}, and the run ends at "
-                         f"{length}: give a longer run to continue it")  # fmt: skip
     # the schedule counts optimizer updates (§5.3): it is stepped by hand, once per update, not prepared
     schedule = lr_lambda(
         d_model,
@@ -215,7 +212,9 @@ def setup_run(args: TrainArguments) -> Run:
     resume_state = read_state(resume_checkpoint) if resume_checkpoint else None
     learned = args.model.position_encoding == "learned"
     earlier = earlier_files(output_dir, args.run.overwrite_output_dir, resume_checkpoint)
-    prepared = prepare_data(data, args.tokenizer, args.run, learned, resume_checkpoint, accelerator, earlier)
+    # a new run's earlier files go once its data is read; a resume's once the checkpoint is checked and restored
+    prepared = prepare_data(data, args.tokenizer, args.run, learned, resume_checkpoint, accelerator,
+                            [] if resume_checkpoint else earlier)  # fmt: skip
     raw, tokenizer, tokenized, rows, dropped = prepared
     trim_freed_memory()
     model = build_model(args.model, data, args.evaluation, tokenizer, args.switches.changed())
@@ -258,8 +257,18 @@ def setup_run(args: TrainArguments) -> Run:
         sharded=shards_model(accelerator),
     )
     if resume_checkpoint:
+        check_updates_left(run, resume_state["step"])
         resume(run, resume_state)
+        remove_earlier(earlier, accelerator)
     return run
+
+
+def check_updates_left(run: Run, step: int) -> None:
+    """A resume must have updates left to train, or, in its own folder, its last ones to finish (evaluate and save,
+    after a failure at the end): a checkpoint past the run's end, or at it from another folder, is refused."""
+    if step > run.max_steps or (step == run.max_steps and not holds(run.output_dir, run.resume_checkpoint)):
+        raise ValueError(f"--resume-from: the checkpoint is at update {step}, and the run ends at update "
+                         f"{run.max_steps}: give a longer run to continue it")  # fmt: skip
 
 
 def resume(run: Run, state: dict) -> None:

@@ -148,7 +148,7 @@ def write_results(study_dir: str, tables: dict[str, list[dict]], metric: str, th
     paths = [os.path.join(study_dir, name) for name in ("results.md", "results.csv", "results.json")]
     with replacing(paths[0]) as handle:  # each the old table or the new one whole
         handle.write("\n".join(markdown).rstrip() + "\n")
-    with replacing(paths[1]) as handle:
+    with replacing(paths[1], newline="") as handle:  # csv writes its own line ends
         write_csv(handle, tables)
     with replacing(paths[2]) as handle:
         json.dump({"metric": metric, "threshold": threshold, "studies": tables}, handle, indent=1)
