@@ -2,6 +2,7 @@
 across requests, backpressure, API keys and a graceful shutdown."""
 
 import argparse
+import atexit
 import dataclasses
 import logging
 import os
@@ -147,6 +148,7 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     batcher = app.state.server.batcher
     if batcher is not None and batcher.worker.is_alive():  # a batch outlasted --drain-timeout: its requests got 503
         LOG.warning("a batch was still being translated after --drain-timeout %g s: stopped", args.drain_timeout)
+        atexit._run_exitfuncs()  # the exit's own cleanups: an export made on the fly is removed
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
