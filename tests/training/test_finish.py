@@ -25,7 +25,17 @@ def card(folder, model, results):
         handle.write(f"# scores: {results}\n")
 
 
-def test_a_ctrl_c_while_the_files_move_in_waits_for_the_folder_to_be_whole(tmp_path, model_and_tokenizer):
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler (a KeyboardInterrupt), whatever handler an earlier test left."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_while_the_files_move_in_waits_for_the_folder_to_be_whole(
+    tmp_path, model_and_tokenizer, python_ctrl_c
+):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0, "nll_loss": 2.0, "lr": 0.1}\n')
 
     def interrupted_card(folder, model, results):  # the moves have begun: the Ctrl-C comes now
