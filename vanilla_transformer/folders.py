@@ -112,8 +112,9 @@ def write_atomically(path: str, text: str) -> None:
 
 @contextlib.contextmanager
 def signals_held(signals=(signal.SIGINT, signal.SIGTERM)):
-    """The block runs whole: a Ctrl-C or SIGTERM that comes meanwhile is raised again once it ends (in the main
-    thread, which Python's signal handlers run in; elsewhere the block runs as it is)."""
+    """The block runs whole: a Ctrl-C or SIGTERM that comes meanwhile is raised again once it ends, to the handler
+    there was before it (in the main thread, which Python's signal handlers run in; elsewhere the block runs as it
+    is). A final model folder moved in, or a run's process started and known to the study that stops it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

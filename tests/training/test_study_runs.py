@@ -8,7 +8,9 @@ import sys
 import pytest
 from vanilla_transformer.training.options.arguments import TrainArguments
 from vanilla_transformer.training.studies import runs
-from vanilla_transformer.training.studies.runs import Launch, PlannedRun, stop_signals_deferred, train_runs
+from vanilla_transformer.training.studies.runs import Launch, PlannedRun, train_runs
+
+from vanilla_transformer.folders import signals_held
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def own_handlers():
 
 def test_a_stop_inside_the_block_is_handled_as_it_ends_by_the_handler_before_it(own_handlers):
     record, handled = own_handlers
-    with stop_signals_deferred():
+    with signals_held():
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGTERM)
         assert handled == []
@@ -50,7 +52,7 @@ def test_a_stop_inside_the_block_is_handled_as_it_ends_by_the_handler_before_it(
 def test_a_ctrl_c_inside_the_block_interrupts_as_it_ends(own_handlers):
     finished_block = False
     with pytest.raises(KeyboardInterrupt):
-        with stop_signals_deferred():
+        with signals_held():
             signal.raise_signal(signal.SIGINT)
             finished_block = True
     assert finished_block

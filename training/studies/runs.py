@@ -10,12 +10,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 
 from ...configuration import fold_switches
-from ...folders import replacing
+from ...folders import replacing, signals_held
 from ..options.argument_types import ArgumentsError, flag_name
 from ..options.arguments import TrainArguments, resolve
 from .variants import Variant
@@ -166,25 +165,6 @@ def start_run(run: PlannedRun, launch: Launch, slot: int, log_dir: str) -> tuple
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def stop_signals_deferred():
-    """SIGINT and SIGTERM that come inside the block are handled as it ends, by the handlers there were before it (in
-    the main thread; elsewhere Python delivers no signal). A stop that came while a run's process started would
-    otherwise leave that process unknown to the study, and so running on after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came = []
-    before = {number: signal.signal(number, lambda signum, frame: came.append(signum)) for number in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in before.items():  # None: one that C code set, which Python cannot set again
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        if came:  # the first stop; the handler that takes it ends the study
-            signal.raise_signal(came[0])
-
-
 def stop_runs(processes: list[subprocess.Popen]) -> None:
     """Stop the runs under way, each with all it started: SIGTERM, then SIGKILL to any not gone in 30 seconds."""
     for process in processes:
@@ -238,7 +218,7 @@ def train_runs(runs: list[PlannedRun], launch: Launch, log_dir: str, report: Cal
         while waiting or running:
             while waiting and free:
                 run, slot = waiting.pop(0), free.pop(0)
-                with stop_signals_deferred():  # a run's process, once started, is one that a stop stops
+                with signals_held(STOP_SIGNALS):  # a run's process, once started, is one that a stop stops
                     running[slot] = (run, *start_run(run, launch, slot, log_dir))
             time.sleep(0.5)
             for slot, (run, process, started) in list(running.items()):
