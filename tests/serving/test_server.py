@@ -162,7 +162,7 @@ BAD_TERMS = [
     ({"terms": [["sieben"]]}, 422, "terms: expected a list of strings"),
     ({"terms": ["€€"]}, 422, "terms: sentence 1: the term '€€' has a token the target vocabulary lacks"),
     ({"terms": ["<pad>"]}, 422, "terms: sentence 1: the term '<pad>' has the special token <pad>, which is not text"),
-    ({"terms": ["acht</s>"]}, 422, "the term 'acht</s>' has the special token </s>, which is not text"),
+    ({"terms": ["acht</s>"]}, 422, "terms: sentence 1: the term 'acht</s>' has the special token </s>, which is not"),
     ({"terms": ["sieben"] * 60}, 413, "q and terms have "),  # terms count in --max-chars
 ]
 

@@ -83,7 +83,7 @@ def test_a_batch_that_outlasts_the_drain_ends_its_request_with_a_json_503_and_th
     """The batch is still in torch when the drain ends: the interpreter's own shutdown aborted there (status 134)."""
     terms = ["ein", "elf", "null", "acht", "neun", "zehn", "vier", "drei", "zwei", "fünf", "sechs", "sieben"]
     long = {**BODY, "q": ["six"] * 2000, "terms": [terms] * 2000}  # a minute of constrained search on 2 cores
-    with serving(trained_folder, "--drain-timeout", "1", "--max-chars", "100000", tmp_path=tmp_path) as server:
+    with serving(trained_folder, "--drain-timeout", "1", "--max-chars", "200000", tmp_path=tmp_path) as server:
         answers = []
         sender = threading.Thread(target=lambda: answers.append(server.post(**long)))
         sender.start()
