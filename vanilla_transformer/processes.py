@@ -1,6 +1,7 @@
 """The processes that `torchrun` or `accelerate launch` start: accelerate's state of them, and the end of their
-process group."""
+process group; and the CPU cores this process may use."""
 
+import os
 import time
 
 
@@ -27,3 +28,8 @@ def end_processes() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         time.sleep(0.1)
         torch.distributed.destroy_process_group()
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system has one), at least 1."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

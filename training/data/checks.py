@@ -204,11 +204,19 @@ def text_present_in_rows(pairs: list, lang: str, first_row: int = 0) -> np.ndarr
     missing (a number, a list) is a `DataError` naming its row (`first_row`: the row of `pairs[0]`), as a CSV cell's
     is, not a pair without text."""
     sides = [p.get(lang) if isinstance(p, dict) else None for p in pairs]
+    problem = side_not_text(sides, lang, first_row)
+    if problem:
+        raise DataError(problem)
+    return has_text(sides)
+
+
+def side_not_text(sides: list, lang: str, first_row: int = 0) -> str | None:
+    """Which of a language's sides (`first_row`: the row of `sides[0]`) is neither text nor missing, and what it is;
+    None where each is one of them."""
     for index, side in enumerate(sides):
         if side is not None and not isinstance(side, str):
-            raise DataError(f"row {first_row + index} (counting from 0): its {lang!r} side is {side!r:.100}; "
-                            "expected text")  # fmt: skip
-    return has_text(sides)
+            return f"row {first_row + index} (counting from 0): its {lang!r} side is {side!r:.100}; expected text"
+    return None
 
 
 def text_feature(feature) -> bool:

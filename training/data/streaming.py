@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ..options.arguments import DataArguments
 from .batching import batch_bounds
-from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line, has_text, reader_options
+from .checks import FILE_BUILDERS, DataError, check_file, first_bad_line, has_text, reader_options, side_not_text
 from .tokenizing import within_length_limits
 
 CHUNK = 1_000  # pairs read from the stream at a time; a pool is a whole number of chunks
@@ -70,10 +70,9 @@ def chunk_pairs(chunk: dict, where: str, first_row: int, source_lang: str, targe
     else:
         raise missing_columns(chunk, where, source_lang, target_lang)
     for lang, texts in zip((source_lang, target_lang), sides):
-        for index, text in enumerate(texts):
-            if text is not None and not isinstance(text, str):  # as the files read whole refuse it
-                raise DataError(f"{where}, row {first_row + index} (counting from 0): its {lang!r} side is "
-                                f"{text!r:.60}; expected text")  # fmt: skip
+        problem = side_not_text(texts, lang, first_row)  # as the files read whole refuse it
+        if problem:
+            raise DataError(f"{where}, {problem}")
     return sides
 
 

@@ -1,7 +1,6 @@
 """Tokenising the pairs: the splits through `datasets.map`, the training rows within the length limits, BPE-dropout's
 pairs segmented anew each epoch, and the collator that pads a batch."""
 
-import os
 import sys
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from tokenizers import Tokenizer, models
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
 from ...model_folder import encode_within
+from ...processes import usable_cores
 from ..options.arguments import DataArguments
 from .checks import ARROW_BATCH, DataError
 
@@ -97,7 +97,7 @@ def tokenizing_processes(rows: int, requested: int | None) -> int | None:
     start (100,000 pairs); None: tokenise in this process."""
     if requested is not None:
         return requested if requested > 1 else None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     return cores if rows >= 100_000 and cores > 1 else None
 
 

@@ -12,6 +12,7 @@ import signal
 import sys
 
 from ..corpus.output import check_output_folder
+from ..processes import usable_cores
 from ..training.options.argument_types import MOST_SEED
 from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
@@ -60,9 +61,10 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
             raise ValueError(f"--launcher {study.launcher}: {error}; expected a command as a shell writes it") from None
     if study.launcher and study.jobs > 1:
         raise ValueError("--launcher with --jobs > 1: launched runs train one at a time (they would share a port)")
-    if study.jobs > usable_workers():
+    workers = usable_workers()
+    if study.jobs > workers:
         raise ValueError(f"--jobs {study.jobs}: more runs at once than this machine has CPU cores or GPUs "
-                         f"({usable_workers()}); expected at most that")  # fmt: skip
+                         f"({workers}); expected at most that")  # fmt: skip
     if args.run.seed + study.seeds - 1 > MOST_SEED:
         raise ValueError(f"--seed {args.run.seed} --seeds {study.seeds}: the last run's seed would pass {MOST_SEED}")
     if args.run.preset is None and args.data.uses_embedded_task:
@@ -84,8 +86,7 @@ def usable_workers() -> int:
     """How many runs can train at once here: one per CPU core this process may use, or per GPU if there are more."""
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(cores, torch.cuda.device_count())
+    return max(usable_cores(), torch.cuda.device_count())
 
 
 def check_study_folder(study_dir: str) -> None:
