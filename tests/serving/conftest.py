@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -124,3 +125,39 @@ def in_process(app, **config):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def connect(url: str, timeout: float) -> socket.socket:
+    """A raw connection to the server at `url`, its reads given up after `timeout` seconds."""
+    connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    connection.settimeout(timeout)
+    return connection
+
+
+def received(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := connection.recv(65536):
+        data += chunk
+    return data
+
+
+def held_engine(folder, release: threading.Event, translated: list):
+    """A loader of the model's engine, whose batches (not its warm-up) record their sentences in `translated` and
+    wait until `release` is set."""
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    def load():
+        engine = load_engine(EngineSettings(str(folder), threads=1))
+        translate = engine.translate
+
+        def held(sentences, *args, **kwargs):
+            translated.extend(sentences)
+            if sentences != ["warm up"]:  # the engine's own, before the server is ready
+                release.wait(30)
+            return translate(sentences, *args, **kwargs)
+
+        engine.translate = held
+        return engine
+
+    return load

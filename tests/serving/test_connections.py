@@ -3,16 +3,16 @@ trickled after its answer, pipelined requests cut short or abandoned. The slow r
 this process, which answers when released."""
 
 import json
-import socket
 import threading
 import time
 
 import httpx
 import pytest
 
-from .conftest import answers, in_process, serving, wait_for
+from .conftest import answers, connect, held_engine, in_process, received, serving, wait_for
 
 READ_TIMEOUT = 1  # seconds: --read-timeout
+WAIT = READ_TIMEOUT + 10  # seconds a raw connection's read waits
 TRANSLATE = {"source": "en", "target": "de"}
 
 
@@ -20,20 +20,6 @@ def request_bytes(path: str = "/translate", **fields) -> bytes:
     body = json.dumps({**TRANSLATE, **fields}).encode()
     head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     return head.encode() + body
-
-
-def connect(url: str) -> socket.socket:
-    connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
-    connection.settimeout(READ_TIMEOUT + 10)
-    return connection
-
-
-def received(connection: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    data = b""
-    while chunk := connection.recv(65536):
-        data += chunk
-    return data
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +30,7 @@ def server(trained_folder, tmp_path_factory):
 
 
 def test_headers_without_end_are_answered_431_and_closed(server):
-    connection = connect(server.url)
+    connection = connect(server.url, WAIT)
     connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
     with pytest.raises(OSError):  # the server closes the connection while the headers keep coming
         for _ in range(10_000):
@@ -57,7 +43,7 @@ def test_headers_without_end_are_answered_431_and_closed(server):
 
 def test_a_body_the_answer_did_not_wait_for_has_the_read_timeout_to_come_then_the_connection_closes(server):
     """Its bytes, trickled after the answer, would otherwise hold the connection open for ever."""
-    connection = connect(server.url)
+    connection = connect(server.url, WAIT)
     connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc")
     start = time.time()
     answer = received(connection)  # and closed once the rest of the body has not come within --read-timeout
@@ -76,7 +62,7 @@ def test_a_keep_alive_client_goes_on_after_a_413_for_a_body_it_sent_whole(server
 
 
 def test_the_header_limit_counts_headers_not_the_body_before_them(server):
-    connection = connect(server.url)
+    connection = connect(server.url, WAIT)
     body = json.dumps({"q": "x" * 100_000}).encode()  # a body over 64 KiB, then the next request's start
     post = b"POST /detect HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
     connection.sendall(post % len(body) + body + b"GET /health HTTP/1.1\r\nHost: x\r\n")
@@ -84,31 +70,12 @@ def test_the_header_limit_counts_headers_not_the_body_before_them(server):
     connection.sendall(b"Connection: close\r\n\r\n")
     answers = received(connection)
     assert answers.count(b"HTTP/1.1 200 ") == 2 and b" 431 " not in answers
-    later = connect(server.url)  # on a connection that answered a request already, headers over 64 KiB in one write
+    # on a connection that answered a request already, headers over 64 KiB in one write
+    later = connect(server.url, WAIT)
     later.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert later.recv(65536).startswith(b"HTTP/1.1 200 ")
     later.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Padding: " + b"a" * 100_000 + b"\r\n\r\n")
     assert b"HTTP/1.1 431 " in received(later)
-
-
-def held_engine(folder, release: threading.Event, translated: list):
-    """The model's engine, whose batches (not its warm-up) wait until `release` is set."""
-    from vanilla_transformer.serving.engine import EngineSettings, load_engine
-
-    def load():
-        engine = load_engine(EngineSettings(str(folder), threads=1))
-        translate = engine.translate
-
-        def held(sentences, *args, **kwargs):
-            translated.extend(sentences)
-            if sentences != ["warm up"]:  # the engine's own, before the server is ready
-                release.wait(30)
-            return translate(sentences, *args, **kwargs)
-
-        engine.translate = held
-        return engine
-
-    return load
 
 
 @pytest.fixture
@@ -130,7 +97,7 @@ def held(trained_folder, caplog):
 
 def test_a_pipelined_request_cut_short_waits_for_the_answer_before_it_not_408(held):
     url, release, translated = held
-    connection = connect(url)
+    connection = connect(url, WAIT)
     connection.sendall(request_bytes(q="six") + b"GET /hea")  # the next request's start, behind the first
     wait_for(lambda: translated == ["six"])
     time.sleep(READ_TIMEOUT * 1.7)  # the first is still being answered: its header time has not begun
@@ -144,7 +111,7 @@ def test_a_pipelined_request_cut_short_waits_for_the_answer_before_it_not_408(he
 
 def test_a_pipelining_client_that_hangs_up_is_gone_for_the_request_being_answered(held, caplog):
     url, release, translated = held
-    connection = connect(url)
+    connection = connect(url, WAIT)
     connection.sendall(request_bytes(q="six") + request_bytes(q="seven"))
     wait_for(lambda: translated == ["six"])
     connection.close()

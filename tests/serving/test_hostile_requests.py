@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from .conftest import answers, error_of, in_process, serving, wait_for
+from .conftest import answers, connect, error_of, held_engine, in_process, received, serving, wait_for
 
 READ_TIMEOUT = 1  # seconds: --read-timeout, short for the stalled clients' tests
 LIMIT = 2  # --limit-concurrency
@@ -109,18 +109,7 @@ def test_a_hostile_request_gets_its_status_and_json_and_the_server_goes_on(serve
 
 
 def raw(server) -> socket.socket:
-    port = int(server.url.rsplit(":", 1)[1])
-    connection = socket.create_connection(("127.0.0.1", port))
-    connection.settimeout(READ_TIMEOUT + 10)
-    return connection
-
-
-def received(connection: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    data = b""
-    while chunk := connection.recv(4096):
-        data += chunk
-    return data
+    return connect(server.url, READ_TIMEOUT + 10)
 
 
 def answer(connection: socket.socket) -> bytes:
@@ -373,25 +362,11 @@ def test_a_list_item_that_is_not_text_is_named_in_jsons_words(server):
 
 def test_a_client_that_leaves_while_its_sentences_wait_is_counted_as_gone_and_they_are_dropped(trained_folder):
     from vanilla_transformer.serving.app import ServerSettings, create_app
-    from vanilla_transformer.serving.engine import EngineSettings, load_engine
 
     release, translated = threading.Event(), []
-
-    def held_engine():  # its first batch waits until released, so that the next request waits in the queue
-        engine = load_engine(EngineSettings(str(trained_folder), threads=1))
-        translate = engine.translate
-
-        def held(sentences, *args, **kwargs):
-            translated.extend(sentences)
-            if sentences != ["warm up"]:  # the engine's own, before the server is ready
-                release.wait(30)
-            return translate(sentences, *args, **kwargs)
-
-        engine.translate = held
-        return engine
-
+    held = held_engine(trained_folder, release, translated)  # its first batch waits: the next request is queued
     try:
-        with in_process(create_app(held_engine, ServerSettings(max_wait_ms=1)), log_level="info") as url:
+        with in_process(create_app(held, ServerSettings(max_wait_ms=1)), log_level="info") as url:
             wait_for(lambda: answers(url + "/ready"))
             translated.clear()
             first = []
