@@ -41,6 +41,13 @@ def test_headers_without_end_are_answered_431_and_closed(server):
     assert httpx.get(server.url + "/health").status_code == 200
 
 
+def test_a_url_over_the_limit_is_answered_414_and_headers_over_it_431(server):
+    for line, status in ((b"a" * 70_000, b"414 "), (b"a" * 60_000 + b" HTTP/1.1\r\nX: " + b"b" * 10_000, b"431 ")):
+        connection = connect(server.url, WAIT)
+        connection.sendall(b"GET /languages?" + line + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert received(connection).startswith(b"HTTP/1.1 " + status)
+
+
 def test_a_body_the_answer_did_not_wait_for_has_the_read_timeout_to_come_then_the_connection_closes(server):
     """Its bytes, trickled after the answer, would otherwise hold the connection open for ever."""
     connection = connect(server.url, WAIT)

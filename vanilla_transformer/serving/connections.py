@@ -4,11 +4,12 @@ uvicorn closes a connection that stays idle between requests (`timeout_keep_aliv
 sends its headers slowly or never, sends headers without end, or trickles a body the server never reads: such
 clients could hold sockets and memory for ever. Here a connection gets `seconds` to send each request's headers, from
 the moment it opens, or the request's first byte arrives once the answer before it is sent; past that it is answered
-408 (JSON, as every error) and closed. A request line and headers over `MAX_HEADER_BYTES` are answered 431 and closed;
-what is not HTTP is answered 400 in JSON, and closed. A request answered before its body was all received (a 413)
-gets `seconds` more for the rest, which is read and dropped, and the connection goes on; past that it is closed, as
-bytes trickled would otherwise keep it open. A client that hangs up is marked gone on the request being answered,
-not only on the last one it sent (pipelined). The body has its own limits, in the app (`fields.read_fields`)."""
+408 (JSON, as every error) and closed. A request line and headers over `MAX_HEADER_BYTES` are answered 431 and closed
+(414 where the URL alone is over it); what is not HTTP is answered 400 in JSON, and closed. A request answered before
+its body was all received (a 413) gets `seconds` more for the rest, which is read and dropped, and the connection
+goes on; past that it is closed, as bytes trickled would otherwise keep it open. A client that hangs up is marked
+gone on the request being answered, not only on the last one it sent (pipelined). The body has its own limits, in
+the app (`fields.read_fields`)."""
 
 import json
 import uuid
@@ -40,7 +41,8 @@ class LimitedProtocol(HttpToolsProtocol):
     header_bytes = 0  # of the request whose headers are awaited: its line and headers parsed so far
     waiting_bytes = 0  # the bytes of the reads since those headers began, not parsed yet (a header still arriving)
     reads = headers_began = 0  # which read of the connection this is, and in which the headers began
-    too_large = False
+    too_large = ""  # what is over the limit: "url" or "headers"
+    url_bytes = 0  # of the request whose headers are awaited
     drain_timer = None  # while the rest of an answered request's body comes
     running = None  # the request-response cycle being answered
 
@@ -54,7 +56,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self.header_timer is not None and self.headers_began < self.reads and not self.transport.is_closing():
             self.waiting_bytes += len(data)  # the whole read is the same request's headers: they began before it
             if self.waiting_bytes > MAX_HEADER_BYTES:
-                self.too_large = True
+                self.too_large = "headers"
                 self.send_400_response("")
 
     def on_message_begin(self) -> None:
@@ -63,6 +65,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
+        self.url_bytes += len(url)
         self.count_header_bytes(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -72,7 +75,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def count_header_bytes(self, count: int) -> None:
         self.header_bytes += count
         if self.header_bytes > MAX_HEADER_BYTES:
-            self.too_large = True
+            self.too_large = "url" if self.url_bytes > MAX_HEADER_BYTES else "headers"
             raise HeadersTooLarge()
 
     def on_headers_complete(self) -> None:
@@ -122,7 +125,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def start_header_timer(self, restart: bool = False) -> None:
         self.stop_header_timer()
         if not restart:
-            self.header_bytes = self.waiting_bytes = 0
+            self.header_bytes = self.waiting_bytes = self.url_bytes = 0
             self.headers_began = self.reads
         self.header_timer = self.loop.call_later(self.seconds, self.headers_timed_out)
 
@@ -140,7 +143,9 @@ class LimitedProtocol(HttpToolsProtocol):
             self.refuse("408 Request Timeout", f"the request's headers did not arrive within {self.seconds:g} s")
 
     def send_400_response(self, msg: str) -> None:
-        if self.too_large:
+        if self.too_large == "url":
+            self.refuse("414 URI Too Long", f"the request's URL exceeds {MAX_HEADER_BYTES} bytes, this server's limit")
+        elif self.too_large:
             error = f"the request's line and headers exceed {MAX_HEADER_BYTES} bytes, this server's limit"
             self.refuse("431 Request Header Fields Too Large", error)
         else:
