@@ -261,8 +261,9 @@ def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_p
             '{"en": "one", "de": "eins"}\n{"en": "a", "en": "b", "de": "c"}\n',
             "line 2 has the key 'en' twice",
         ),
-        "none.json": ("[]\n", "the file holds no rows."),
-        "header.csv": ("en,de\n", "the file holds no rows."),
+        "none.json": ("[]\n", "the file holds no rows with fields."),
+        "header.csv": ("en,de\n", "the file holds no rows with fields."),
+        "fieldless.jsonl": ("{}\n{}\n", "the file holds no rows with fields."),
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)

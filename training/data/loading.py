@@ -66,7 +66,7 @@ def load_hub_dataset(data: DataArguments, streaming: bool = False) -> datasets.D
         raise DataError(f"--dataset-name {data.dataset_name!r}: could not load it{offline}: {error}") from error
 
 
-# what the readers say of a file without rows ([], blank lines, a CSV header alone, an empty Parquet table)
+# what the readers say of a file without rows ([], blank lines, `{}` lines, a CSV header alone, an empty Parquet table)
 NO_ROWS = ("corresponds to no data", "BatchSize must be greater than 0")
 
 
@@ -85,11 +85,11 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
         except Exception as error:
             cause = deepest_cause(error)
             if any(words in cause for words in NO_ROWS):
-                raise DataError(f"{flag} {path}: the file holds no rows.") from error
+                raise DataError(f"{flag} {path}: the file holds no rows with fields.") from error
             reason = first_bad_line(path, builder) or f"could not be read as {builder}: {cause}"
             raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
-            raise DataError(f"{flag} {path}: the file holds no rows.")
+            raise DataError(f"{flag} {path}: the file holds no rows with fields.")
         splits[split] = to_translation_schema(splits[split], f"{flag} {path}", source_lang, target_lang)
     return datasets.DatasetDict(splits)
 
