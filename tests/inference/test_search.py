@@ -3,6 +3,8 @@ alone; with no terms the search is beam search with fairseq's stopping rule, whi
 `early_stopping=True`; where a term cannot be encoded, or CTranslate2 is asked for terms, the error says so. The
 agreement with fairseq-interactive's `--constraints` is in tests/test_fairseq_reference.py."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from vanilla_transformer.training.tasks.numbers import english
@@ -93,6 +95,22 @@ def test_with_no_terms_the_search_is_beam_search_with_fairseqs_stopping_rule(tra
     for hypotheses, row, score in zip(found, out.sequences.tolist(), out.sequences_scores.tolist()):
         assert hypotheses[0].tokens[:-1] == [i for i in row[1:] if i not in special]
         assert hypotheses[0].score == pytest.approx(score, abs=1e-4)
+
+
+def test_a_beam_wider_than_half_the_vocabulary_searches_as_generate_does(trained_folder):
+    """The first step has one hypothesis, so fewer than 2k candidates: the rest are dead (-inf), not an error."""
+    translator = load_translator(str(trained_folder))
+    model, tokenizer = translator.model, translator.tokenizer
+    k = model.config.vocab_size // 2 + 1
+    batch = tokenizer(SOURCES[:2], padding=True, return_tensors="pt")
+    found = beam_search(model, batch["input_ids"], batch["attention_mask"], replace(SEARCH, num_beams=k, max_length=12))
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=k, early_stopping=True, max_new_tokens=13, length_penalty=1.0)
+    special = {model.config.pad_token_id, model.config.eos_token_id}
+    for hypotheses, row in zip(found, out.tolist()):
+        assert hypotheses[0].tokens[:-1] == [i for i in row[1:] if i not in special]
+    for translation, terms in zip(translator.translate(SOURCES[:2], num_beams=k, terms=TERMS[:2]), TERMS[:2]):
+        assert all(term in translation[0].text for term in terms)
 
 
 def test_a_term_the_vocabulary_cannot_spell_is_named_with_its_sentence(trained_folder):

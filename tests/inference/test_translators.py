@@ -227,10 +227,14 @@ def test_sentences_must_be_a_list_of_strings(trained_folder, exported, engine):
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
-def test_a_prefix_with_a_token_the_vocabulary_lacks_is_named(trained_folder, exported, engine):
+def test_a_prefix_with_a_token_the_vocabulary_lacks_or_a_special_token_is_named(trained_folder, exported, engine):
     translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
     with pytest.raises(ValueError, match=r"sentence 2: the prefix '日本語' has a token the target vocabulary lacks"):
         translator.translate(["one", "two"], prefix=["eins", "日本語"])
+    for prefix, token in (("<pad>", "<pad>"), ("drei</s>vier", "</s>"), ("</s>", "</s>"), ("<s>", "<s>")):
+        # the search would go on from it as from no text: an empty translation, a prefix cut short, or no end
+        with pytest.raises(ValueError, match=f"sentence 1: the prefix '{prefix}' has the special token {token}, "):
+            translator.translate(["forty-two"], num_beams=2, prefix=[prefix])
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

@@ -81,13 +81,18 @@ def sentences_given(sentences, name: str = "sentences") -> list[str]:
     return sentences
 
 
-def check_prefixes(prefix, rows: list[list], unknown, unknown_name: str | None, limit: int | None = None) -> None:
+def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int | None = None) -> None:
     """A `SentenceError` naming the first sentence whose target prefix, as `rows` of tokens (ids or strings, as
     `unknown` is), has the unknown token (the search would write it, and the translation would not start with the
-    prefix), or leaves no room in the model's `limit` learned positions."""
+    prefix), another special token (`specials`, each with its name: no translation goes on from one as from text),
+    or leaves no room in the model's `limit` learned positions."""
     for index, row in enumerate(rows):
         if unknown is not None and unknown in row:
-            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({unknown_name})"
+            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({specials[unknown]})"
+            raise SentenceError(index, reason)
+        written = [token for token in row if token in specials]
+        if written:
+            reason = f"the prefix {prefix[index]!r} has the special token {specials[written[0]]}, which is not text"
             raise SentenceError(index, reason)
         if limit is not None and len(row) >= limit:
             reason = (f"the prefix has {len(row)} tokens; the model writes at most {limit} (its learned positions), "

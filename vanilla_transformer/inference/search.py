@@ -180,7 +180,7 @@ def sentence_candidates(step: int, lprobs, scores, states) -> list[tuple]:
         lprobs, states = lprobs[:1], states[:1]
     else:
         lprobs = lprobs + scores[:, -1:]
-    best, index = lprobs.reshape(-1).topk(count)
+    best, index = lprobs.reshape(-1).topk(min(count, lprobs.numel()))
     values, tokens, beams = best.tolist(), (index % vocabulary).tolist(), (index // vocabulary).tolist()
     if step > 0:
         each_best, each_token = lprobs.topk(1, dim=1)
@@ -193,7 +193,8 @@ def sentence_candidates(step: int, lprobs, scores, states) -> list[tuple]:
             tokens.append(token)
             beams.append(hypothesis)
     following = [states[b].advance(t) for b, t in zip(beams, tokens)]
-    return deal_out(values, tokens, beams, following, states[-1].distinct_tokens, vocabulary, count)
+    dealt = deal_out(values, tokens, beams, following, states[-1].distinct_tokens, vocabulary, count)
+    return dealt + [(-math.inf, *dealt[-1][1:])] * (count - len(dealt))  # 2k past the vocabulary: dead ones
 
 
 def deal_out(values, tokens, beams, following, distinct_tokens: int, vocabulary: int, count: int) -> list[tuple]:

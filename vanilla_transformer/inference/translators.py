@@ -239,7 +239,10 @@ class PyTorchTranslator(Translator):
         """Each sentence's target prefix as token ids, without the end of sentence ("": none); checked by
         `check_prefixes` against the vocabulary and the model's positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
-        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.tokenizer.unk_token, limit)
+        config = self.model.config
+        ids = sorted(set(self.tokenizer.all_special_ids) | {config.eos_token_id, config.pad_token_id} - {None})
+        specials = dict(zip(ids, self.tokenizer.convert_ids_to_tokens(ids)))
+        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, specials, limit)
         return rows
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
@@ -361,7 +364,8 @@ class CTranslate2Translator(Translator):
             return None
         rows = self.tokens(list(prefix), target=True)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
-        check_prefixes(prefix, rows, self.tokenizer.unk_token, self.tokenizer.unk_token)
+        specials = {token: token for token in self.tokenizer.all_special_tokens}
+        check_prefixes(prefix, rows, self.tokenizer.unk_token, specials)
         return [row or None for row in rows]
 
     def batching(self, count: int, options: SearchOptions) -> dict:
