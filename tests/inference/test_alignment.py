@@ -41,6 +41,13 @@ def test_tokens_are_merged_into_whitespace_separated_words():
     offsets = [(0, 3), (3, 7), (7, 8), (8, 11), (11, 14)]  # "the" "▁dog" "," "▁bar" "ks": spaces go with the word
     assert word_indices(offsets, text) == [0, 1, 1, 2, 2]
     assert word_indices([(0, 0)], "") == [0]
+    assert word_indices([(0, 1), (1, 3)], "  ") == [-1, -1]  # whitespace: in no word
+
+
+def test_a_text_of_whitespace_alone_has_no_words_to_align(trained_folder):
+    model, tokenizer = load(trained_folder, "eager")
+    found = align(model, tokenizer, ["forty-two", "   ", "\u3000", "seven"], ["   ", "zwei", "\n", " sieben"])
+    assert [alignment.pharaoh() for alignment in found] == ["", "", "", "0-0"]  # no word -1
 
 
 @pytest.mark.parametrize(

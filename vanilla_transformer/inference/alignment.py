@@ -60,7 +60,8 @@ def cross_attention_probs(model, batch: dict, decoder_input_ids, layer: int, hea
 
 
 def word_indices(offsets: list[tuple[int, int]], text: str) -> list[int]:
-    """Each token's whitespace-separated word in `text`, from the tokens' character offsets."""
+    """Each token's whitespace-separated word in `text`, from the tokens' character offsets; -1 for a token of
+    whitespace before the first word (or in a text of none)."""
     starts, word, inside = [], -1, False
     for character in text:
         if not character.isspace() and not inside:
@@ -199,6 +200,7 @@ def align_batch(model, tokenizer, sources, target_ids, target_words, layer, head
         tgt_valid = [j for j, token in enumerate(target_ids[row]) if token not in special]
         source_words = token_words(tokenizer, source, row, sources[row], target=False)
         merged = {(source_words[src_valid[i]], target_words[row][tgt_valid[j]]) for i, j in token_pairs}
+        merged = {pair for pair in merged if min(pair) >= 0}  # a token of whitespace before any word is in none
         words = sorted(merged, key=lambda pair: (pair[1], pair[0]))  # in target order, as fairseq lists them
         alignments.append(Alignment(token_pairs, words))
     return alignments
