@@ -1023,12 +1023,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 f"generate(): the output stops after {limit + 1 - prefix} new tokens, where the "
                 f"model's max_position_embeddings={limit} learned positions end."
             )
-            cap = {"max_new_tokens": None, "max_length": limit + 1}
-            if generation_config is not None and not cap.keys() & kwargs.keys():
+            if generation_config is not None and not {"max_new_tokens", "max_length"} & kwargs.keys():
+                # a count, as None there would be filled in from the model's own generation config
                 generation_config = copy.deepcopy(generation_config)
-                generation_config.update(**cap)
+                generation_config.update(max_new_tokens=limit + 1 - prefix, max_length=None)
             else:
-                kwargs.update(cap)
+                kwargs.update(max_new_tokens=None, max_length=limit + 1)
         return super().generate(inputs, generation_config, **kwargs)
 
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:

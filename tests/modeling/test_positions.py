@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from transformers import CompileConfig
+from transformers import CompileConfig, GenerationConfig
 from vanilla_transformer.modeling.modeling_vanilla_transformer import sinusoidal_table
 
 from tests.conftest import tiny_model
@@ -141,6 +141,10 @@ def test_generate_stops_where_the_learned_positions_end(num_beams, cache_impleme
         model(input_ids=src, decoder_input_ids=out[:, :-1])  # within the table
     with pytest.warns(UserWarning, match="Unfeasible length constraints"):
         assert model.generate(input_ids=src, max_length=100, min_length=100).shape[1] == 17
+    model.generation_config.max_new_tokens = 32  # as a trained folder's holds it, under a config of the call's
+    for lengths in ({"max_new_tokens": 30}, {"max_length": 30}, {}):
+        config = GenerationConfig(num_beams=num_beams, **lengths)
+        assert model.generate(input_ids=src, generation_config=config).shape[1] == 17
 
 
 @pytest.mark.parametrize("layout", ["halves", "fairseq"])
