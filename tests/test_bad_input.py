@@ -22,12 +22,19 @@ def translator(request, trained_folder, exported_folder):
 
 @pytest.mark.parametrize(
     "sentences, blank",
-    [([], []), ([""], [0]), (["   "], [0]), ([SIX, "", SEVEN], [1]), (["", SIX, " \t"], [0, 2])],
-    ids=["no sentences", "empty", "spaces", "empty among others", "blanks around one"],
+    [
+        ([], []),
+        ([""], [0]),
+        (["   "], [0]),
+        ([SIX, "", SEVEN], [1]),
+        (["", SIX, " \t"], [0, 2]),
+        (["\ufeff", SIX, "\u200b \u2060"], [0, 2]),
+    ],
+    ids=["no sentences", "empty", "spaces", "empty among others", "blanks around one", "invisible characters"],
 )
 def test_a_blank_sentence_gets_an_empty_translation_and_the_others_theirs(translator, sentences, blank):
     found = translator.translate(sentences, num_beams=2, n_best=2)
-    others = [sentence for sentence in sentences if sentence.strip()]
+    others = [sentence for index, sentence in enumerate(sentences) if index not in blank]
     expected = iter(translator.translate(others, num_beams=2, n_best=2) if others else [])
     assert len(found) == len(sentences)
     for index, translations in enumerate(found):

@@ -129,6 +129,8 @@ def test_the_translator_runs_where_its_placement_says():
     assert translator.device.type == "cpu" and translator.model.dtype == torch.bfloat16
     [[best]] = translator.translate(["forty-two"], SearchOptions(num_beams=5))
     assert best.text == "zweiundvierzig"
+    with pytest.raises(TypeError, match=r"placement must be a Placement, got \{'device': 'cpu'\}"):
+        load_translator(str(EXAMPLE_MODEL), placement={"device": "cpu"})
 
 
 @pytest.mark.parametrize("device", ["cpu", -1, torch.device("cpu")])

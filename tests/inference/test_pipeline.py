@@ -117,7 +117,9 @@ def test_translation_pipeline_answers_blank_and_no_inputs_without_a_search(train
     translate = pipeline("translation", model=str(trained_folder))
     expected = reference(trained_folder, SOURCES[:2])
     assert translate([]) == []
-    assert translate("  ") == [{"translation_text": ""}]
+    assert translate("  ") == translate("\ufeff") == [{"translation_text": ""}]  # a byte-order mark is no text
+    with pytest.raises(ValueError, match="translation pipeline: the input is bytes, not a string: decode it"):
+        translate(SOURCES[0].encode())
     both = translate([SOURCES[0], "", SOURCES[1]])
     assert [r["translation_text"] for r in both] == [expected[0], "", expected[1]]
     several = translate(["", SOURCES[0]], num_beams=3, num_return_sequences=2)

@@ -3,6 +3,7 @@ alone; with no terms the search is beam search with fairseq's stopping rule, whi
 `early_stopping=True`; where a term cannot be encoded, or CTranslate2 is asked for terms, the error says so. The
 agreement with fairseq-interactive's `--constraints` is in tests/test_fairseq_reference.py."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -117,6 +118,9 @@ def test_a_term_the_vocabulary_cannot_spell_is_named_with_its_sentence(trained_f
     translator = load_translator(str(trained_folder))
     with pytest.raises(ValueError, match=r"sentence 2: the term '€€' has a token the target vocabulary lacks"):
         translator.translate(SOURCES[:2], terms=[["sieben"], ["€€"]])
+    for blank in ("", " ", "\u200b"):  # a term of spaces was written as a word of its own, of them
+        with pytest.raises(ValueError, match=re.escape(f"sentence 1: the term {blank!r} has no text")):
+            translator.translate(SOURCES[:1], terms=[[blank]])
     with pytest.raises(ValueError, match="2 lists of terms for 1 sentences"):
         translator.translate(SOURCES[:1], terms=[[], []])
     with pytest.raises(ValueError, match="terms and prefix together"):

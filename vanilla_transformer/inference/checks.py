@@ -5,6 +5,7 @@ is not a string (or whose prefix or terms cannot be searched for) a `SentenceErr
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Iterable
 
 from ..errors import is_whole
@@ -69,6 +70,12 @@ def texts_given(
     return values
 
 
+def is_blank(text: str) -> bool:
+    """Whether `text` has nothing to translate: empty, or spaces and invisible format characters (a byte-order
+    mark, a zero-width space or joiner: Unicode's category Cf) alone, which tokenizers read as an unknown token."""
+    return all(character.isspace() or unicodedata.category(character) == "Cf" for character in text)
+
+
 def sentences_given(sentences, name: str = "sentences") -> list[str]:
     """`sentences` as a list of strings: a TypeError where it is one string (a list of its characters would be
     translated) or nothing to iterate, a `SentenceError` naming one that is not a string."""
@@ -101,14 +108,14 @@ def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int
 
 
 def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: set[int], rooms: list[int] | None) -> None:
-    """A `SentenceError` naming the first sentence with a term whose token ids (`rows`) are none, hold the unknown
-    token, or another special token (`tokenizer`'s, or one of `specials`: no translation writes one as text, so the
-    search would run to its length limit), or whose terms need more tokens than `rooms[i]`, the most its
-    translation may have."""
+    """A `SentenceError` naming the first sentence with a term of no text (blank), or whose token ids (`rows`) are
+    none, hold the unknown token, or another special token (`tokenizer`'s, or one of `specials`: no translation
+    writes one as text, so the search would run to its length limit), or whose terms need more tokens than
+    `rooms[i]`, the most its translation may have."""
     specials = set(tokenizer.all_special_ids) | specials
     for index, (sentence_terms, sentence_rows) in enumerate(zip(terms, rows)):
         for term, row in zip(sentence_terms, sentence_rows):
-            problem = term_problem(row, tokenizer, specials)
+            problem = "no text" if is_blank(term) else term_problem(row, tokenizer, specials)
             if problem:
                 raise SentenceError(index, f"the term {term!r} has {problem}")
         needed = sum(map(len, sentence_rows))

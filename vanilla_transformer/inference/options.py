@@ -12,6 +12,7 @@ from .checks import (
     check_finite,
     check_kind,
     check_whole,
+    is_blank,
     sentences_given,
     texts_given,
 )
@@ -258,6 +259,7 @@ def blank_stays_blank(translate):
     """A translator's `translate(sentences, options=None, **changes)` that answers a blank sentence (empty, or
     spaces only) with one empty translation (score 0.0) without searching, whatever its prefix or terms, and no
     sentences with no translations: a search from an empty source writes whatever the model likes best, not nothing.
+    Invisible format characters count as spaces (`checks.is_blank`).
     The options are checked against the engine (`check`) and resolved against its generation config first, blank
     sentences or not; the other sentences go to `translate` with their prefixes and terms, and those whole
     `SearchOptions`."""
@@ -268,7 +270,7 @@ def blank_stays_blank(translate):
         options.check_count(len(sentences))
         self.check(options)  # what the engine cannot do, and the beams, refused also when every sentence is blank
         options = options.resolved(self.generation_config)
-        others = [index for index, sentence in enumerate(sentences) if sentence.strip()]
+        others = [index for index, sentence in enumerate(sentences) if not is_blank(sentence)]
         if not sentences:
             return []
         if len(others) == len(sentences):
@@ -279,6 +281,6 @@ def blank_stays_blank(translate):
             )
         except SentenceError as error:  # named among the sentences given, blank ones included
             raise SentenceError(others[error.index], error.reason) from error
-        return [next(found) if sentence.strip() else [blank_translation(options)] for sentence in sentences]
+        return [[blank_translation(options)] if is_blank(sentence) else next(found) for sentence in sentences]
 
     return translate_the_others

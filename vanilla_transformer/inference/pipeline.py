@@ -26,6 +26,7 @@ from transformers.utils import logging
 from ..configuration import check_tokenizer_matches, position_limit
 from ..errors import is_whole
 from ..model_folder import encode_within
+from .checks import is_blank
 
 logger = logging.get_logger(__name__)
 STREAM_CHUNK = 256  # texts read at a time from an iterator: batches are made within them
@@ -70,6 +71,8 @@ class TranslationPipeline(Pipeline):
         an empty source writes whatever the model likes best."""
         if isinstance(inputs, str):
             return self.translate_texts([inputs], kwargs)[0]
+        if isinstance(inputs, (bytes, bytearray)):  # a sequence, of ints
+            raise ValueError(f"translation pipeline: the input is {type(inputs).__name__}, not a string: decode it")
         if isinstance(inputs, torch.utils.data.Dataset) and not isinstance(inputs, torch.utils.data.IterableDataset):
             inputs = map(inputs.__getitem__, range(len(inputs)))  # read by index, as a DataLoader would
         elif isinstance(inputs, Sequence):
@@ -96,7 +99,7 @@ class TranslationPipeline(Pipeline):
             if not isinstance(text, str):
                 raise ValueError(f"translation pipeline: input {index} is {type(text).__name__}, not a string")
         _, generate_kwargs, postprocess_params = self._sanitize_parameters(**kwargs)  # even when all are blank
-        others = [text for text in texts if text.strip()]
+        others = [text for text in texts if not is_blank(text)]
         found = iter(super().__call__(others, **kwargs) if others else [])
         returned = generate_kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
         postprocess_params = {**self._postprocess_params, **postprocess_params}  # the call's over the pipeline's
@@ -105,7 +108,7 @@ class TranslationPipeline(Pipeline):
             nothing = torch.empty(0, dtype=torch.long)
             return self.postprocess({"output_ids": [[nothing] * returned]}, **postprocess_params)
 
-        return [next(found) if text.strip() else blank() for text in texts]
+        return [blank() if is_blank(text) else next(found) for text in texts]
 
     def preprocess(self, text: str, max_source_length: int | None = None):
         """The tokenised source, cut to `max_source_length` tokens if given, and to the model's learned positions

@@ -421,6 +421,8 @@ def engine_of(path: str, engine: str = "auto") -> str:
 def load_translator(path: str, engine: str = "auto", placement: Placement = DEFAULT_PLACEMENT) -> Translator:
     """A translator for a model folder (the torch engine) or an exported CTranslate2 folder (see `engine_of`), on
     `placement`'s device and precision."""
+    if not isinstance(placement, Placement):
+        raise TypeError(f"placement must be a Placement, got {placement!r}: Placement(device=..., dtype=...)")
     if engine_of(path, engine) == "ctranslate2":
         return CTranslate2Translator(path, placement)
     return PyTorchTranslator.from_folder(path, placement)
