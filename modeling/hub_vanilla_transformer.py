@@ -197,6 +197,10 @@ def mismatched_weights(model_class, folder: str, config=None) -> str:
     return "; ".join(found) or "some weights have other shapes than the config describes"
 
 
+class WeightShapeError(RuntimeError):
+    """A folder's weight whose shape is not the one its config.json gives (a RuntimeError, as the library's)."""
+
+
 class HubMixin:
     """Loading, saving and uploading of the model classes, on top of those of `PreTrainedModel`, which must follow
     this class among the bases: `class VanillaTransformerPreTrainedModel(HubMixin, PreTrainedModel)`."""
@@ -233,7 +237,7 @@ class HubMixin:
         except RuntimeError as error:
             if "ignore_mismatched_sizes" not in str(error) or not os.path.isdir(folder):
                 raise
-            raise RuntimeError(
+            raise WeightShapeError(
                 f"{folder}: {mismatched_weights(cls, folder, kwargs.get('config'))}; "
                 "expected the shapes of the folder's config.json (or pass ignore_mismatched_sizes=True "
                 "to re-initialise those weights)."

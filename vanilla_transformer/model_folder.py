@@ -13,7 +13,7 @@ from .importers import IMPORTERS, KINDS
 def load_model_folder(path: str, where: str | None = None):
     """The model (in evaluation mode) and tokenizer of a model folder or Hub name, checked against each other by
     `check_tokenizer_matches`. Raises `ModelFolderError`, its message starting with `where` (default: the path), if
-    the folder cannot be loaded or its tokenizer does not belong to its model."""
+    the folder cannot be loaded (see `load_weights`) or its tokenizer does not belong to its model."""
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -23,15 +23,38 @@ def load_model_folder(path: str, where: str | None = None):
     check_model_type(path, where)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
-    except (OSError, ValueError, StrictDataclassError) as error:  # the last: a config.json field of the wrong type
-        what = "could not load a model folder" if os.path.exists(path) else "no such folder, nor a Hub model it finds"
-        raise ModelFolderError(f"{where}: {what}: {one_line(error)}") from error
+    except (OSError, ValueError, StrictDataclassError) as error:
+        raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
+    model = load_weights(AutoModelForSeq2SeqLM, path, where).eval()
     try:
         check_tokenizer_matches(model.config, tokenizer, where)
     except ValueError as error:
         raise ModelFolderError(str(error)) from error
     return model, tokenizer
+
+
+def load_weights(model_class, path: str, where: str, **overrides):
+    """`model_class.from_pretrained(path, **overrides)`, or a `ModelFolderError` starting with `where`: a config.json
+    that does not load, weights that cannot be read or whose shapes are not its config's, and weights that do not
+    cover the model (the library would fill the rest at random, and translate nonsense)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    from .modeling.hub_vanilla_transformer import WeightShapeError
+
+    try:
+        model, loading = model_class.from_pretrained(path, output_loading_info=True, **overrides)
+    except (OSError, ValueError, StrictDataclassError, WeightShapeError) as error:  # StrictDataclassError: a
+        # config.json field of the wrong type
+        raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
+    missing = sorted(loading["missing_keys"])
+    if missing:
+        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ModelFolderError(f"{where}: its weights lack {listed}, which the model of its config.json has")
+    return model
+
+
+def cannot_load(path: str) -> str:
+    return "could not load a model folder" if os.path.exists(path) else "no such folder, nor a Hub model it finds"
 
 
 def vocabularies(tokenizer) -> tuple[dict[str, int], dict[str, int] | None]:

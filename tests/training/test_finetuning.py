@@ -3,6 +3,7 @@ weights, architecture and tokenizer, trains on the target side's ids (an import 
 dictionaries encodes `text_target` with the target one), and writes a model folder of the same architecture."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -86,21 +87,25 @@ def test_a_size_flag_that_disagrees_with_the_folder_is_named(imported_fairseq):
     assert resolved.model.d_model == 16 and resolved.tokenizer.tokenizer_name == str(folder)
 
 
-@pytest.mark.parametrize("damage", ["no weights", "cut weights"])
+@pytest.mark.parametrize("damage", ["no weights", "cut weights", "other shapes", "fewer weights"])
 def test_a_folder_whose_weights_cannot_be_read_is_named_by_init_from(imported_fairseq, tmp_path, capsys, damage):
     import shutil
 
     folder, data = tmp_path / "damaged", imported_fairseq[1]
     shutil.copytree(imported_fairseq[0], folder)
-    weights = folder / "model.safetensors"
+    weights, config = folder / "model.safetensors", json.loads((folder / "config.json").read_text())
     if damage == "no weights":
         weights.unlink()
-    else:
+    elif damage == "cut weights":
         weights.write_bytes(weights.read_bytes()[:1000])
+    else:  # a config.json that is not the weights': d_ff changed, or a layer more (its weights made at random)
+        config.update({"d_ff": config["d_ff"] * 2} if damage == "other shapes" else {"decoder_layers": 3})
+        (folder / "config.json").write_text(json.dumps(config))
     flags = ["--train-file", str(data), "--source-lang", "en", "--target-lang", "de", "--init-from", str(folder)]
     assert train(*flags, "--output-dir", str(tmp_path / "run"), "--max-steps", "1") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"error: --init-from {folder}: could not load its model: ")
+    expected = {"other shapes": "could not load a model folder: .* has shape", "fewer weights": "its weights lack "}
+    assert re.match(f"error: --init-from {re.escape(str(folder))}: {expected.get(damage, 'could not load')}", err[-1])
 
 
 def test_a_folder_without_its_tokenizer_is_named_by_init_from(imported_fairseq, tmp_path):

@@ -10,6 +10,8 @@ dropout flags, where given, replace the folder's rates for this run.
 import os
 
 from ...configuration import VanillaTransformerConfig, check_tokenizer_matches
+from ...errors import ModelFolderError
+from ...model_folder import load_weights
 from ...modeling import VanillaTransformerForConditionalGeneration
 from ..options.argument_types import ArgumentsError, flag_name
 
@@ -67,9 +69,9 @@ def model_from_folder(folder: str, overrides: dict, tokenizer) -> VanillaTransfo
     """The folder's model with the run's settings of its configuration (dropout rates, the residual stream's
     dtype), checked against the tokenizer the run encodes with."""
     try:
-        model = VanillaTransformerForConditionalGeneration.from_pretrained(folder, **overrides)
-    except OSError as error:  # no weights, or weights that cannot be read
-        raise ArgumentsError(f"--init-from {folder}: could not load its model: {error}") from error
+        model = load_weights(VanillaTransformerForConditionalGeneration, folder, f"--init-from {folder}", **overrides)
+    except ModelFolderError as error:  # no weights, weights that cannot be read, or do not cover the model
+        raise ArgumentsError(str(error)) from error
     try:
         check_tokenizer_matches(model.config, tokenizer, folder)
     except ValueError as error:
