@@ -412,12 +412,17 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
     wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
     other_shapes, fewer = tmp_path / "other-shapes", tmp_path / "fewer-weights"  # than the config's model
+    listed, no_start = tmp_path / "listed", tmp_path / "no-start"  # generation configs: a list, no first token
     for folder in (empty, no_tokenizer):
         folder.mkdir()
     for name in ("config.json", "model.safetensors"):
         (no_tokenizer / name).write_bytes((trained_folder / name).read_bytes())
-    for folder in (wrong_type, a_list, other_shapes, fewer):
+    for folder in (wrong_type, a_list, other_shapes, fewer, listed, no_start):
         shutil.copytree(trained_folder, folder)
+    (listed / "generation_config.json").write_text("[]")
+    generation = json.loads((trained_folder / "generation_config.json").read_text())
+    without = {k: v for k, v in generation.items() if k not in ("decoder_start_token_id", "bos_token_id")}
+    (no_start / "generation_config.json").write_text(json.dumps(without))
     config = json.loads((trained_folder / "config.json").read_text())
     (wrong_type / "config.json").write_text(json.dumps({**config, "vocab_size": "200"}))
     (a_list / "config.json").write_text("[1, 2, 3]")
@@ -430,6 +435,8 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
         wrong_type: f"{wrong_type}: could not load a model folder: Validation error for field 'vocab_size'",
         a_list: f"{a_list}: config.json holds list, not an object of settings",
         other_shapes: f"{other_shapes}: could not load a model folder: {other_shapes}/: model.decoder.layers.0.ffn.w_1",
+        listed: f"{listed}: generation_config.json is not a generation config the library reads: 'list' object",
+        no_start: f"{no_start}: generation_config.json names no decoder_start_token_id \\(nor bos_token_id\\)",
         fewer: f"{fewer}: its weights lack model.encoder.layers.1.ffn.w_1.bias, .* and 7 more, which the model of",
     }
     for folder, message in expected.items():

@@ -41,6 +41,8 @@ def load_weights(model_class, path: str, where: str, **overrides):
 
     from .modeling.hub_vanilla_transformer import WeightShapeError
 
+    if os.path.isdir(path):
+        read_generation_config(path, where)  # which the library would read without a check
     try:
         model, loading = model_class.from_pretrained(path, output_loading_info=True, **overrides)
     except (OSError, ValueError, StrictDataclassError, WeightShapeError) as error:  # StrictDataclassError: a
@@ -51,6 +53,27 @@ def load_weights(model_class, path: str, where: str, **overrides):
         listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ModelFolderError(f"{where}: its weights lack {listed}, which the model of its config.json has")
     return model
+
+
+def read_generation_config(folder: str, where: str):
+    """The folder's generation config (the library's defaults where it has no generation_config.json), or a
+    `ModelFolderError` starting with `where` that names the file: not an object, a setting of the wrong kind, or no
+    token to start the decoder with."""
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(folder)
+    except (OSError, TypeError, ValueError) as error:
+        if not os.path.isfile(os.path.join(folder, "generation_config.json")):  # none: the library's defaults
+            return GenerationConfig()
+        reason = f"not a generation config the library reads: {one_line(error)}"
+        raise ModelFolderError(f"{where}: generation_config.json is {reason}") from error
+    if config.decoder_start_token_id is None and config.bos_token_id is None:
+        raise ModelFolderError(
+            f"{where}: generation_config.json names no decoder_start_token_id (nor bos_token_id), the decoder's first "
+            "token"
+        )
+    return config
 
 
 def cannot_load(path: str) -> str:

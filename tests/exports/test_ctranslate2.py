@@ -283,3 +283,28 @@ def test_an_export_whose_model_bin_is_cut_short_is_named_by_the_command(exported
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: --model {damaged}: could not load it for --engine ctranslate2: {damaged}: ")
     assert "CTranslate2 could not load it" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("vanilla_transformer_export.json", "[1]", "expected an object whose max_positions is a positive integer"),
+        ("vanilla_transformer_export.json", '{"max_positions": "abc"}', "expected an object whose max_positions is"),
+        ("vanilla_transformer_export.json", "{", "not the JSON object an export writes"),
+        ("generation_config.json", "[]", "is not a generation config the library reads"),
+        ("generation_config.json", '{"max_new_tokens": "x"}', "is not a generation config the library reads"),
+    ],
+)
+def test_an_exports_settings_of_the_wrong_kind_are_named_by_file(exported_folder, tmp_path, capsys, name, text,
+                                                                 message):  # fmt: skip
+    import shutil
+
+    from vanilla_transformer.cli import main
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported_folder, damaged)
+    (damaged / name).write_text(text)
+    assert main(["translate", "--model", str(damaged), "seven"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --model {damaged}") and len(err.splitlines()) == 1, err
+    assert f"{name}" in err and message in err

@@ -248,6 +248,23 @@ def is_ctranslate2_folder(path) -> bool:
 __all__ = ["export_ctranslate2", "ExportError", "QUANTIZATIONS", "is_ctranslate2_folder", "import_ctranslate2"]
 
 
+def exported_positions(folder: str) -> int | None:
+    """The rows of the positional table an export wrote (`EXPORT_INFO`'s max_positions; None where it wrote no
+    such file, or no limit), or a ValueError naming the file where it holds something else."""
+    path = os.path.join(folder, EXPORT_INFO)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            info = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not the JSON object an export writes: {error}") from error
+    rows = info.get("max_positions") if isinstance(info, dict) else None
+    if not isinstance(info, dict) or not (rows is None or (is_whole(rows) and rows >= 1)):
+        raise ValueError(f"{path}: expected an object whose max_positions is a positive integer or null, got {info!r}")
+    return rows
+
+
 def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:
     """The source and target tokens of a ctranslate2 model, in id order, as the export wrote them: one shared
     vocabulary file, or one for each side."""

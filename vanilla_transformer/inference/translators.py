@@ -14,14 +14,13 @@ included) divided by its length in tokens to the power `length_penalty`.
 """
 
 import copy
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
 from ..configuration import position_limit
-from ..exports.ctranslate2 import EXPORT_INFO, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
-from ..model_folder import encode_within, load_model_folder
+from ..exports.ctranslate2 import exported_positions, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
+from ..model_folder import encode_within, load_model_folder, read_generation_config
 from .alignment import Alignment, align, align_tokens
 from .checks import check_prefixes, check_terms
 from .decoding import decode
@@ -264,9 +263,7 @@ class CTranslate2Translator(Translator):
     capabilities = Capabilities(terms=False, alignments=False, scoring=True, parallel_batches=True)
 
     def __init__(self, folder: str, placement: Placement = DEFAULT_PLACEMENT):
-        import json
-
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoTokenizer
 
         ctranslate2 = import_ctranslate2()
         if not is_ctranslate2_folder(folder):
@@ -285,14 +282,10 @@ class CTranslate2Translator(Translator):
             runs_on_cuda(self.translator, placement, ctranslate2.__version__)
         self.inter_threads = placement.inter_threads
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.generation_config = GenerationConfig.from_pretrained(folder)
+        self.generation_config = read_generation_config(folder, folder)
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
         self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
-        info_path = os.path.join(folder, EXPORT_INFO)
-        self.max_positions = None  # also the most tokens a source may have (`max_source_tokens`)
-        if os.path.isfile(info_path):
-            with open(info_path) as handle:
-                self.max_positions = json.load(handle).get("max_positions")
+        self.max_positions = exported_positions(folder)  # also the most tokens a source may have
 
     @property
     def max_source_tokens(self) -> int | None:
