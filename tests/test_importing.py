@@ -324,6 +324,12 @@ def test_source_files_cut_short_or_not_utf8_are_named_in_one_line(tmp_path):
     (marian / "source.spm").write_bytes((marian / "source.spm").read_bytes()[:50])
     with pytest.raises(CheckpointImportError, match=f"{marian}: could not load its tokenizer"):
         import_checkpoint(marian, "marian", out=tmp_path / "m")
+    cut = tmp_path / "cut"
+    sources.marian_folder(cut)
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:5000])
+    header = "could not load it as MarianMTModel: Error while deserializing header: [^(]*$"  # no hint of pickles
+    with pytest.raises(CheckpointImportError, match=f"{cut}: {header}"):
+        import_checkpoint(cut, "marian", out=tmp_path / "m")
     folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq")
     (folder / "dict.en.txt").write_bytes(b"\xff\xfe 1\n")
     with pytest.raises(CheckpointImportError, match="a file of it is not UTF-8 text"):
