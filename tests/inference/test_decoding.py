@@ -65,6 +65,17 @@ def test_a_random_model_decodes_as_generate_does(search):
     check_as_generate(model, batch, config_for(model, 14, **search))
 
 
+@pytest.mark.parametrize("search", SEARCHES[2:], ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_hypotheses_that_outgrow_the_beams_first_width_decode_as_generate_does(search, monkeypatch):
+    """The beam's tensors start `FIRST_WIDTH` tokens wide and grow as the hypotheses do, up to the length limit."""
+    monkeypatch.setattr("vanilla_transformer.inference.decoding.FIRST_WIDTH", 3)  # grown to 6, 12, then the limit
+    model = tiny_model(seed=3)
+    ids = torch.randint(3, 50, (3, 6), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    flat = check_as_generate(model, batch, config_for(model, 20, **search))
+    assert max(len(d.tokens) for d in flat) > 12
+
+
 @pytest.mark.parametrize("search", SEARCHES[:4], ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 def test_a_trained_model_decodes_as_generate_does(trained_folder, search):
     model, tokenizer = load_model_folder(str(trained_folder))

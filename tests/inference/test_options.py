@@ -15,6 +15,7 @@ from vanilla_transformer.inference.options import Guards, OptionError, SearchOpt
         (lambda: SearchOptions(length_penalty=-math.inf), "length_penalty", "(-inf) must be a finite number"),
         (lambda: SearchOptions(patience=0.0), "patience", "patience (0.0) must be > 0"),
         (lambda: SearchOptions(max_length=0), "max_length", "max_length (0) must be at least 1"),
+        (lambda: SearchOptions(num_beams=10**9), "num_beams", "num_beams (1000000000) must be at most 1024: "),
         (lambda: Guards(max_len_a=math.inf), "max_len_a", "max_len_a (inf) must be a finite number"),
         (lambda: Guards(max_len_a=-1.0), "max_len_a", "max_len_a (-1.0) must be >= 0"),
         (lambda: Guards(repetition_penalty=math.nan), "repetition_penalty", "(nan) must be a finite number"),

@@ -17,6 +17,7 @@ import numpy
 from transformers import HfArgumentParser
 
 from ...errors import is_whole
+from ...inference.options import MAX_BEAMS, WHY_MAX_BEAMS
 
 
 def integer(value) -> int:
@@ -50,6 +51,16 @@ class Seed(int):
         number = integer(value)
         if not 0 <= number <= MOST_SEED:
             raise argparse.ArgumentTypeError(f"expected a seed from 0 to {MOST_SEED} (2**32 - 1), got {value}")
+        return number
+
+
+class BeamSize(int):
+    def __new__(cls, value):
+        number = integer(value)
+        if not 1 <= number <= MAX_BEAMS:
+            raise argparse.ArgumentTypeError(
+                f"expected a beam size from 1 to {MAX_BEAMS} ({WHY_MAX_BEAMS}), got {value}"
+            )
         return number
 
 

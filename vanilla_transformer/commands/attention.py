@@ -7,6 +7,7 @@ from ..corpus.output import check_output_folder
 from ..errors import CommandError
 from ..folders import holds
 from ..model_folder import load_model_folder
+from ..training.options.argument_types import BeamSize
 from ..training.options.arguments import PositiveInt
 
 
@@ -16,7 +17,7 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
     attention.add_argument("--source", required=True, help="the sentence to translate")
     attention.add_argument("--target", help="force-decode this translation instead of generating one")
     attention.add_argument("--out", required=True, help="folder for the PNG files")
-    attention.add_argument("--num-beams", type=PositiveInt, default=5, help="beam size; 1 is greedy search")
+    attention.add_argument("--num-beams", type=BeamSize, default=5, help="beam size; 1 is greedy search")
     attention.add_argument("--max-length", type=PositiveInt, default=64, help="most new tokens")
     attention.set_defaults(func=attention_command)
     return attention

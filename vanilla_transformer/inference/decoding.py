@@ -19,7 +19,7 @@ tokens generate() writes (up to the rounding of a smaller batch's matrix product
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import GenerationConfig
@@ -124,6 +124,9 @@ def greedy(model, input_ids, attention_mask, config, processors, scores: bool) -
             decoder.keep(going)
 
 
+FIRST_WIDTH = 64  # tokens the beam's hypotheses have room for at first (see `widened`)
+
+
 @dataclass
 class Beams:
     """Beam search's state for the S sentences still searched, k hypotheses each (generate()'s tensors)."""
@@ -146,7 +149,7 @@ def beam(model, input_ids, attention_mask, config, processors) -> list[list[Deco
     count, k, device = len(input_ids), config.num_beams, input_ids.device
     decoder = Decoder(model, input_ids, attention_mask, torch.arange(count, device=device).repeat_interleave(k))
     pad = config._pad_token_tensor if config._pad_token_tensor is not None else config._eos_token_tensor[0]
-    running = torch.full((count, k, config.max_length), int(pad), dtype=torch.long, device=device)
+    running = torch.full((count, k, min(config.max_length, FIRST_WIDTH)), int(pad), dtype=torch.long, device=device)
     running[:, :, 0] = int(config._decoder_start_token_tensor)
     scores = torch.zeros(count, k, device=device)
     scores[:, 1:] = EXCLUDED  # only the first hypothesis is read at the first step
@@ -155,7 +158,7 @@ def beam(model, input_ids, attention_mask, config, processors) -> list[list[Deco
                   device=device), torch.ones(count, 1, dtype=torch.bool, device=device))  # fmt: skip
     found = [None] * count
     for length in range(1, config.max_length):
-        state = beam_step(state, decoder, processors, config, length)
+        state = beam_step(widened(state, length, config.max_length, int(pad)), decoder, processors, config, length)
         done = ~state.improvable[:, 0] | (length + 1 >= config.max_length)
         if config.early_stopping is True:
             done |= state.is_finished.all(dim=1)
@@ -171,6 +174,21 @@ def beam(model, input_ids, attention_mask, config, processors) -> list[list[Deco
             state = state.kept(going)
             decoder.keep((going[:, None] * k + torch.arange(k, device=device)).view(-1))
     return found
+
+
+def widened(state: Beams, length: int, max_length: int, pad: int) -> Beams:
+    """The state with room for the token at `length`: the hypotheses grow twice as wide when full, up to
+    `max_length`, rather than being made that wide at the start (a large max_length would take its memory, and its
+    time at every step, for sentences that end long before it)."""
+    width = state.running.shape[2]
+    if length < width:
+        return state
+    more = min(2 * width, max_length) - width
+    return replace(state, running=pad_right(state.running, more, pad), finished=pad_right(state.finished, more, pad))
+
+
+def pad_right(tokens: torch.Tensor, more: int, pad: int) -> torch.Tensor:
+    return torch.nn.functional.pad(tokens, (0, more), value=pad)
 
 
 def beam_step(state: Beams, decoder: Decoder, processors, config, length: int) -> Beams:

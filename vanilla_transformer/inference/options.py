@@ -17,6 +17,8 @@ from .checks import (
     texts_given,
 )
 
+MAX_BEAMS = 1024
+WHY_MAX_BEAMS = "a sentence's hypotheses are decoded together, a batch row and a cache each"
 ENGINES = ("auto", "torch", "ctranslate2")  # auto: ctranslate2 for an exported folder, torch for a model folder
 
 
@@ -200,6 +202,8 @@ def search_options(options: SearchOptions | None, changes: dict) -> SearchOption
 def check_search(num_beams: int, n_best: int) -> None:
     if n_best < 1 or num_beams < 1:
         raise OptionError(("n_best", "num_beams"), f"n_best ({n_best}) and num_beams ({num_beams}) must be at least 1.")
+    if num_beams > MAX_BEAMS:
+        raise OptionError(("num_beams",), f"num_beams ({num_beams}) must be at most {MAX_BEAMS}: {WHY_MAX_BEAMS}")
     if n_best > num_beams:
         raise OptionError(
             ("n_best", "num_beams"),
