@@ -5,11 +5,16 @@ Each command is a module of `vanilla_transformer.commands`, its parser beside it
 top parser, registers them, and runs the one named. Library functions raise exceptions and the handlers turn the
 failures they expect into a `CommandError`; `main` is the one place that turns it into `error: ...` on stderr and
 an exit status: 1, the command could not finish (a training run stopped on purpose, a model folder that does not
-load, a missing optional dependency); 2, bad input (flags, data, folders). Anything else is a bug and keeps its
-traceback."""
+load, a missing optional dependency); 2, bad input (flags, data, folders). Ctrl-C ends a command with 130 and
+SIGTERM with 143, each with one line; a stdout whose reader went away (`| head`), quietly with 141. Anything else is
+a bug and keeps its traceback."""
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 from importlib.metadata import version
 
 from .commands.ablate import ablate_command_parser
@@ -23,7 +28,7 @@ from .commands.score import score_command_parser
 from .commands.serve import serve_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
-from .errors import CommandError
+from .errors import CommandError, OutputError
 from .processes import end_processes
 from .training.options.arguments import ArgumentParser
 
@@ -53,17 +58,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """A SIGTERM (kill, a job scheduler), raised where the command is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def terminate(signum: int, frame) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """Within the block, SIGTERM raises `Terminated`, so that a command stopped by kill cleans up as one stopped by
+    Ctrl-C does (a start that wrote nothing leaves nothing). Not off the main thread, which alone can set a handler,
+    nor on several processes: a process waiting in a collective runs no Python handler, and its launcher (torchrun)
+    must be able to end it at once. A command with its own stop (serve, ablate) sets its own handler."""
+    if threading.current_thread() is not threading.main_thread() or os.environ.get("WORLD_SIZE", "1") != "1":
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+
+
+def flush_stdout() -> None:
+    """What is left of stdout written now, so that a reader gone or a full disk is found here, not at the
+    interpreter's exit; an `OutputError` names a write that failed."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(f"standard output: {error.strerror}") from error
+
+
+def reader_gone() -> int:
+    """The end of a command whose stdout's reader went away (`| head`): quiet, as Unix tools end. stdout now goes
+    to /dev/null, so that the interpreter's last flush of what is left finds no broken pipe to complain of."""
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a file (in tests): nothing to point
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+    return 128 + signal.SIGPIPE  # 141: what a shell reports of a Unix tool that a closed pipe ended (`cat | head`)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: parse, run the command, and turn a `CommandError` into `error: ...` and its exit status."""
     args = build_parser().parse_args(argv)
     try:
-        status = args.func(args)
+        with sigterm_interrupts():
+            status = args.func(args)
+            flush_stdout()
     except CommandError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:  # Ctrl-C: what the command writes is left whole or resumable, as its help says
         print(f"\n{args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:  # SIGTERM: as Ctrl-C
+        print(f"{args.command}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except BrokenPipeError:
+        return reader_gone()
     end_processes()  # several processes (torchrun, accelerate launch): their group ends before they exit
     return status
 

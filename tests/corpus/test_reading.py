@@ -1,7 +1,9 @@
 """Reading a corpus in windows: line ends, UTF-8 named by line, line-aligned inputs, pairs, counts and
 fingerprints."""
 
+import hashlib
 import json
+import tracemalloc
 
 import pytest
 
@@ -82,3 +84,35 @@ def test_a_fingerprint_changes_with_the_first_window_or_the_size(tmp_path):
     (tmp_path / "input.txt").write_bytes(b"a\nB\nc\n")
     assert source.fingerprint(2) != first
     assert TextInput.stdin().fingerprint(2) is None and TextInput.arguments(["a"]).count() == 1
+
+
+def test_a_line_over_the_longest_is_named_or_left_blank_and_the_next_line_read(tmp_path):
+    longest = "x" * reading.LONGEST_LINE
+    source = file_input(tmp_path, f"{longest}\n{longest}y\r\nzwei\n".encode())
+    with pytest.raises(CorpusError, match=rf"^--input {source.path}, line 2: over 1,000,000 characters; expected a "
+                                          "sentence or a paragraph a line; or pass --skip-invalid"):  # fmt: skip
+        list(Corpus([source]).records())
+    records = list(Corpus([source], skip_invalid=True).records())
+    assert [(r.number, r.fields, r.problem) for r in records[1:]] == [
+        (2, ("",), f"--input {source.path}, line 2: over 1,000,000 characters; expected a sentence or a paragraph a "
+                   "line"), (3, ("zwei",), None)]  # fmt: skip
+    assert records[0].fields == (longest,) and source.count() == 3
+
+
+def test_a_fingerprint_holds_a_piece_of_a_long_line_at_a_time(tmp_path):
+    long = b"a" * (16 << 20)
+    source = file_input(tmp_path, long + b"\nb\nc\n")
+    tracemalloc.start()
+    try:
+        fingerprint = source.fingerprint(2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20  # bytes; the line is 16 MiB
+    assert fingerprint["first_window_sha256"] == hashlib.sha256(long + b"\nb\n").hexdigest()
+
+
+def test_a_pair_nested_too_deeply_is_named_as_json_that_is_not_valid(tmp_path):
+    source = file_input(tmp_path, b"[" * 100_000 + b"\n", "pairs.jsonl", "--pairs")
+    (record,) = Corpus([source], translation_pair("en", "de")).records()
+    assert record.problem == f"--pairs {source.path}, line 1: not valid JSON: nested too deeply"

@@ -264,6 +264,8 @@ def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_p
         "none.json": ("[]\n", "the file holds no rows with fields."),
         "header.csv": ("en,de\n", "the file holds no rows with fields."),
         "fieldless.jsonl": ("{}\n{}\n", "the file holds no rows with fields."),
+        "deep.jsonl": ('{"en": "one", "de": "eins"}\n' + "[" * 100_000 + "\n", "line 2 is not valid JSON (nested too"),
+        "deep.json": ("[" * 100_000 + "\n", "not valid JSON (nested too deeply)"),
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)

@@ -92,6 +92,8 @@ def first_bad_json_line(path: str) -> str | None:
                 row = json.loads(line, object_pairs_hook=keys_once)
             except json.JSONDecodeError as error:
                 return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
+            except RecursionError:
+                return f"line {number} is not valid JSON (nested too deeply)"
             except RepeatedKey as error:
                 return f"line {number} has the key {error.key!r} twice; expected each once"
             if not isinstance(row, dict):
@@ -128,6 +130,8 @@ def first_bad_array_item(path: str) -> str | None:
         rows = json.loads(text)
     except json.JSONDecodeError as error:
         return f"line {error.lineno} is not valid JSON ({error.msg} at column {error.colno})"
+    except RecursionError:
+        return "not valid JSON (nested too deeply)"
     if not isinstance(rows, list):
         return "expected an array of JSON objects (one pair each) or one JSON object per line"
     decoder, between, position = json.JSONDecoder(), re.compile(r"[\s,]*"), text.index("[") + 1

@@ -33,13 +33,14 @@ def corpus_of(args: argparse.Namespace) -> Corpus:
     if args.pairs:
         if args.source_file or args.target_file or not (args.source_lang and args.target_lang):
             raise CommandError("--pairs needs --source-lang and --target-lang, and no --source/--target-file", 2)
-        return Corpus([TextInput.file(args.pairs, "--pairs")], translation_pair(args.source_lang, args.target_lang))
+        pairs = translation_pair(args.source_lang, args.target_lang)
+        return Corpus([TextInput.file(args.pairs, "--pairs")], pairs, skip_invalid=args.skip_invalid)
     if args.source_lang or args.target_lang:
         raise CommandError("--source-lang and --target-lang name the keys of --pairs: give --pairs", exit_code=2)
     if not (args.source_file and args.target_file):
         raise CommandError("give --source-file and --target-file, or --pairs", exit_code=2)
     return Corpus([TextInput.file(args.source_file, "--source-file"),
-                   TextInput.file(args.target_file, "--target-file")])  # fmt: skip
+                   TextInput.file(args.target_file, "--target-file")], skip_invalid=args.skip_invalid)  # fmt: skip
 
 
 def score_command(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from ..errors import CommandError
 from ..inference.options import Guards, OptionError, SearchOptions
 from ..inference.translators import UnsupportedError
 from ..model_folder import card_languages
-from ..training.options.argument_types import FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
+from ..training.options.argument_types import BeamSize, FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
 from .corpus import add_corpus_arguments, run_job
 from .engine import add_engine_arguments, translator_for
 
@@ -29,7 +29,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
         metavar="N",
         help="source tokens per batch, at most, padding included (fairseq's; default: --batch-size alone)",
     )
-    translate.add_argument("--num-beams", type=PositiveInt, default=5, help="beam size; 1 is greedy search")
+    translate.add_argument("--num-beams", type=BeamSize, default=5, help="beam size; 1 is greedy search")
     translate.add_argument(
         "--length-penalty",
         type=FiniteFloat,
@@ -127,7 +127,7 @@ def corpus_of(args: argparse.Namespace) -> Corpus:
         sentences = TextInput.file(args.input, "--input") if args.input else TextInput.stdin()
     extra = [TextInput.file(path, flag) for path, flag in ((args.prefix_file, "--prefix-file"),
              (args.constraints_file, "--constraints-file")) if path]  # fmt: skip
-    return Corpus([sentences, *extra])
+    return Corpus([sentences, *extra], skip_invalid=args.skip_invalid)
 
 
 def source_language(args: argparse.Namespace) -> str:

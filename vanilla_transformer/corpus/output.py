@@ -51,16 +51,26 @@ class StandardOutput:
     resumed_windows = 0
 
     def __init__(self):
+        """An OutputError where stdout is closed (`>&-`), before any work is done."""
+        if sys.stdout is None:
+            raise OutputError("standard output: closed; redirect it to a file, or give --output FILE")
         self.skipped = 0
 
     def done(self, window: int) -> bool:
         return False
 
     def write(self, window: int, done) -> None:
-        """The window's text as UTF-8 bytes, as --output writes them, whatever the locale."""
-        sys.stdout.flush()  # what was printed before comes first
-        sys.stdout.buffer.write(done.text.encode("utf-8", errors="surrogateescape"))
-        sys.stdout.buffer.flush()
+        """The window's text as UTF-8 bytes, as --output writes them, whatever the locale. An OSError (a full disk)
+        is an OutputError naming standard output; a BrokenPipeError (its reader went away, as `| head` does) is
+        raised as it is, for the command line to end quietly."""
+        try:
+            sys.stdout.flush()  # what was printed before comes first
+            sys.stdout.buffer.write(done.text.encode("utf-8", errors="surrogateescape"))
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(f"standard output: {error.strerror}") from error
         self.skipped += done.skipped
 
     def finish(self) -> int:

@@ -17,6 +17,9 @@ from itertools import islice, zip_longest
 from ..errors import CorpusError
 
 CHUNK = 1 << 20
+# characters a line may hold: a thousand long sentences, far over what --max-sentence-tokens lets through; a file of
+# one endless line (/dev/zero, a binary file) is named at this length instead of filling the memory
+LONGEST_LINE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,11 @@ class TextInput:
         return f"sentence {number}" if self.texts is not None else f"{self.name}, line {number}"
 
     def check(self) -> None:
-        """An OSError (its message naming the input) where the file cannot be opened. A named pipe is not opened:
-        its writer would be gone before it is read."""
+        """An OSError (its message naming the input) where the file cannot be opened, or stdin is closed. A named
+        pipe is not opened: its writer would be gone before it is read."""
         if self.path is None:
+            if self.texts is None and sys.stdin is None:  # `<&-`
+                raise OSError(errno.EBADF, "closed; expected text to read: redirect it, or give a file")
             return
         if os.path.exists(self.path) and not os.path.isfile(self.path) and not os.path.isdir(self.path):
             if stat.S_ISSOCK(os.stat(self.path).st_mode):
@@ -73,16 +78,24 @@ class TextInput:
         with open(self.path, "rb"):
             pass
 
-    def lines(self) -> Iterator[tuple[str, str | None]]:
+    def lines(self) -> Iterator[tuple[str | None, str | None]]:
         """Each line's text and its problem (None, or why it is not UTF-8 text); a UTF-8 byte order mark that starts
-        the input is not text."""
+        the input is not text. A line over `LONGEST_LINE` characters has no text (None) and that problem: memory
+        holds that much of it at most, and the rest is passed over only once the next line is asked for."""
         if self.texts is not None:
             yield from ((text, None) for text in self.texts)
             return
         handle = open(self.path, "rb") if self.path is not None else sys.stdin.buffer
         text = io.TextIOWrapper(handle, encoding="utf-8", errors="surrogateescape", newline=None)
         try:
-            for number, line in enumerate(text, start=1):
+            number = 0
+            while line := text.readline(LONGEST_LINE + 1):
+                number += 1
+                if len(line) > LONGEST_LINE and not line.endswith("\n"):
+                    yield None, self.too_long(number)
+                    while (rest := text.readline(CHUNK)) and not rest.endswith("\n"):
+                        pass
+                    continue
                 line = line[:-1] if line.endswith("\n") else line
                 if number == 1 and line.startswith("\ufeff"):  # a byte order mark (Windows editors write one)
                     line = line[1:]
@@ -91,6 +104,9 @@ class TextInput:
             text.detach()
             if self.path is not None:
                 handle.close()
+
+    def too_long(self, number: int) -> str:
+        return f"{self.where(number)}: over {LONGEST_LINE:,} characters; expected a sentence or a paragraph a line"
 
     def undecodable(self, line: str, number: int) -> str | None:
         """None for UTF-8 text; else a message naming the line and its first byte that is not UTF-8."""
@@ -122,8 +138,9 @@ class TextInput:
             return None
         digest = hashlib.sha256()
         with open(self.path, "rb") as handle:
-            for line in islice(handle, lines):
-                digest.update(line)
+            while lines and (piece := handle.readline(CHUNK)):  # a line in pieces: memory holds one at most
+                digest.update(piece)
+                lines -= piece.endswith(b"\n")
         return {"input": self.name, "bytes": os.path.getsize(self.path), "first_window_sha256": digest.hexdigest()}
 
 
@@ -131,8 +148,11 @@ class Corpus:
     """Records from line-aligned inputs (a source file and its prefixes, sources and targets), or from one input
     whose lines `parse` turns into fields (a JSON-lines file of pairs; a blank line there is no record)."""
 
-    def __init__(self, inputs: list[TextInput], parse: Callable[[str, int], tuple[str, ...]] | None = None):
-        self.inputs, self.parse = inputs, parse
+    def __init__(self, inputs: list[TextInput], parse: Callable[[str, int], tuple[str, ...]] | None = None,
+                 skip_invalid: bool = False):  # fmt: skip
+        """`skip_invalid`: a line too long to read is a record with its problem, left blank by the job; else a
+        `CorpusError` as soon as it is met (the rest of an endless line is never read)."""
+        self.inputs, self.parse, self.skip_invalid = inputs, parse, skip_invalid
         self.counts: list[int | None] | None = None  # each input's lines, once `check` or `count` has read them
 
     def records(self) -> Iterator[Record]:
@@ -141,8 +161,11 @@ class Corpus:
         for number, row in enumerate(rows, start=1):
             if missing in row:
                 raise CorpusError(self.uneven(row, missing, number))
+            unread = next((problem for text, problem in row if text is None), None)
+            if unread and not self.skip_invalid:
+                raise CorpusError(f"{unread}; or pass --skip-invalid to leave it blank")
             problem = next((problem for _, problem in row if problem), None)
-            fields = tuple(text for text, _ in row)
+            fields = tuple(text or "" for text, _ in row)
             if self.parse is None or problem:
                 yield Record(number, fields, problem)
             elif fields[0].strip():
@@ -199,6 +222,8 @@ def translation_pair(source_lang: str, target_lang: str) -> Callable[[str, int],
         try:
             pair = json.loads(line)["translation"]
             source, target = pair[source_lang], pair[target_lang]
+        except RecursionError:
+            raise ValueError("not valid JSON: nested too deeply") from None
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(
                 f'expected {{"translation": {{"{source_lang}": ..., "{target_lang}": ...}}}} '
