@@ -75,6 +75,18 @@ def test_attention_command_writes_png_files(trained_folder, tmp_path, capsys):
         assert data[:8] == PNG_MAGIC and len(data) > 5_000, path.name
         height, width = matplotlib.image.imread(path).shape[:2]
         assert 200 <= height <= 4000 and 200 <= width <= 4000, (path.name, height, width)
+    # figures there already, the user's or an earlier run's, are replaced only when asked to, and whole
+    (out / "alignment.png").write_bytes(b"the user's own")
+    (out / "notes.txt").write_text("kept")
+    argv = ["attention", "--model", str(trained_folder), "--source", "seven", "--out", str(out), "--num-beams", "1"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    held = "encoder_self_layer1.png, decoder_self_layer1.png, cross_layer1.png and 1 more"
+    assert error == f"error: --out {out} holds {held} already: pass --overwrite to replace them"
+    assert (out / "alignment.png").read_bytes() == b"the user's own"
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "alignment.png").read_bytes()[:8] == PNG_MAGIC and (out / "notes.txt").read_text() == "kept"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*names, "notes.txt"])  # no file left beside them
 
 
 def test_without_matplotlib_the_message_says_what_to_install(trained_folder, tmp_path, monkeypatch):

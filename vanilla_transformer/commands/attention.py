@@ -19,12 +19,13 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
     attention.add_argument("--out", required=True, help="folder for the PNG files")
     attention.add_argument("--num-beams", type=BeamSize, default=5, help="beam size; 1 is greedy search")
     attention.add_argument("--max-length", type=PositiveInt, default=64, help="most new tokens")
+    attention.add_argument("--overwrite", action="store_true", help="replace figures of the same names in --out")
     attention.set_defaults(func=attention_command)
     return attention
 
 
 def attention_command(args: argparse.Namespace) -> int:
-    from ..demo.attention_maps import NotDrawable, attention_maps, write_attention_figures
+    from ..demo.attention_maps import NotDrawable, attention_maps, figure_paths, write_attention_figures
 
     check_output_folder("--out", args.out)
     if os.path.isdir(args.model) and holds(args.model, args.out):
@@ -41,6 +42,10 @@ def attention_command(args: argparse.Namespace) -> int:
     except NotDrawable as error:
         flag = {"source": "--source", "target": "--target", "max_new_tokens": "--max-length"}[error.argument]
         raise CommandError(f"{flag}{str(error).removeprefix(error.argument)}", 2) from error
+    taken = [os.path.basename(path) for path in figure_paths(maps, args.out) if os.path.lexists(path)]
+    if taken and not args.overwrite:
+        shown = ", ".join(taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3 else "")
+        raise CommandError(f"--out {args.out} holds {shown} already: pass --overwrite to replace them", 2)
     paths = write_attention_figures(maps, args.out)
     print(f"{args.source} -> {maps['translation']}")
     print(f"{len(paths)} figures in {args.out}")

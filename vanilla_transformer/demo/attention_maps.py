@@ -16,8 +16,10 @@ import os
 import torch
 
 from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ..folders import replacing
 from ..model_folder import source_tokens
 
+KINDS = ("encoder_self", "decoder_self", "cross")  # the attention of each layer, in the order drawn
 MAX_DRAWN_TOKENS = 128  # the longest sentence drawn: a figure grows as the square of its tokens
 
 
@@ -106,12 +108,20 @@ def _grid(plt, maps, rows, columns, title, path):
             ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with replacing(path, binary=True) as handle:  # whole, or the file that was there
+        fig.savefig(handle, dpi=90, format="png")
     plt.close(fig)
 
 
+def figure_paths(maps: dict, out_dir: str) -> list[str]:
+    """The PNG files `write_attention_figures` writes for `maps`, in its order."""
+    layers = [f"{kind}_layer{layer + 1}.png" for kind in KINDS for layer in range(len(maps[kind]))]
+    return [os.path.join(out_dir, name) for name in [*layers, "alignment.png"]]
+
+
 def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
-    """One PNG per layer and attention kind (a panel per head) and the head-averaged alignment; returns the paths."""
+    """One PNG per layer and attention kind (a panel per head) and the head-averaged alignment (`figure_paths`),
+    each written whole over any file of its name; returns the paths."""
     try:
         import matplotlib
 
@@ -139,7 +149,8 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
     ax.set(xlabel="source", ylabel="translation")
     fig.tight_layout()
     path = os.path.join(out_dir, "alignment.png")
-    fig.savefig(path, dpi=110)
+    with replacing(path, binary=True) as handle:
+        fig.savefig(handle, dpi=110, format="png")
     plt.close(fig)
     paths.append(path)
     return paths
