@@ -411,6 +411,12 @@ def test_a_folder_of_another_type_than_the_import_reads_is_named_before_reading(
     with pytest.raises(CheckpointImportError, match="'vanilla_transformer' model folder, not a 'marian' one; it is a "
                        "model folder of this package already"):  # fmt: skip
         import_checkpoint(trained_folder, "marian", out=tmp_path / "out")
+    untyped = tmp_path / "untyped"  # a CTranslate2 export's config.json, say: no importer's, fairseq's included
+    untyped.mkdir()
+    (untyped / "config.json").write_text('{"bos_token": "<s>"}')
+    with pytest.raises(CheckpointImportError, match=f"{untyped}: its config.json names no model_type; expected a "
+                       "'marian' folder$"):  # fmt: skip
+        import_checkpoint(untyped, "marian", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -82,6 +82,8 @@ def check_source_type(source: str, kind: str) -> None:
             found = json.load(handle).get("model_type")
     except (OSError, ValueError, AttributeError) as error:
         raise CheckpointImportError(f"{config}: not a model's configuration ({error})") from error
+    if found is None:  # a CTranslate2 export, say: no importer reads a folder without one
+        raise CheckpointImportError(f"{source}: its config.json names no model_type; expected a {expected!r} folder")
     if found != expected:
         others = [name for name, importer in IMPORTERS.items() if importer.model_type == found]
         hint = f"; import it with --from {others[0]}" if others else ""
