@@ -151,3 +151,27 @@ def test_every_command_but_serve_works_without_the_serve_extra():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "8"
+
+
+def test_sigterm_interrupts_the_command_and_ends_a_forked_worker_as_sigterm_does():
+    """The command's process raises `Terminated` (cleaning up as Ctrl-C does); a process forked from it (a data
+    worker, which inherits the handler) ends as SIGTERM ends a process, with no exception of its own to print."""
+    import signal
+    import time
+
+    from vanilla_transformer.cli import Terminated, sigterm_interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_interrupts():
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.2)
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler before it is back

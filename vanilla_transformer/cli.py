@@ -62,8 +62,18 @@ class Terminated(BaseException):
     """A SIGTERM (kill, a job scheduler), raised where the command is, as Ctrl-C raises KeyboardInterrupt."""
 
 
-def terminate(signum: int, frame) -> None:
-    raise Terminated()
+def terminate(owner: int):
+    """The SIGTERM handler of process `owner`: raise `Terminated` there; in a process forked from it (a data
+    worker, which inherits the handler), end as SIGTERM ends a process by default."""
+
+    def handler(signum: int, frame) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated()
+
+    return handler
 
 
 @contextlib.contextmanager
@@ -75,7 +85,7 @@ def sigterm_interrupts():
     if threading.current_thread() is not threading.main_thread() or os.environ.get("WORLD_SIZE", "1") != "1":
         yield
         return
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, terminate(os.getpid()))
     try:
         yield
     finally:
