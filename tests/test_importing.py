@@ -424,7 +424,8 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
     wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
     other_shapes, fewer = tmp_path / "other-shapes", tmp_path / "fewer-weights"  # than the config's model
-    listed, no_start = tmp_path / "listed", tmp_path / "no-start"  # generation configs: a list, no first token
+    listed, no_start = tmp_path / "listed", tmp_path / "no-start"  # generation configs: a list; no first token, which
+    # config.json's fills in
     for folder in (empty, no_tokenizer):
         folder.mkdir()
     for name in ("config.json", "model.safetensors"):
@@ -448,9 +449,12 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
         a_list: f"{a_list}: config.json holds list, not an object of settings",
         other_shapes: f"{other_shapes}: could not load a model folder: {other_shapes}/: model.decoder.layers.0.ffn.w_1",
         listed: f"{listed}: generation_config.json is not a generation config the library reads: 'list' object",
-        no_start: f"{no_start}: generation_config.json names no decoder_start_token_id \\(nor bos_token_id\\)",
         fewer: f"{fewer}: its weights lack model.encoder.layers.1.ffn.w_1.bias, .* and 7 more, which the model of",
     }
+    for folder in (trained_folder, no_start):  # the library's generate() would fail on the second
+        assert main(["translate", "--model", str(folder), "seven"]) == 0
+    outputs = capsys.readouterr().out.splitlines()
+    assert len(outputs) == 2 and outputs[0] == outputs[1]
     for folder, message in expected.items():
         with pytest.raises(ModelFolderError, match=message):
             load_model_folder(str(folder))

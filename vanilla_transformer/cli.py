@@ -28,7 +28,7 @@ from .commands.score import score_command_parser
 from .commands.serve import serve_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
-from .errors import CommandError, OutputError
+from .errors import CommandError, OutputError, ReaderGone
 from .processes import end_processes
 from .training.options.arguments import ArgumentParser
 
@@ -94,12 +94,12 @@ def sigterm_interrupts():
 
 def flush_stdout() -> None:
     """What is left of stdout written now, so that a reader gone or a full disk is found here, not at the
-    interpreter's exit; an `OutputError` names a write that failed."""
+    interpreter's exit; an `OutputError` names a write that failed, and `ReaderGone` a reader gone."""
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
-    except BrokenPipeError:
-        raise
+    except BrokenPipeError as error:
+        raise ReaderGone() from error
     except OSError as error:
         raise OutputError(f"standard output: {error.strerror}") from error
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:  # SIGTERM: as Ctrl-C
         print(f"{args.command}: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
-    except BrokenPipeError:
+    except ReaderGone:  # a broken pipe of stdout's; any other is a bug's, and keeps its traceback
         return reader_gone()
     end_processes()  # several processes (torchrun, accelerate launch): their group ends before they exit
     return status

@@ -39,5 +39,9 @@ class CorpusError(CommandError, ValueError):
         super().__init__(message, exit_code=2)
 
 
+class ReaderGone(Exception):
+    """The reader of standard output went away (`| head`): the command ends quietly, as Unix tools do."""
+
+
 class OutputError(CorpusError):
     """An output that cannot be written, or a run that cannot be resumed: the message names the file and why."""

@@ -36,7 +36,8 @@ def load_model_folder(path: str, where: str | None = None):
 def load_weights(model_class, path: str, where: str, **overrides):
     """`model_class.from_pretrained(path, **overrides)`, or a `ModelFolderError` starting with `where`: a config.json
     that does not load, weights that cannot be read or whose shapes are not its config's, and weights that do not
-    cover the model (the library would fill the rest at random, and translate nonsense)."""
+    cover the model (the library would fill the rest at random, and translate nonsense). A generation config that
+    names no token to start the decoder with takes config.json's, as the library's generate() would not."""
     from huggingface_hub.errors import StrictDataclassError
 
     from .modeling.hub_vanilla_transformer import WeightShapeError
@@ -52,13 +53,15 @@ def load_weights(model_class, path: str, where: str, **overrides):
     if missing:
         listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ModelFolderError(f"{where}: its weights lack {listed}, which the model of its config.json has")
+    generation = model.generation_config
+    if generation.decoder_start_token_id is None and generation.bos_token_id is None:
+        generation.decoder_start_token_id = model.config.decoder_start_token_id
     return model
 
 
 def read_generation_config(folder: str, where: str):
     """The folder's generation config (the library's defaults where it has no generation_config.json), or a
-    `ModelFolderError` starting with `where` that names the file: not an object, a setting of the wrong kind, or no
-    token to start the decoder with."""
+    `ModelFolderError` starting with `where` that names the file: not an object, or a setting of the wrong kind."""
     from transformers import GenerationConfig
 
     try:
@@ -68,11 +71,6 @@ def read_generation_config(folder: str, where: str):
             return GenerationConfig()
         reason = f"not a generation config the library reads: {one_line(error)}"
         raise ModelFolderError(f"{where}: generation_config.json is {reason}") from error
-    if config.decoder_start_token_id is None and config.bos_token_id is None:
-        raise ModelFolderError(
-            f"{where}: generation_config.json names no decoder_start_token_id (nor bos_token_id), the decoder's first "
-            "token"
-        )
     return config
 
 

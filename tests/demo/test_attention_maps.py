@@ -117,6 +117,7 @@ def test_the_command_refuses_the_model_folder_no_name_and_a_blank_source(trained
         ("--source", "seven", "--out", str(trained_folder / "figures")): "is inside the --model folder",
         ("--source", "seven", "--out", ""): "--out: an empty name; expected a folder",
         ("--source", "  ", "--out", str(tmp_path / "figures")): "--source is blank; expected the sentence",
+        ("--source", "\u200b", "--out", str(tmp_path / "figures")): "--source is blank; expected the sentence",
         ("--source", " ".join(["seven"] * 200), "--out", str(tmp_path / "figures")): "--source: 201 tokens; the "
         "maps are drawn for at most 128, since a figure grows as the square of its tokens",
         ("--source", "seven", "--max-length", "500", "--out", str(tmp_path / "figures")): "--max-length: 500 tokens",

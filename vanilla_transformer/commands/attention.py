@@ -6,6 +6,7 @@ import os
 from ..corpus.output import check_output_folder
 from ..errors import CommandError
 from ..folders import holds
+from ..inference.checks import is_blank
 from ..model_folder import load_model_folder
 from ..training.options.argument_types import BeamSize
 from ..training.options.arguments import PositiveInt
@@ -32,7 +33,7 @@ def attention_command(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--out {args.out} is inside the --model folder {args.model}: write the figures elsewhere", 2
         )
-    if not args.source.strip():  # a blank sentence is not searched (docs/errors.md): it has no attention to draw
+    if is_blank(args.source):  # a blank sentence is not searched (docs/errors.md): it has no attention to draw
         raise CommandError("--source is blank; expected the sentence to translate", 2)
     model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
     try:

@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..errors import OutputError
+from ..errors import OutputError, ReaderGone
 from ..folders import why_unmakeable, write_atomically
 from ..processes import processes
 
@@ -61,14 +61,14 @@ class StandardOutput:
 
     def write(self, window: int, done) -> None:
         """The window's text as UTF-8 bytes, as --output writes them, whatever the locale. An OSError (a full disk)
-        is an OutputError naming standard output; a BrokenPipeError (its reader went away, as `| head` does) is
-        raised as it is, for the command line to end quietly."""
+        is an OutputError naming standard output; a broken pipe (its reader went away, as `| head` does) is
+        `ReaderGone`, for the command line to end quietly."""
         try:
             sys.stdout.flush()  # what was printed before comes first
             sys.stdout.buffer.write(done.text.encode("utf-8", errors="surrogateescape"))
             sys.stdout.buffer.flush()
-        except BrokenPipeError:
-            raise
+        except BrokenPipeError as error:
+            raise ReaderGone() from error
         except OSError as error:
             raise OutputError(f"standard output: {error.strerror}") from error
         self.skipped += done.skipped

@@ -15,6 +15,7 @@ import time
 
 from ..configuration import changed_switches
 from ..errors import MissingDependencyError, ModelFolderError
+from ..inference.checks import is_blank
 from ..inference.devices import DEFAULT_PLACEMENT, Placement
 from ..inference.translators import PyTorchTranslator
 from ..model_folder import load_model_folder
@@ -136,7 +137,7 @@ def run_translation(demo: Demo, gr, source: str, num_beams: int):
 
 def check_source(demo: Demo, gr, source: str) -> None:
     """A `gr.Error` saying what is wrong with the sentence typed: nothing, half a character, too long to draw."""
-    if not source:
+    if is_blank(source):  # invisible characters alone too: no text to translate
         raise gr.Error(EMPTY_INPUT)
     try:
         source.encode("utf-8")

@@ -107,12 +107,11 @@ def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int
             raise SentenceError(index, reason)
 
 
-def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: set[int], rooms: list[int] | None) -> None:
+def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: dict, rooms: list[int] | None) -> None:
     """A `SentenceError` naming the first sentence with a term of no text (blank), or whose token ids (`rows`) are
-    none, hold the unknown token, or another special token (`tokenizer`'s, or one of `specials`: no translation
+    none, hold the unknown token, or another special token (`specials`, each id with its name: no translation
     writes one as text, so the search would run to its length limit), or whose terms need more tokens than
     `rooms[i]`, the most its translation may have."""
-    specials = set(tokenizer.all_special_ids) | specials
     for index, (sentence_terms, sentence_rows) in enumerate(zip(terms, rows)):
         for term, row in zip(sentence_terms, sentence_rows):
             problem = "no text" if is_blank(term) else term_problem(row, tokenizer, specials)
@@ -125,7 +124,7 @@ def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: set[int
             )
 
 
-def term_problem(row: list[int], tokenizer, specials: set[int]) -> str | None:
+def term_problem(row: list[int], tokenizer, specials: dict) -> str | None:
     """What keeps a term's token ids from being written: none, the unknown token or another special token."""
     if not row:
         return "no tokens"
@@ -133,5 +132,5 @@ def term_problem(row: list[int], tokenizer, specials: set[int]) -> str | None:
         return f"a token the target vocabulary lacks ({tokenizer.unk_token})"
     written = [token for token in row if token in specials]
     if written:
-        return f"the special token {tokenizer.convert_ids_to_tokens(written[0])}, which is not text"
+        return f"the special token {specials[written[0]]}, which is not text"
     return None

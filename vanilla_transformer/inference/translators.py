@@ -20,7 +20,7 @@ import torch
 
 from ..configuration import position_limit
 from ..exports.ctranslate2 import exported_positions, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
-from ..model_folder import encode_within, load_model_folder, read_generation_config
+from ..model_folder import encode_within, load_model_folder, read_generation_config, vocabularies
 from .alignment import Alignment, align, align_tokens
 from .checks import check_prefixes, check_terms
 from .decoding import decode
@@ -222,9 +222,16 @@ class PyTorchTranslator(Translator):
         have."""
         encoded = iter(self.target_ids([term for terms in constraints for term in terms], None))  # longer: refused
         found = [[next(encoded) for _ in terms] for terms in constraints]
-        config = self.model.config
-        check_terms(constraints, found, self.tokenizer, {config.eos_token_id, config.pad_token_id}, rooms)
+        check_terms(constraints, found, self.tokenizer, self.target_specials(), rooms)
         return found
+
+    def target_specials(self) -> dict[int, str]:
+        """The special tokens of the target vocabulary (a Marian tokenizer's own, where it has one: its special ids
+        are the source's), with the model's end of sentence and padding, each id with its token."""
+        config, vocabulary = self.model.config, vocabularies(self.tokenizer)[1] or self.tokenizer.get_vocab()
+        special = {vocabulary[token] for token in self.tokenizer.all_special_tokens if token in vocabulary}
+        ids = sorted(special | {config.eos_token_id, config.pad_token_id} - {None})
+        return dict(zip(ids, self.tokenizer.convert_ids_to_tokens(ids)))
 
     def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
         """Each text as target token ids without the end of sentence (the model's id: not every tokenizer, fairseq's
@@ -238,10 +245,7 @@ class PyTorchTranslator(Translator):
         """Each sentence's target prefix as token ids, without the end of sentence ("": none); checked by
         `check_prefixes` against the vocabulary and the model's positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
-        config = self.model.config
-        ids = sorted(set(self.tokenizer.all_special_ids) | {config.eos_token_id, config.pad_token_id} - {None})
-        specials = dict(zip(ids, self.tokenizer.convert_ids_to_tokens(ids)))
-        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, specials, limit)
+        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.target_specials(), limit)
         return rows
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
