@@ -95,7 +95,8 @@ def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int
     or leaves no room in the model's `limit` learned positions."""
     for index, row in enumerate(rows):
         if unknown is not None and unknown in row:
-            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({specials[unknown]})"
+            name = specials.get(unknown, unknown)
+            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({name})"
             raise SentenceError(index, reason)
         written = [token for token in row if token in specials]
         if written:
