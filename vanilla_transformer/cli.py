@@ -28,7 +28,8 @@ from .commands.score import score_command_parser
 from .commands.serve import serve_command_parser
 from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
-from .errors import CommandError, OutputError, ReaderGone
+from .corpus.output import stdout_errors
+from .errors import CommandError, ReaderGone
 from .processes import end_processes
 from .training.options.arguments import ArgumentParser
 
@@ -93,15 +94,11 @@ def sigterm_interrupts():
 
 
 def flush_stdout() -> None:
-    """What is left of stdout written now, so that a reader gone or a full disk is found here, not at the
-    interpreter's exit; an `OutputError` names a write that failed, and `ReaderGone` a reader gone."""
-    try:
+    """What is left of stdout written now, so that a reader gone or a full disk is found here (`stdout_errors`), not
+    at the interpreter's exit."""
+    with stdout_errors():
         if sys.stdout is not None:
             sys.stdout.flush()
-    except BrokenPipeError as error:
-        raise ReaderGone() from error
-    except OSError as error:
-        raise OutputError(f"standard output: {error.strerror}") from error
 
 
 def reader_gone() -> int:

@@ -16,6 +16,11 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def first_few(names: list[str], most: int = 3) -> str:
+    """The first `most` names and how many more there are, for a message: "a, b, c and 4 more"."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 class CommandError(Exception):
     """A failure that the command line reports as `error: <message>` and exit status `exit_code`."""
 

@@ -6,7 +6,7 @@ import re
 import sys
 
 from .configuration import check_tokenizer_matches
-from .errors import ModelFolderError, one_line
+from .errors import ModelFolderError, first_few, one_line
 from .importers import IMPORTERS, KINDS
 
 
@@ -49,10 +49,9 @@ def load_weights(model_class, path: str, where: str, **overrides):
     except (OSError, ValueError, StrictDataclassError, WeightShapeError) as error:  # StrictDataclassError: a
         # config.json field of the wrong type
         raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
-    missing = sorted(loading["missing_keys"])
-    if missing:
-        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise ModelFolderError(f"{where}: its weights lack {listed}, which the model of its config.json has")
+    if loading["missing_keys"]:
+        missing = first_few(sorted(loading["missing_keys"]))
+        raise ModelFolderError(f"{where}: its weights lack {missing}, which the model of its config.json has")
     generation = model.generation_config
     if generation.decoder_start_token_id is None and generation.bos_token_id is None:
         generation.decoder_start_token_id = model.config.decoder_start_token_id

@@ -4,7 +4,7 @@ import argparse
 import os
 
 from ..corpus.output import check_output_folder
-from ..errors import CommandError
+from ..errors import CommandError, first_few
 from ..folders import holds
 from ..inference.checks import is_blank
 from ..model_folder import load_model_folder
@@ -45,8 +45,7 @@ def attention_command(args: argparse.Namespace) -> int:
         raise CommandError(f"{flag}{str(error).removeprefix(error.argument)}", 2) from error
     taken = [os.path.basename(path) for path in figure_paths(maps, args.out) if os.path.lexists(path)]
     if taken and not args.overwrite:
-        shown = ", ".join(taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3 else "")
-        raise CommandError(f"--out {args.out} holds {shown} already: pass --overwrite to replace them", 2)
+        raise CommandError(f"--out {args.out} holds {first_few(taken)} already: pass --overwrite to replace them", 2)
     paths = write_attention_figures(maps, args.out)
     print(f"{args.source} -> {maps['translation']}")
     print(f"{len(paths)} figures in {args.out}")

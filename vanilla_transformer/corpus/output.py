@@ -45,6 +45,19 @@ def this_process() -> Share:
     return Share(state.process_index, state.num_processes)
 
 
+@contextlib.contextmanager
+def stdout_errors():
+    """Writes to standard output whose failures the command line reports: a broken pipe (its reader went away, as
+    `| head` does) is `ReaderGone`, for the command to end quietly; another OSError (a full disk) an `OutputError`
+    naming standard output."""
+    try:
+        yield
+    except BrokenPipeError as error:
+        raise ReaderGone() from error
+    except OSError as error:
+        raise OutputError(f"standard output: {error.strerror}") from error
+
+
 class StandardOutput:
     """Each window's text on stdout as soon as it is done (one process, in input order); nothing to resume."""
 
@@ -60,17 +73,11 @@ class StandardOutput:
         return False
 
     def write(self, window: int, done) -> None:
-        """The window's text as UTF-8 bytes, as --output writes them, whatever the locale. An OSError (a full disk)
-        is an OutputError naming standard output; a broken pipe (its reader went away, as `| head` does) is
-        `ReaderGone`, for the command line to end quietly."""
-        try:
+        """The window's text as UTF-8 bytes, as --output writes them, whatever the locale (see `stdout_errors`)."""
+        with stdout_errors():
             sys.stdout.flush()  # what was printed before comes first
             sys.stdout.buffer.write(done.text.encode("utf-8", errors="surrogateescape"))
             sys.stdout.buffer.flush()
-        except BrokenPipeError as error:
-            raise ReaderGone() from error
-        except OSError as error:
-            raise OutputError(f"standard output: {error.strerror}") from error
         self.skipped += done.skipped
 
     def finish(self) -> int:

@@ -19,7 +19,12 @@ from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
 from ..folders import replacing
 from ..model_folder import source_tokens
 
-KINDS = ("encoder_self", "decoder_self", "cross")  # the attention of each layer, in the order drawn
+TITLES = {  # each layer's attention of each kind, drawn in this order
+    "encoder_self": "Encoder self-attention",
+    "decoder_self": "Decoder masked self-attention",
+    "cross": "Cross-attention (decoder queries, encoder keys)",
+}
+ALIGNMENT = "alignment.png"
 MAX_DRAWN_TOKENS = 128  # the longest sentence drawn: a figure grows as the square of its tokens
 
 
@@ -108,15 +113,23 @@ def _grid(plt, maps, rows, columns, title, path):
             ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
+    save_png(plt, fig, path, dpi=90)
+
+
+def save_png(plt, fig, path: str, dpi: int) -> None:
     with replacing(path, binary=True) as handle:  # whole, or the file that was there
-        fig.savefig(handle, dpi=90, format="png")
+        fig.savefig(handle, dpi=dpi, format="png")
     plt.close(fig)
+
+
+def layer_figures(maps: dict) -> list[tuple[str, int, str]]:
+    """Each layer's figure of each kind of attention: (kind, layer, file name)."""
+    return [(kind, layer, f"{kind}_layer{layer + 1}.png") for kind in TITLES for layer in range(len(maps[kind]))]
 
 
 def figure_paths(maps: dict, out_dir: str) -> list[str]:
     """The PNG files `write_attention_figures` writes for `maps`, in its order."""
-    layers = [f"{kind}_layer{layer + 1}.png" for kind in KINDS for layer in range(len(maps[kind]))]
-    return [os.path.join(out_dir, name) for name in [*layers, "alignment.png"]]
+    return [os.path.join(out_dir, name) for _, _, name in layer_figures(maps)] + [os.path.join(out_dir, ALIGNMENT)]
 
 
 def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
@@ -131,26 +144,15 @@ def write_attention_figures(maps: dict, out_dir: str) -> list[str]:
         raise MissingDependencyError(MISSING_MATPLOTLIB) from None
     os.makedirs(out_dir, exist_ok=True)
     src, dec_in, tgt = maps["source_tokens"], maps["decoder_input_tokens"], maps["target_tokens"]
-    paths = []
-    kinds = (
-        ("encoder_self", src, src, "Encoder self-attention"),
-        ("decoder_self", tgt, dec_in, "Decoder masked self-attention"),
-        ("cross", tgt, src, "Cross-attention (decoder queries, encoder keys)"),
-    )
-    for kind, rows, columns, title in kinds:
-        for layer, layer_maps in enumerate(maps[kind]):
-            path = os.path.join(out_dir, f"{kind}_layer{layer + 1}.png")
-            _grid(plt, layer_maps, rows, columns, f"{title}, layer {layer + 1}", path)
-            paths.append(path)
+    axes = {"encoder_self": (src, src), "decoder_self": (tgt, dec_in), "cross": (tgt, src)}  # (rows, columns)
+    for kind, layer, name in layer_figures(maps):
+        title = f"{TITLES[kind]}, layer {layer + 1}"
+        _grid(plt, maps[kind][layer], *axes[kind], title, os.path.join(out_dir, name))
     alignment = maps["cross"][-1].mean(dim=0)
     size = max(4.5, 0.4 * max(len(src), len(tgt)) + 2.5)
     fig, ax = plt.subplots(figsize=(size, size))
     draw_heatmap(ax, alignment, tgt, src, "Cross-attention\n(last layer, mean over heads)")
     ax.set(xlabel="source", ylabel="translation")
     fig.tight_layout()
-    path = os.path.join(out_dir, "alignment.png")
-    with replacing(path, binary=True) as handle:
-        fig.savefig(handle, dpi=110, format="png")
-    plt.close(fig)
-    paths.append(path)
-    return paths
+    save_png(plt, fig, os.path.join(out_dir, ALIGNMENT), dpi=110)
+    return figure_paths(maps, out_dir)

@@ -6,7 +6,7 @@ source that transformers implements (its model, its tokenizer, its sizes in this
 import torch
 
 from ..configuration import VanillaTransformerConfig
-from ..errors import MissingDependencyError, one_line
+from ..errors import MissingDependencyError, first_few, one_line
 from ..modeling import VanillaTransformerForConditionalGeneration
 from ..modeling.modeling_vanilla_transformer import SinusoidalPositionalEncoding
 
@@ -188,7 +188,7 @@ def check_loaded_whole(source: str, info: dict) -> None:
     missing = [key for key in info.get("missing_keys", ()) if "embed_positions" not in key]
     for what, keys in (("lacks", missing), ("has weights its config has no place for", info.get("unexpected_keys"))):
         if keys:
-            shown = ", ".join(sorted(keys)[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+            shown = first_few(sorted(keys))
             raise CheckpointImportError(f"{source}: the model {what}: {shown}; every weight must find its place")
 
 
