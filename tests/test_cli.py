@@ -14,7 +14,7 @@ from vanilla_transformer.training.data.loading import DataError
 from vanilla_transformer.training.run.loop import TrainingStopped
 
 import vanilla_transformer
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli import COMMANDS, main
 from vanilla_transformer.commands.failures import reported_as
 from vanilla_transformer.errors import CommandError, ModelFolderError
 
@@ -40,6 +40,8 @@ def test_python_m_runs_the_command_line(tmp_path):
     assert done.returncode == 0
     usage = " ".join(done.stdout.split())  # as wide as the terminal
     assert usage.startswith("usage: vanilla-transformer [-h] [--version] {train,evaluate,translate,serve,score,export,")
+    commands = ", ".join(command.__name__.removesuffix("_command_parser") for command in COMMANDS)
+    assert f"The `vanilla-transformer` command: {commands}." in usage
     done = run(sys.executable, "-m", "vanilla_transformer", "plot", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {tmp_path}") and "no metrics.jsonl" in done.stderr

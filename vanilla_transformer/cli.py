@@ -49,7 +49,7 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('vanilla-transformer')}")
     # every command's options are parsed by transformers' HfArgumentParser: train's and evaluate's come from the
     # training stack's argument dataclasses, with their defaults, types, choices and help lines
