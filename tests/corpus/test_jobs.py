@@ -92,6 +92,13 @@ def test_a_sentence_over_max_sentence_tokens_is_named_or_left_blank_before_any_s
         TranslateJob(translator, SearchOptions(num_beams=1), most, NAMES)(window)
     done = TranslateJob(translator, SearchOptions(num_beams=1), replace(most, skip_invalid=True), NAMES)(window)
     assert done.text.splitlines()[1] == "" and done.skipped == 1 and done.text.splitlines()[2]
+    prefixes = [TextInput.file("in.txt", "--input"), TextInput.file("p.txt", "--prefix-file")]
+    window = [Record(7, ("six", "sechs")), Record(8, ("seven", "sieben " * 40)), Record(9, ("eight", ""))]
+    prefixed = replace(most, extra="prefix")  # a prefix is read token by token: its time grows with its square
+    with pytest.raises(CorpusError, match=r"--prefix-file p.txt, line 8: a prefix of \d+ tokens, over --max-sen"):
+        TranslateJob(translator, SearchOptions(num_beams=1), prefixed, prefixes)(window)
+    done = TranslateJob(translator, SearchOptions(num_beams=1), replace(prefixed, skip_invalid=True), prefixes)(window)
+    assert done.skipped == 1 and done.text.splitlines()[1] == "" and done.text.splitlines()[0].startswith("sechs")
     pairs = [Record(1, ("six", "sechs")), Record(2, ("seven", "sieben " * 40))]
     with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: a side of \d+ tokens, over --max-sentence"):
         ScoreJob(translator, 8, most, [TextInput.file("p.jsonl", "--pairs")])(pairs)

@@ -45,8 +45,8 @@ def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
         type=PositiveInt,
         default=MAX_SENTENCE_TOKENS,
         metavar="N",
-        help="a sentence of more tokens stops the run, naming its line (or is skipped with --skip-invalid): the "
-        "memory a sentence takes grows with the square of its length",
+        help="a sentence (or a --prefix-file line) of more tokens stops the run, naming its line (or is skipped "
+        "with --skip-invalid): the memory a sentence takes grows with the square of its length",
     )
 
 

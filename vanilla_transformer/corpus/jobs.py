@@ -120,6 +120,19 @@ class TranslateJob:
             problem = length_problem(lengths, positions, most, usable.skip_invalid)
             if problem is not None and index not in usable.skipped:
                 usable.refuse(index, f"{self.inputs[0].where(record.number)}: {problem}")
+        if self.layout.extra == "prefix":
+            self.check_prefix_lengths(records, usable)
+
+    def check_prefix_lengths(self, records: list[Record], usable: Usable) -> None:
+        """Each line whose target prefix (read token by token, as the translation's first tokens) is over
+        --max-sentence-tokens or, under `skip_invalid`, the model's positions, named or skipped."""
+        kept = [i for i in range(len(records)) if i not in usable.skipped and records[i].fields[1]]
+        counts = self.translator.count_tokens([records[i].fields[1] for i in kept], target=True) if kept else []
+        most, positions = self.layout.max_sentence_tokens, self.translator.max_source_tokens
+        for index, count in zip(kept, counts):
+            problem = length_problem([count], positions, most, usable.skip_invalid, "a prefix")
+            if problem is not None:
+                usable.refuse(index, f"{self.inputs[1].where(records[index].number)}: {problem}")
 
     def window_options(self, records: list[Record], usable: Usable) -> SearchOptions:
         """The options with this window's prefixes or terms (none for a line left blank)."""
