@@ -4,6 +4,7 @@ out computing the source's logits and generating its tokens, and then work with 
 
 import copy
 import json
+import logging
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests import importing_sources as sources
@@ -424,13 +426,14 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
     wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
     other_shapes, fewer = tmp_path / "other-shapes", tmp_path / "fewer-weights"  # than the config's model
+    more = tmp_path / "more-weights"
     listed, no_start = tmp_path / "listed", tmp_path / "no-start"  # generation configs: a list; no first token, which
     # config.json's fills in
     for folder in (empty, no_tokenizer):
         folder.mkdir()
     for name in ("config.json", "model.safetensors"):
         (no_tokenizer / name).write_bytes((trained_folder / name).read_bytes())
-    for folder in (wrong_type, a_list, other_shapes, fewer, listed, no_start):
+    for folder in (wrong_type, a_list, other_shapes, fewer, more, listed, no_start):
         shutil.copytree(trained_folder, folder)
     (listed / "generation_config.json").write_text("[]")
     generation = json.loads((trained_folder / "generation_config.json").read_text())
@@ -441,6 +444,8 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     (a_list / "config.json").write_text("[1, 2, 3]")
     (other_shapes / "config.json").write_text(json.dumps({**config, "d_ff": config["d_ff"] * 2}))
     (fewer / "config.json").write_text(json.dumps({**config, "encoder_layers": config["encoder_layers"] + 1}))
+    weights = load_file(more / "model.safetensors")
+    save_file({**weights, "model.decoder.layers.9.ffn.w_1.bias": torch.zeros(3)}, more / "model.safetensors")
     expected = {
         empty: f"{empty}: no config.json, so not a model folder",
         missing: f"{missing}: no such folder",
@@ -450,17 +455,23 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
         other_shapes: f"{other_shapes}: could not load a model folder: {other_shapes}/: model.decoder.layers.0.ffn.w_1",
         listed: f"{listed}: generation_config.json is not a generation config the library reads: 'list' object",
         fewer: f"{fewer}: its weights lack model.encoder.layers.1.ffn.w_1.bias, .* and 7 more, which the model of",
+        more: f"{more}: its weights hold model.decoder.layers.9.ffn.w_1.bias, which the model of its config.json lacks",
     }
     for folder in (trained_folder, no_start):  # the library's generate() would fail on the second
         assert main(["translate", "--model", str(folder), "seven"]) == 0
     outputs = capsys.readouterr().out.splitlines()
     assert len(outputs) == 2 and outputs[0] == outputs[1]
+    reports = []  # the library's loading report, of a load then refused: the refusal says it in one line
+    logging.getLogger("transformers.modeling_utils").addHandler(handler := logging.Handler())
+    handler.emit = reports.append
     for folder, message in expected.items():
         with pytest.raises(ModelFolderError, match=message):
             load_model_folder(str(folder))
         assert main(["translate", "--model", str(folder), "seven"]) == 1
-        error = capsys.readouterr().err  # after the library's loading report, where it loaded weights
+        error = capsys.readouterr().err
         assert re.match(f"error: --model {message}", error.strip().splitlines()[-1]) and "Traceback" not in error
+    logging.getLogger("transformers.modeling_utils").removeHandler(handler)
+    assert reports == []
 
 
 def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """A model folder and its tokenizer: loading them (one tokenizer rule for every caller), and encoding text within the
 model's positions (one truncation rule, with its warning, for every caller)."""
 
+import logging
 import os
 import re
 import sys
@@ -36,26 +37,59 @@ def load_model_folder(path: str, where: str | None = None):
 def load_weights(model_class, path: str, where: str, **overrides):
     """`model_class.from_pretrained(path, **overrides)`, or a `ModelFolderError` starting with `where`: a config.json
     that does not load, weights that cannot be read or whose shapes are not its config's, and weights that do not
-    cover the model (the library would fill the rest at random, and translate nonsense). A generation config that
-    names no token to start the decoder with takes config.json's, as the library's generate() would not."""
+    cover the model (the library would fill the rest at random, and translate nonsense) or hold more than it (the
+    library would leave them out). The library's loading report is shown only for a model that loads. A generation
+    config that names no token to start the decoder with takes config.json's, as the library's generate() would
+    not."""
     from huggingface_hub.errors import StrictDataclassError
 
     from .modeling.hub_vanilla_transformer import WeightShapeError
 
     if os.path.isdir(path):
         read_generation_config(path, where)  # which the library would read without a check
-    try:
-        model, loading = model_class.from_pretrained(path, output_loading_info=True, **overrides)
-    except (OSError, ValueError, StrictDataclassError, WeightShapeError) as error:  # StrictDataclassError: a
-        # config.json field of the wrong type
-        raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
-    if loading["missing_keys"]:
-        missing = first_few(sorted(loading["missing_keys"]))
-        raise ModelFolderError(f"{where}: its weights lack {missing}, which the model of its config.json has")
+    with HeldLog("transformers.modeling_utils") as report:  # the library's loading report, shown if it loads
+        try:
+            model, loading = model_class.from_pretrained(path, output_loading_info=True, **overrides)
+        except (OSError, ValueError, StrictDataclassError, WeightShapeError) as error:  # StrictDataclassError: a
+            # config.json field of the wrong type
+            raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
+        if loading["missing_keys"]:
+            missing = first_few(sorted(loading["missing_keys"]))
+            raise ModelFolderError(f"{where}: its weights lack {missing}, which the model of its config.json has")
+        if loading["unexpected_keys"]:  # the library would leave them out: a model of fewer layers, say
+            extra = first_few(sorted(loading["unexpected_keys"]))
+            raise ModelFolderError(f"{where}: its weights hold {extra}, which the model of its config.json lacks")
+        report.release()
     generation = model.generation_config
     if generation.decoder_start_token_id is None and generation.bos_token_id is None:
         generation.decoder_start_token_id = model.config.decoder_start_token_id
     return model
+
+
+class HeldLog(logging.Filter):
+    """Holds what a logger logs while in use; `release()` logs it then, and what is not released is dropped (a
+    report of a load that is then refused: the refusal says what is wrong, in one line)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.logger, self.records = logging.getLogger(name), []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def __enter__(self) -> "HeldLog":
+        self.logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeFilter(self)
+
+    def release(self) -> None:
+        self.logger.removeFilter(self)
+        for record in self.records:
+            self.logger.handle(record)
+        self.records = []
 
 
 def read_generation_config(folder: str, where: str):
