@@ -177,3 +177,33 @@ def test_a_killed_ctranslate2_server_restarts_on_its_export_and_leaves_no_other(
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=60) == 0
     assert list(exports.iterdir()) == []  # a normal exit removes it
+
+
+def test_waits_past_what_a_thread_can_wait_are_waits_without_end(trained_folder, tmp_path):
+    """--max-wait-ms and --drain-timeout past threading.TIMEOUT_MAX (about 292 years) killed the worker, or the
+    shutdown, with an OverflowError."""
+    flags = ("--max-wait-ms", "1e13", "--max-batch-tokens", "100000", "--timeout", "3", "--drain-timeout", "1e308")
+    answers = []
+    with serving(trained_folder, *flags, tmp_path=tmp_path) as server:
+        assert server.post(**BODY).status_code == 504  # the batch waits for more
+        assert httpx.get(server.url + "/ready").status_code == 200
+        sender = threading.Thread(target=lambda: answers.append(server.post(**BODY)))
+        sender.start()
+        wait_for(lambda: server.metric("vanilla_transformer_queue_requests") == 1)
+        server.process.send_signal(signal.SIGTERM)  # the drain translates it
+        assert server.process.wait(timeout=60) == 0
+        sender.join(30)
+        assert "Traceback" not in server.output() and "OverflowError" not in server.output()
+    assert answers[0].status_code == 200
+
+
+def test_ready_says_503_once_the_translation_worker_has_ended(trained_folder):
+    from vanilla_transformer.serving.app import create_app
+    from vanilla_transformer.serving.engine import EngineSettings, load_engine
+
+    app = create_app(lambda: load_engine(EngineSettings(str(trained_folder), threads=1)))
+    with in_process(app, log_level="warning") as url:
+        wait_for(lambda: answers(url + "/ready"), timeout=30)
+        app.state.server.batcher.stop(timeout=30)  # as a worker that failed: nothing would answer the queue
+        ended = httpx.get(url + "/ready")
+        assert ended.status_code == 503 and ended.json() == {"status": "failed"}

@@ -112,6 +112,19 @@ class Port(int):
         return number
 
 
+def at_most(kind, most):
+    """A checked type (`kind`) whose values are at most `most` too."""
+
+    def checked(value):
+        number = kind(value)
+        if number > most:
+            raise argparse.ArgumentTypeError(f"expected at most {most}, got {value}")
+        return number
+
+    checked.__name__ = kind.__name__  # argparse names a type by it: "invalid PositiveInt value"
+    return checked
+
+
 CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat, FiniteFloat, Port, Seed)
 
 

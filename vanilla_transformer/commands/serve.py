@@ -21,6 +21,7 @@ from ..training.options.argument_types import (
     Port,
     PositiveFloat,
     PositiveInt,
+    at_most,
 )
 from .engine import checked_engine, flag_error
 from .process_settings import apply_decoding_process_settings
@@ -57,6 +58,8 @@ def settings_flags(parser: argparse.ArgumentParser, settings, skip=()) -> None:
             kind = PositiveInt if kind is int else PositiveFloat
         elif setting.metadata.get("non_negative"):
             kind = NonNegativeInt if kind is int else NonNegativeFloat
+        if setting.metadata.get("most") is not None:
+            kind = at_most(kind, setting.metadata["most"])
         parser.add_argument(
             "--" + setting.name.replace("_", "-"), type=kind, default=setting.default,
             choices=setting.metadata.get("choices"), help=setting.metadata["help"],

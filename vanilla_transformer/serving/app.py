@@ -79,9 +79,11 @@ class ServerState:
         return self.drain_started is not None
 
     def drain(self) -> None:
-        """Answer no new work (503): the server is stopping."""
+        """Answer no new work (503), and what is queued without waiting for fuller batches: the server is stopping."""
         if self.drain_started is None:
             self.drain_started = time.monotonic()
+            if self.batcher is not None:
+                self.batcher.hurry()
 
     def drain_left(self) -> float:
         """Seconds left of the drain's `drain_timeout`, which the requests in progress and the queue share."""
@@ -178,8 +180,8 @@ async def health():
 
 async def ready(request: Request):
     state = request.app.state.server
-    if state.draining or state.batcher is None:
-        status = "draining" if state.draining else ("failed" if state.error else "loading")
+    if state.draining or state.batcher is None or not state.batcher.worker.is_alive():  # a worker that failed
+        status = "draining" if state.draining else ("failed" if state.error or state.batcher else "loading")
         return JSONResponse({"status": status}, status_code=503)
     return {"status": "ready", "engine": state.engine.name}
 

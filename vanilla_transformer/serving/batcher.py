@@ -93,6 +93,7 @@ class Batcher:
         self.open_jobs = 0  # accepted and not yet answered
         self.tokens_per_second = None  # of the last batch: the queue's expected rate, for Retry-After
         self.stopping = False
+        self.hurried = False  # no batch waits for more sentences: none will come
         self.worker = threading.Thread(target=self.run, name="translation-worker", daemon=True)
 
     def start(self) -> None:
@@ -146,12 +147,18 @@ class Batcher:
         rate = self.tokens_per_second or 0
         return max(1, round(self.queued_tokens / rate)) if rate else 1
 
+    def hurry(self) -> None:
+        """Translate what is queued without waiting for fuller batches (a drain: no new requests come)."""
+        with self.condition:
+            self.hurried = True
+            self.condition.notify()
+
     def stop(self, timeout: float | None = None) -> bool:
         """Refuse new work, translate what is queued, and end the worker; whether it ended within `timeout`."""
         with self.condition:
             self.stopping = True
             self.condition.notify()
-        self.worker.join(timeout)
+        self.worker.join(None if timeout is None else min(timeout, threading.TIMEOUT_MAX))
         return not self.worker.is_alive()
 
     def run(self) -> None:
@@ -163,7 +170,8 @@ class Batcher:
 
     def next_batch(self) -> list[Entry] | None:
         """The next batch: the oldest sentence and those of the same search after it, up to the token budget, once
-        the budget is full or the oldest has waited `max_wait`; None once stopping with nothing queued."""
+        the budget is full or the oldest has waited `max_wait` (at once when hurried or stopping); None once stopping
+        with nothing queued."""
         with self.condition:
             while True:
                 if not self.pending:
@@ -175,9 +183,9 @@ class Batcher:
                 waited = time.monotonic() - first.job.arrived
                 ready = [entry for entry in self.pending if entry.search == first.search]
                 tokens = sum(entry.length for entry in ready)
-                if tokens >= self.max_batch_tokens or waited >= self.max_wait or self.stopping:
+                if tokens >= self.max_batch_tokens or waited >= self.max_wait or self.stopping or self.hurried:
                     break
-                self.condition.wait(self.max_wait - waited)
+                self.condition.wait(min(self.max_wait - waited, threading.TIMEOUT_MAX))  # a wait of years: no end
             batch, tokens = [], 0
             for entry in ready:
                 if batch and tokens + entry.length > self.max_batch_tokens:
