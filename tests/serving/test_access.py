@@ -52,3 +52,8 @@ def test_a_key_file_that_is_not_utf8_names_its_line(tmp_path):
     path.write_bytes(b"alpha 60\nbeta\n\xffgamma\n")
     with pytest.raises(KeyFileError, match=r"keys.txt, line 3: not UTF-8 \(invalid start byte\)"):
         read_key_file(str(path))
+
+
+def test_a_key_file_that_never_ends_is_refused_once_it_is_too_long_for_one():
+    with pytest.raises(KeyFileError, match=r"^/dev/zero: over 16 MiB, so not a key file$"):
+        read_key_file("/dev/zero")  # read for ever, into all memory

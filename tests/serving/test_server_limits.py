@@ -160,6 +160,26 @@ def test_sigterm_during_start_up_exits_0_without_listening(trained_folder, tmp_p
         assert "Uvicorn running" not in server.output()
 
 
+def test_sigterm_while_a_key_file_waits_for_its_writer_exits_0(trained_folder, tmp_path):
+    fifo = tmp_path / "keys.fifo"
+    os.mkfifo(fifo)  # no writer: opening it waits for one
+    with serving(trained_folder, "--api-keys", str(fifo), tmp_path=tmp_path, ready=False) as server:
+        writers = []  # a writer's descriptor, once the server opens the FIFO: then it reads, waiting for keys
+        wait_for(lambda: writers.append(opened_for_writing(fifo)) or writers[-1] is not None)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.output()[-3000:]
+        assert "Uvicorn running" not in server.output()
+        os.close(writers[-1])
+
+
+def opened_for_writing(fifo) -> int | None:
+    """A writer's descriptor of `fifo`, once a reader has it open (before: none, ENXIO)."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+
+
 def test_a_killed_ctranslate2_server_restarts_on_its_export_and_leaves_no_other(trained_folder, tmp_path):
     env = {"TMPDIR": str(tmp_path)}
     exports = tmp_path / "vanilla-transformer-ct2"

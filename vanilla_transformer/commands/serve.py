@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import typing
 
 from ..errors import CommandError, MissingDependencyError
@@ -91,18 +90,28 @@ def check_address(host: str, port: int) -> None:
                 raise CommandError(message, exit_code=2) from error
 
 
+class StoppedStarting(BaseException):
+    """A stop signal that came while the server started, before it listens: the end of a normal run."""
+
+
+def stop_starting(signum: int, frame) -> None:
+    raise StoppedStarting()
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    """The server, until SIGTERM or SIGINT: a stop signal that comes while it starts ends it at once, exit status 0."""
-    stopped = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in STOP_SIGNALS}
+    """The server, until SIGTERM or SIGINT: a stop signal that comes while it starts (reading a key file that never
+    ends, say) ends it at once, exit status 0."""
+    previous = {sig: signal.signal(sig, stop_starting) for sig in STOP_SIGNALS}
     try:
-        return run_server(args, stopped)
+        return run_server(args)
+    except StoppedStarting:
+        return 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
+def run_server(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
@@ -143,8 +152,6 @@ def run_server(args: argparse.Namespace, stopped: threading.Event) -> int:
     # normal run (exit status 0) rather than a kill, and stops the server if a signal comes before uvicorn's own
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
-    if stopped.is_set():
-        return 0
     server.run()
     if failures:
         raise CommandError(f"MODEL {args.model}: could not load it: {failures[0]}", exit_code=1)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .fields import WHOLE_NUMBER
 
 WINDOW = 60.0  # seconds: the limits are per minute
+LARGEST = 16 * 2**20  # bytes of a key file: some hundred thousand keys
 
 
 class KeyFileError(ValueError):
@@ -27,9 +28,11 @@ def read_key_file(path: str) -> dict[str, int | None]:
     """{key: requests per minute, or None for no limit}."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = handle.read(LARGEST + 1)
     except OSError as error:
         raise KeyFileError(f"{path}: {error.strerror}") from error
+    if len(data) > LARGEST:  # a device that never ends (/dev/zero), or another file named by mistake
+        raise KeyFileError(f"{path}: over {LARGEST // 2**20} MiB, so not a key file")
     try:
         lines = data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as error:
