@@ -2,11 +2,13 @@
 
 import json
 import os
+import shutil
 
 import pytest
 from vanilla_transformer.training.run.state import forget_metrics_after
 
-from vanilla_transformer.folders import replacing, write_atomically
+from vanilla_transformer.errors import FolderWriteError
+from vanilla_transformer.folders import replacing, staged_folder, write_atomically
 
 
 def umask_now() -> int:
@@ -49,3 +51,23 @@ def test_a_resumed_runs_metrics_are_rewritten_whole_and_keep_a_file_named_like_a
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (tmp_path / "metrics.jsonl.tmp").read_text() == "my notes"
     assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "metrics.jsonl.tmp"]
+
+
+def test_a_staged_folder_replaces_the_old_whole_and_an_old_one_moved_aside_stays_until_replaced(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    aside = tmp_path / ".model.staging-0123456789ab.replaced"  # a replace killed after moving the old aside
+    stale = tmp_path / ".model.staging-ba9876543210"  # a killed write's
+    for folder in (aside, stale):
+        folder.mkdir()
+    with staged_folder(str(out)) as staging:
+        with open(os.path.join(staging, "new.txt"), "w") as handle:
+            handle.write("new")
+    assert os.listdir(out) == ["new.txt"] and os.listdir(tmp_path) == ["model"]
+    shutil.rmtree(out)
+    aside.mkdir()  # the only copy of the old folder, while no new one has replaced it
+    with pytest.raises(FolderWriteError, match=f"^{out}: could not be written: .*No such file"):
+        with staged_folder(str(out)) as staging:
+            open(os.path.join(staging, "no-such-folder", "new.txt"), "w")
+    assert os.listdir(tmp_path) == [aside.name]

@@ -8,6 +8,8 @@ import signal
 import threading
 import uuid
 
+from .errors import FolderWriteError, one_line
+
 
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
     """`out` must be new or an empty folder, unless `overwrite`; and never the folder or file being read
@@ -49,26 +51,50 @@ def holds(folder: str, path) -> bool:
 @contextlib.contextmanager
 def staged_folder(out: str):
     """A new temporary folder beside `out` to write into: when the block ends, it replaces `out`; if the block
-    raises, it is removed and `out` is left as it was. One that a killed write of `out` left is removed first. The
-    folder gets the permissions a new folder gets (the umask's), not a temporary folder's (the owner's only)."""
+    raises, it is removed and `out` is left as it was (an OSError on the way, a full disk, is a `FolderWriteError`
+    naming `out`). One that a killed write of `out` left is removed first. The folder gets the permissions a new
+    folder gets (the umask's), not a temporary folder's (the owner's only)."""
+    from safetensors import SafetensorError  # the weights' writer reports an OSError as its own
+
     parent, prefix = os.path.dirname(os.path.abspath(out)), f".{os.path.basename(os.path.abspath(out))}.staging-"
-    os.makedirs(parent, exist_ok=True)
-    left = re.compile(re.escape(prefix) + "[0-9a-f]{12}")
-    for name in os.listdir(parent):
-        if left.fullmatch(name):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     staging = os.path.join(parent, prefix + uuid.uuid4().hex[:12])
-    os.mkdir(staging)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        left = re.compile(re.escape(prefix) + r"[0-9a-f]{12}(\.replaced)?")
+        for name in os.listdir(parent):
+            found = left.fullmatch(name)  # an old `out` moved aside is kept while no `out` replaced it
+            if found and (not found.group(1) or os.path.lexists(out)):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        os.mkdir(staging)
+    except OSError as error:
+        raise FolderWriteError(f"{out}: could not be written: {one_line(error)}") from error
     try:
         yield staging
-        if os.path.isdir(out):
-            shutil.rmtree(out)
-        elif os.path.exists(out):
-            os.remove(out)
-        os.replace(staging, out)
+        move_into_place(staging, out)
+    except (OSError, SafetensorError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise FolderWriteError(f"{out}: could not be written: {one_line(error)}") from error
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def move_into_place(staging: str, out: str) -> None:
+    """`staging` renamed to `out`; what `out` was is moved aside first, and back if the rename fails, then removed."""
+    aside = staging + ".replaced"
+    if not os.path.lexists(out):
+        os.replace(staging, out)
+        return
+    os.replace(out, aside)
+    try:
+        os.replace(staging, out)
+    except OSError:
+        os.replace(aside, out)
+        raise
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside)
+    else:
+        os.remove(aside)
 
 
 def new_file_beside(path: str) -> str:

@@ -1,6 +1,9 @@
 """`vanilla-transformer demo` and `export --to space`: what the app computes for each view, and a Space folder that
 runs on its own. The app in a real browser: tests/demo/test_demo_browser.py."""
 
+import os
+import resource
+import shutil
 import subprocess
 import sys
 
@@ -117,6 +120,32 @@ def test_export_to_space_keeps_a_folder_with_files_and_rejects_quantization(trai
     assert main(args + ["--quantization", "int8"]) == 2
     assert "--quantization applies to --to ctranslate2" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_spaces_title_of_any_characters_is_its_cards_title(trained_folder, tmp_path):
+    import yaml
+
+    odd = tmp_path / "odd: name #1"
+    shutil.copytree(trained_folder, odd)
+    assert main(["export", "--model", str(odd), "--to", "space", "--out", str(tmp_path / "space")]) == 0
+    header = (tmp_path / "space" / "README.md").read_text(encoding="utf-8").split("---\n")[1]
+    assert yaml.safe_load(header)["title"] == "vanilla-transformer odd: name #1"
+
+
+def test_a_space_too_large_for_the_system_is_one_line_and_the_old_folder_stays(trained_folder, tmp_path):
+    """A file size limit (`ulimit -f`): the weights' writer failed with a SafetensorError traceback."""
+    out = tmp_path / "space"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    command = ["export", "--model", str(trained_folder), "--to", "space", "--out", str(out), "--overwrite"]
+    script = f"import sys; from vanilla_transformer.cli import main; sys.exit(main({command!r}))"
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))  # noqa: E731
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith(f"error: --out {out}: could not be written: ")
+    assert "File too large" in done.stderr.splitlines()[-1]
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and sorted(os.listdir(tmp_path)) == ["space"]
 
 
 def test_demo_with_a_folder_that_is_not_a_model_says_so_before_serving(tmp_path, capsys):

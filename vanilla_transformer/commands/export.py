@@ -4,7 +4,7 @@ Space folder running the demo."""
 import argparse
 import os
 
-from ..errors import CommandError
+from ..errors import CommandError, FolderWriteError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..folders import holds
 from ..model_folder import load_model_folder
@@ -37,15 +37,17 @@ def export_command(args: argparse.Namespace) -> int:
     if os.path.exists(args.model) and holds(args.out, args.model):  # before the model loads
         raise CommandError(f"--out {args.out} holds --model {args.model}: write to another folder", exit_code=2)
     check_outside_model(args.out, args.model, "--out")
-    if args.to == "space":
-        return export_space(args.model, args.out, args.quantization, args.overwrite)
-    model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
     try:
+        if args.to == "space":
+            return export_space(args.model, args.out, args.quantization, args.overwrite)
+        model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
         out = export_ctranslate2(
             model, args.out, quantization=args.quantization, tokenizer=tokenizer, overwrite=args.overwrite
         )
     except ExportError as error:
         raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
+    except FolderWriteError as error:  # a full disk: the folder named by its flag
+        raise CommandError(f"--out {error}") from error
     print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
     return 0
 

@@ -14,6 +14,7 @@ The folder written runs on its own, as a Space or locally with `python app.py`:
 
 import importlib.metadata
 import inspect
+import json
 import os
 import re
 import shutil
@@ -38,12 +39,12 @@ if __name__ == "__main__":
     demo.launch()
 '''
 SPACE_README = """---
-title: {title}
+title: {quoted_title}
 emoji: 🔤
 colorFrom: indigo
 colorTo: blue
 sdk: gradio
-sdk_version: {gradio_version}
+sdk_version: {version}
 app_file: app.py
 pinned: false
 ---
@@ -119,7 +120,8 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
         copy_package(staging)
         write(staging, "app.py", APP.format(title=title))
         write(staging, "requirements.txt", "\n".join(requirements()) + "\n")
-        write(staging, "README.md", SPACE_README.format(title=title, gradio_version=gradio.__version__))
+        quoted = json.dumps(title, ensure_ascii=False)  # YAML's double-quoted string: a title of any characters
+        write(staging, "README.md", SPACE_README.format(title=title, quoted_title=quoted, version=gradio.__version__))
     return out
 
 
