@@ -1137,9 +1137,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     ) -> "VanillaTransformerLMOutput":
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
-            Target token ids; positions set to -100 are ignored. When given, `decoder_input_ids` default to the
-            labels shifted right and the returned loss is the mean token cross-entropy (the training criterion,
-            `vanilla_transformer.training`, adds label smoothing through `smoothing`).
+            Target token ids; positions set to -100 are ignored (labels all -100: loss 0, and no gradient). When
+            given, `decoder_input_ids` default to the labels shifted right and the returned loss is the mean token
+            cross-entropy (the training criterion, `vanilla_transformer.training`, adds label smoothing through
+            `smoothing`).
         skip_logits (`bool`, *optional*, defaults to `False`):
             With `labels`: the loss without the logits, which are never made whole (`linear_cross_entropy`, a chunk
             of tokens at a time) and returned as None; the convention of Liger-Kernel and of the Trainer's
@@ -1164,8 +1165,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, smoothing, skip_logits)
         if labels is not None:
-            # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch
+            # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch. A
+            # batch of none (every label -100) has loss 0 and no gradient: 0 / 0 would make every weight NaN
             tokens = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
+            tokens = tokens.clamp(min=1) if isinstance(tokens, torch.Tensor) else max(tokens, 1)
             loss, nll_loss = loss / tokens, nll_loss / tokens if smoothing else None
         return VanillaTransformerLMOutput(
             loss=loss,

@@ -120,6 +120,17 @@ def test_skip_logits_gives_the_models_loss_without_logits_and_the_same_gradients
     assert model(**batch).nll_loss is None  # no smoothing: the loss is the cross-entropy, returned once
 
 
+def test_a_batch_whose_labels_are_all_ignored_has_loss_0_and_no_gradient():
+    """0 tokens made the mean 0 / 0: a NaN loss whose gradient turned every weight NaN at the next step."""
+    model = tiny_model(seed=5)
+    batch = {"input_ids": torch.randint(3, 50, (2, 6)), "labels": torch.full((2, 5), -100)}
+    for skip_logits in (False, True):
+        out = model(**batch, smoothing=0.1, skip_logits=skip_logits)
+        grads = torch.autograd.grad(out.loss, list(model.parameters()), allow_unused=True)
+        assert out.loss.item() == 0 and out.nll_loss.item() == 0
+        assert all(grad is None or grad.eq(0).all() for grad in grads)
+
+
 def test_skip_logits_needs_labels_and_leaves_a_replaced_head_to_make_its_logits():
     model = tiny_model(seed=4)
     ids = torch.randint(3, 50, (2, 4))
