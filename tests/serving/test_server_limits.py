@@ -1,6 +1,7 @@
 """The server under pressure: API keys and their limits, a full queue, deadlines, loading and draining."""
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -118,14 +119,25 @@ def test_ready_says_503_until_the_model_is_loaded_and_translations_wait_for_it(t
         release.set()
 
 
-def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_flags(exported_folder, capsys):
+def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_flags(exported_folder, tmp_path,
+                                                                                     capsys):  # fmt: skip
     from vanilla_transformer.cli import main
 
     from ..apps import free_port
 
-    # an export has no model card: its languages must be given
-    assert main(["serve", str(exported_folder), "--port", str(free_port()), "--log-level", "error"]) == 1
+    serve = ["serve", str(exported_folder), "--port", str(free_port()), "--log-level", "error"]
+    # an export has no model card: its languages must be given, and are checked before the server listens
+    assert main(serve) == 2
     assert "give them with --source-lang and --target-lang" in capsys.readouterr().err
+    for flags, named in ((["--source-lang", "auto"], "--source-lang 'auto'"), (["--target-lang="], "--target-lang ''")):
+        assert main(serve + ["--source-lang", "en", "--target-lang", "de", *flags]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {named}: expected a language code such as en or pt-BR")
+    cut = tmp_path / "cut"
+    shutil.copytree(exported_folder, cut)
+    (cut / "model.bin").write_bytes((cut / "model.bin").read_bytes()[:1000])
+    serve[1] = str(cut)
+    assert main(serve + ["--source-lang", "en", "--target-lang", "de"]) == 1
+    assert capsys.readouterr().err.startswith(f"error: MODEL {cut}: could not load it: ")
 
 
 def held_back(module: str, function: str, seconds: float) -> list[str]:

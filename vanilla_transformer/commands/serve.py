@@ -118,7 +118,7 @@ def run_server(args: argparse.Namespace) -> int:
         from ..serving.access import KeyFileError, KeyRing, read_key_file
         from ..serving.app import create_app
         from ..serving.connections import header_timeout_protocol
-        from ..serving.engine import load_engine
+        from ..serving.engine import languages, load_engine
         from ..serving.settings import EngineSettings, ServerSettings
     except ImportError as error:
         raise MissingDependencyError(f"{SERVE_EXTRA} ({error})") from error
@@ -130,6 +130,10 @@ def run_server(args: argparse.Namespace) -> int:
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
+    try:
+        languages(engine)  # before the server listens: no card, or a code that is not one, is bad input
+    except ValueError as error:
+        raise CommandError(str(error), exit_code=2) from error
     try:
         placement = engine.placement
     except PlacementError as error:

@@ -113,8 +113,14 @@ def process_runs(pid: int) -> bool:
 
 
 def languages(settings: EngineSettings) -> tuple[str, str]:
-    """The source and target languages: the flags, else the model card's (`language: [source, target]`)."""
+    """The source and target languages: the flags, else the model card's (`language: [source, target]`); a
+    ValueError names a flag or card whose code is not one."""
     card = card_languages(settings.model)
+    for flag, code in (("--source-lang", settings.source_lang), ("--target-lang", settings.target_lang)):
+        if code is not None:
+            check_language(code, flag)
+    for code in card or ():
+        check_language(code, f"{settings.model}: the model card's language")
     source = settings.source_lang or (card[0] if card else None)
     target = settings.target_lang or (card[1] if card else None)
     if not source or not target:
@@ -123,3 +129,11 @@ def languages(settings: EngineSettings) -> tuple[str, str]:
             "give them with --source-lang and --target-lang"
         )
     return source, target
+
+
+def check_language(code: str, where: str) -> None:
+    """A ValueError, starting with `where`, for a code that no request could name: empty, with spaces, or `auto`
+    (which a request gives as its source to have it detected)."""
+    if not code or any(character.isspace() for character in code) or code == "auto":
+        raise ValueError(f"{where} {code!r}: expected a language code such as en or pt-BR (auto is for requests: "
+                         "detect the language)")  # fmt: skip
