@@ -448,6 +448,7 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     save_file({**weights, "model.decoder.layers.9.ffn.w_1.bias": torch.zeros(3)}, more / "model.safetensors")
     expected = {
         empty: f"{empty}: no config.json, so not a model folder",
+        trained_folder / "config.json": f"{trained_folder / 'config.json'}: a file, not a model folder",
         missing: f"{missing}: no such folder",
         no_tokenizer: f"{no_tokenizer}: could not load a model folder: ",
         wrong_type: f"{wrong_type}: could not load a model folder: Validation error for field 'vocab_size'",

@@ -144,8 +144,8 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 def check_model_type(path, where: str) -> None:
     """A folder (or Hub repository) of another model type fails here, in one line naming the import that brings it
-    in, rather than deep inside the library; a fairseq checkpoint file likewise; so do a folder without a
-    config.json and a path that is no folder and cannot be a Hub name."""
+    in, rather than deep inside the library; a fairseq checkpoint file likewise; so do another file, a folder
+    without a config.json and a path that is no folder and cannot be a Hub name."""
     from transformers import PreTrainedConfig
 
     path = str(path)
@@ -158,6 +158,8 @@ def check_model_type(path, where: str) -> None:
             f"{where}: a checkpoint file, not a model folder; if it is a fairseq Transformer, bring it in with: "
             f"vanilla-transformer import --from fairseq {path} --out DIR --trust-pickle"
         )
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ModelFolderError(f"{where}: a file, not a model folder (its config.json's folder, say)")
     try:
         config, _ = PreTrainedConfig.get_config_dict(path)
     except (OSError, ValueError):

@@ -167,6 +167,8 @@ def test_demo_on_an_address_it_cannot_listen_on_says_so_before_loading(tmp_path,
         assert f"error: --host 127.0.0.1 --port {port}: cannot listen there" in capsys.readouterr().err
     assert main(["demo", "--model", str(tmp_path / "no-model"), "--host", "no-such-host.invalid"]) == 2
     assert "error: --host no-such-host.invalid: " in capsys.readouterr().err
+    assert main(["demo", "--model", str(tmp_path / "no-model"), "--host", ""]) == 2  # every interface, unasked
+    assert capsys.readouterr().err == "error: --host '': expected a host name or address (0.0.0.0: every interface)\n"
 
 
 def test_the_demo_and_its_space_refuse_a_model_a_study_took_apart(tmp_path):

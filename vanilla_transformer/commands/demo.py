@@ -22,7 +22,7 @@ def demo_command_parser(subparsers) -> argparse.ArgumentParser:
 def demo_command(args: argparse.Namespace) -> int:
     from ..demo.app import launch
 
-    check_address(args.host, args.port or 0)  # 0: any port, as Gradio picks one; the host must resolve
+    check_address(args.host, args.port)  # None: any port, as Gradio picks one; the host must resolve
     placement = Placement(device=args.device, dtype=args.dtype)
     try:
         launch(args.model, args.port, args.share, args.host, where=f"--model {args.model}", placement=placement)

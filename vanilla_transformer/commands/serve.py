@@ -71,11 +71,14 @@ def settings_from(args: argparse.Namespace, settings, **given):
                     **given)  # fmt: skip
 
 
-def check_address(host: str, port: int) -> None:
-    """That the server can listen on --host and --port, tried before anything loads: a name that does not resolve
-    or an address in use is named here (uvicorn would exit while the model loads, and the process abort)."""
+def check_address(host: str, port: int | None) -> None:
+    """That the server can listen on --host and --port (None: any port), tried before anything loads: an empty host
+    (which would be every interface), a name that does not resolve or an address in use is named here (uvicorn
+    would exit while the model loads, and the process abort)."""
+    if not host.strip():
+        raise CommandError(f"--host {host!r}: expected a host name or address (0.0.0.0: every interface)", 2)
     try:
-        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        addresses = socket.getaddrinfo(host, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
         raise CommandError(f"--host {host}: {error.strerror}", exit_code=2) from error
     for family, kind, protocol, _, address in addresses:  # each, as asyncio binds them
@@ -86,7 +89,8 @@ def check_address(host: str, port: int) -> None:
             try:
                 probe.bind(address)
             except OSError as error:
-                message = f"--host {host} --port {port}: cannot listen there: {error.strerror}"
+                where = f"--host {host}" + (f" --port {port}" if port else "")
+                message = f"{where}: cannot listen there: {error.strerror}"
                 raise CommandError(message, exit_code=2) from error
 
 
