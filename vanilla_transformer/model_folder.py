@@ -1,6 +1,7 @@
 """A model folder and its tokenizer: loading them (one tokenizer rule for every caller), and encoding text within the
 model's positions (one truncation rule, with its warning, for every caller)."""
 
+import json
 import logging
 import os
 import re
@@ -25,7 +26,7 @@ def load_model_folder(path: str, where: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, StrictDataclassError) as error:
-        raise ModelFolderError(f"{where}: {cannot_load(path)}: {one_line(error)}") from error
+        raise ModelFolderError(f"{where}: {cannot_load(path)}{missing_tokenizer(path)}: {one_line(error)}") from error
     model = load_weights(AutoModelForSeq2SeqLM, path, where).eval()
     try:
         check_tokenizer_matches(model.config, tokenizer, where)
@@ -105,6 +106,19 @@ def read_generation_config(folder: str, where: str):
         reason = f"not a generation config the library reads: {one_line(error)}"
         raise ModelFolderError(f"{where}: generation_config.json is {reason}") from error
     return config
+
+
+def missing_tokenizer(path: str) -> str:
+    """", which has no tokenizer.json", for a folder whose tokenizer the library looks for in files it lacks."""
+    config = os.path.join(path, "tokenizer_config.json")
+    if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "tokenizer.json")):
+        return ""
+    try:
+        with open(config, encoding="utf-8") as handle:
+            backend = json.load(handle).get("backend")
+    except (OSError, ValueError, AttributeError):  # none, or not an object: the library's own message says it
+        return ", which has no tokenizer.json" if not os.path.exists(config) else ""
+    return ", which has no tokenizer.json" if backend == "tokenizers" else ""
 
 
 def cannot_load(path: str) -> str:
