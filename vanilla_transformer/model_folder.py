@@ -109,7 +109,7 @@ def read_generation_config(folder: str, where: str):
 
 
 def missing_tokenizer(path: str) -> str:
-    """", which has no tokenizer.json", for a folder whose tokenizer the library looks for in files it lacks."""
+    """What a message adds for a folder whose tokenizer the library looks for in a tokenizer.json it lacks."""
     config = os.path.join(path, "tokenizer_config.json")
     if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "tokenizer.json")):
         return ""
