@@ -85,6 +85,10 @@ def test_a_size_flag_that_disagrees_with_the_folder_is_named(imported_fairseq):
         resolve(args)
     resolved = resolve(TrainArguments.from_options(init_from=str(folder), max_steps=1))
     assert resolved.model.d_model == 16 and resolved.tokenizer.tokenizer_name == str(folder)
+    for option, flag in (({"vocab_size": 999}, "--vocab-size 999"), ({"lowercase": True}, "--lowercase")):
+        args = TrainArguments.from_options(init_from=str(folder), max_steps=1, **option)
+        with pytest.raises(ArgumentsError, match=f"^{flag}: a run with --init-from uses the folder's tokenizer"):
+            resolve(args)  # the flag was dropped, unsaid
 
 
 @pytest.mark.parametrize("damage", ["no weights", "cut weights", "other shapes", "fewer weights"])

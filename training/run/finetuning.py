@@ -4,7 +4,8 @@ weights, the architecture and the tokenizer; the run's data, schedule and evalua
 
 The architecture's flags take the folder's values (so that the schedule's d_model, the length limits of learned
 positions and the card describe the model trained); one given on the command line must agree with the folder. The
-dropout flags, where given, replace the folder's rates for this run.
+dropout flags, where given, replace the folder's rates for this run. No tokenizer is trained: the flags of one
+(--vocab-size, --bpe-sample-size, --lowercase) are refused.
 """
 
 import os
@@ -13,7 +14,7 @@ from ...configuration import VanillaTransformerConfig, check_tokenizer_matches
 from ...errors import ModelFolderError
 from ...model_folder import load_weights
 from ...modeling import VanillaTransformerForConditionalGeneration
-from ..options.argument_types import ArgumentsError, flag_name
+from ..options.argument_types import ArgumentsError, flag_name, option_flag
 
 # ModelArguments' architecture fields, each named as the configuration's field it sets
 ARCHITECTURE = (
@@ -28,6 +29,7 @@ ARCHITECTURE = (
     "share_embeddings",
 )
 DROPOUTS = ("dropout", "attention_dropout", "activation_dropout")
+TOKENIZER_TRAINING = ("vocab_size", "bpe_sample_size", "lowercase")  # TokenizerArguments' for a new tokenizer
 
 
 def folder_config(folder: str) -> VanillaTransformerConfig:
@@ -48,6 +50,10 @@ def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
     agree) and dropout rates (unless given), and its tokenizer."""
     if given.get("tokenizer_name") not in (None, folder):
         raise ArgumentsError("--tokenizer-name: a run with --init-from uses the folder's tokenizer")
+    for option in TOKENIZER_TRAINING:  # no tokenizer is trained: a flag for its training would be dropped unsaid
+        if given.get(option) != defaults.get(option):
+            raise ArgumentsError(f"{option_flag(option, given[option])}: a run with --init-from uses the folder's "
+                                 "tokenizer, and trains none")  # fmt: skip
     config = folder_config(folder)
     if os.path.isdir(folder) and not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES):
         raise ArgumentsError(f"--init-from {folder}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); expected a model "
