@@ -748,6 +748,17 @@ def test_the_card_names_the_checkpoints_averaged_where_the_run_saved_fewer(tmp_p
     assert json.loads((out / "eval_results.json").read_text())["checkpoints_averaged"] == 2
 
 
+def test_a_run_that_saved_no_checkpoint_to_average_keeps_its_last_updates_weights(tmp_path, data_files, capsys):
+    """An epoch's checkpoint never came: the run trained to its end, then wrote no model."""
+    out = tmp_path / "run"
+    flags = "--max-steps 2 --save-strategy epoch --average-checkpoints 3 --eval-steps 0"
+    assert train_cli(data_files, out, flags, *TINY_MODEL_FLAGS) == 0
+    assert "--average-checkpoints 3: the run saved no checkpoint to average" in capsys.readouterr().out
+    assert "the final weights are those of the last update;" in (out / "README.md").read_text()
+    assert json.loads((out / "eval_results.json").read_text())["checkpoints_averaged"] == 0
+    assert (out / "model.safetensors").is_file()
+
+
 def test_a_resume_with_no_update_left_is_refused_before_anything_is_written(tmp_path, data_files, capsys):
     out = tmp_path / "run"
     assert train_cli(data_files, out, "--max-steps 2 --save-steps 2 --eval-steps 0", *TINY_MODEL_FLAGS) == 0

@@ -138,7 +138,7 @@ def loss_lines(model: ModelArguments, optimisation: OptimisationArguments) -> li
 def final_weights(checkpoints: CheckpointArguments, results: dict) -> str:
     """Which weights the model holds: the last update's, or the average of the last checkpoints (of whole epochs
     with --save-strategy epoch), or the one of the two that --tune-averaging chose on validation."""
-    if checkpoints.average_checkpoints == 1:
+    if checkpoints.average_checkpoints == 1 or results.get("checkpoints_averaged") == 0:  # none saved to average
         return "the final weights are those of the last update;"
     unit = "epoch checkpoints" if checkpoints.save_strategy == "epoch" else "checkpoints"
     search = results.get("averaging_search")

@@ -41,7 +41,11 @@ def finish(run: Run) -> tuple:
         results["dropped_pairs"] = dropped
     tuned = None  # the validation search of the weights kept, when --tune-averaging has run it
     averaging = run.checkpoints.average_checkpoints
-    if averaging > 1 and run.checkpoints.tune_averaging and "validation" in run.tokenized:
+    if averaging > 1 and not list_checkpoints(run.output_dir):  # the run ended before its first save: keep its work
+        accelerator.print(f"warning: --average-checkpoints {averaging}: the run saved no checkpoint to average (it "
+                          "ended before its first save); the model keeps the last update's weights")  # fmt: skip
+        results["checkpoints_averaged"] = 0
+    elif averaging > 1 and run.checkpoints.tune_averaging and "validation" in run.tokenized:
         results["averaging_search"], tuned = choose_averaging(run, unwrapped)
     elif averaging > 1:  # fewer where the run saved fewer (a short run): the card says how many
         results["checkpoints_averaged"] = average_last_checkpoints(run.output_dir, averaging, accelerator, unwrapped)
