@@ -150,6 +150,17 @@ def test_variants_apply_to_the_base_they_are_given():
     assert set(STUDIES) == {"table3", "lessons"}
 
 
+def test_a_variant_that_does_not_apply_is_said_and_a_study_of_none_that_do_is_refused(tmp_path):
+    """They were left out of the tables without a word, and a study of them alone trained the base and ended 0."""
+    lines = []
+    study = StudyArguments(study=["table3"], variants=["heads-16", "layers-half"], seeds=1, study_dir=str(tmp_path))
+    with pytest.raises(ArgumentsError, match=r"^--variants heads-16 layers-half: none applies to the base run"):
+        run_study(base_options(d_model=24, num_heads=4), study, write=lines.append)
+    assert lines == [f"{key}: does not apply to the base run (its sizes or rates); left out of the study"
+                     for key in ("heads-16", "layers-half")]  # fmt: skip
+    assert not os.listdir(tmp_path)  # refused before any run
+
+
 def test_flags_that_a_study_sets_for_its_runs_are_refused(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["ablate", "--output-dir", "somewhere"])
@@ -187,7 +198,7 @@ def test_an_interrupted_study_resumes_without_training_its_finished_runs_again(t
         time.sleep(0.2)
     first.send_signal(signal.SIGTERM)
     output = first.communicate(timeout=60)[0]
-    assert first.returncode == 128 + signal.SIGTERM, output
+    assert first.returncode == 128 + signal.SIGTERM and output.endswith("ablate: terminated\n"), output
     finished = {path: path.stat().st_mtime for path in records()}
     assert 2 <= len(finished) < variants
     assert not processes_with(f"{tmp_path}/runs")  # no train process of the study is left

@@ -7,6 +7,7 @@ import os
 import shlex
 import time
 
+from ..options.argument_types import ArgumentsError
 from .arguments import StudyArguments
 from .figures import draw_studies
 from .results import default_threshold, main_metric, reach, run_figures, variant_row, write_results
@@ -37,10 +38,22 @@ def run_study(base: dict, study: StudyArguments, studies: dict | None = None, wr
     studies = studies or study.studies()
     write = write or functools.partial(print, flush=True)  # each line as it comes, also into a file
     planned = plan_runs(base, studies, study.seeds, study.study_dir)
+    report_inapplicable(planned, study, write)
     runs = unique_runs(planned)
     write(f"{len(runs)} runs ({study.seeds} seeds of each variant) in {study.study_dir}, {study.jobs} at a time")
     train_runs(runs, launch(study), os.path.join(study.study_dir, "logs"), Progress(len(runs), write).report)
     return tabulate(planned, study)
+
+
+def report_inapplicable(planned: dict, study: StudyArguments, write) -> None:
+    """A line for each variant that does not apply to the base run (8 heads of a 12-wide model), left out of the
+    tables; an `ArgumentsError` where none of those --variants named applies."""
+    left_out = [variant.key for variants in planned.values() for variant, seeded in variants if seeded is None]
+    for key in left_out:
+        write(f"{key}: does not apply to the base run (its sizes or rates); left out of the study")
+    if study.variants is not None and set(study.variants) <= set(left_out):
+        raise ArgumentsError(f"--variants {' '.join(study.variants)}: none applies to the base run (its sizes or "
+                             "rates); choose a larger or other base")  # fmt: skip
 
 
 def launch(study: StudyArguments) -> Launch:

@@ -8,8 +8,6 @@ import dataclasses
 import json
 import os
 import shlex
-import signal
-import sys
 
 from ..corpus.output import check_output_folder
 from ..processes import usable_cores
@@ -125,8 +123,8 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         namespace.refuse(str(error))
     from ..training.studies.study import run_study
 
-    # stopped by a signal (kill, a job scheduler), as by Ctrl-C, the study stops its runs; they train again on resume
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # stopped by SIGTERM (kill, a job scheduler), as by Ctrl-C, the study stops its runs (the command line's handler
+    # raises `Terminated` here: "ablate: terminated", status 143); they train again on resume
     with reported_as(1, RuntimeError), reported_as(2, ValueError):
         for path in run_study(base, study):
             print(path)
