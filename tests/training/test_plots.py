@@ -67,6 +67,10 @@ def test_a_record_without_an_updates_fields_or_not_utf8_is_named_by_file_and_lin
         b"\xff\xfe\n": "not UTF-8 (invalid start byte at byte 0)",
         b'{"step": 4, "loss": 2.0, "nll_loss": [1], "lr": 0.1}\n': "nll_loss is [1]; expected a number",
         b'{"step": 4, "lo\n{"step": 5, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1}\n': "not JSON, and records follow it",
+        b'{"step": 4, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1, "validation_bleu": "abc"}\n':  # drawn as a category
+        "validation_bleu is 'abc'; expected a number",
+        b'{"step": 4, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1, "validation_cross_entropy": {"a": 1}}\n':  # a traceback
+        "validation_cross_entropy is {'a': 1}; expected a number",
     }
     for extra, message in cases.items():
         metrics.write_bytes(good + extra)
@@ -91,3 +95,13 @@ def test_plot_refuses_an_out_it_cannot_write_before_drawing(tmp_path, capsys):
     assert main(["plot", str(run), "--out", str(tmp_path / "curves.svg")]) == 0  # any format matplotlib writes
     assert (tmp_path / "curves.svg").read_text().lstrip().startswith("<?xml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.svg", "run"]  # and no temporary file left
+
+
+def test_curves_that_cannot_be_written_in_the_run_folder_are_one_line(tmp_path, capsys):
+    """The default image, written in the run's folder, was never checked: a failed write was a traceback."""
+    run = write_run(tmp_path / "run", steps=3)
+    (run / "training_curves.png").mkdir()  # in the way, as a folder that cannot be written would be
+    assert main(["plot", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run / 'training_curves.png'}: could not be written: ") and "Traceback" not in err
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "training_curves.png"]  # no temporary left

@@ -4,11 +4,13 @@ metrics.jsonl."""
 import json
 import os
 
-from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ...errors import MISSING_MATPLOTLIB, MissingDependencyError, OutputError, one_line
 from ...folders import replacing
 
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
 RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
+# what an evaluation's record adds, which the curves draw too
+VALIDATION_FIELDS = ("validation_bleu", "validation_bleu_lowercase", "validation_cross_entropy")
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -38,13 +40,14 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def checked_record(record, where: str) -> dict:
-    """`record` if it has an update's fields (RECORD_FIELDS), each a number; a ValueError naming `where` otherwise."""
+    """`record` if it has an update's fields (RECORD_FIELDS), each a number, as is each validation figure drawn that
+    it has (VALIDATION_FIELDS); a ValueError naming `where` otherwise."""
     missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
     if missing:
         raise ValueError(f"{where}: no {', '.join(missing)}; an update's record has {', '.join(RECORD_FIELDS)}")
-    for name in RECORD_FIELDS:
+    for name in (*RECORD_FIELDS, *(name for name in VALIDATION_FIELDS if name in record)):
         if isinstance(record[name], bool) or not isinstance(record[name], (int, float)):
-            raise ValueError(f"{where}: {name} is {record[name]!r}; expected a number")
+            raise ValueError(f"{where}: {name} is {record[name]!r:.60}; expected a number")
     return record
 
 
@@ -99,6 +102,8 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     try:
         with replacing(out, binary=True) as handle:
             fig.savefig(handle, format=os.path.splitext(out)[1][1:].lower(), dpi=100)
+    except OSError as error:  # a folder that is not writable, a full disk: nothing was replaced
+        raise OutputError(f"{out}: could not be written: {one_line(error)}") from error
     finally:
         plt.close(fig)
     return out
