@@ -125,6 +125,7 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
         (["translate", "--model", "m", "--num-beams", "1025", "x"], "--num-beams: expected a beam size from 1 to 1024"),
         (["attention", "--model", "m", "--source", "x", "--out", "o", "--num-beams", "0"], "--num-beams: expected a"),
         (["train", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
+        (["train", "--vocab-size", "1000000000"], "--vocab-size: expected a vocabulary size from 1 to 1,048,576"),
         (["train", "--tune-length-penalty", "1.0", "nan"], "--tune-length-penalty: expected a finite number"),
         (["serve", "m", "--port", "99999"], "--port: expected a port from 1 to 65535, got 99999"),
         (["demo", "--model", "m", "--port", "70000"], "--port: expected a port from 1 to 65535, got 70000"),

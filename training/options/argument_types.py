@@ -64,6 +64,20 @@ class BeamSize(int):
         return number
 
 
+MOST_VOCABULARY = 2**20  # pieces: four times the largest BPE vocabularies in use; the trainer allocates per piece
+
+
+class VocabularySize(int):
+    def __new__(cls, value):
+        number = integer(value)
+        if not 1 <= number <= MOST_VOCABULARY:
+            raise argparse.ArgumentTypeError(
+                f"expected a vocabulary size from 1 to {MOST_VOCABULARY:,} (the BPE trainer's memory grows with it), "
+                f"got {value}"
+            )
+        return number
+
+
 class NonNegativeInt(int):
     def __new__(cls, value):
         number = integer(value)
@@ -125,7 +139,17 @@ def at_most(kind, most):
     return checked
 
 
-CHECKED_TYPES = (PositiveInt, NonNegativeInt, Probability, PositiveFloat, NonNegativeFloat, FiniteFloat, Port, Seed)
+CHECKED_TYPES = (
+    PositiveInt,
+    VocabularySize,
+    NonNegativeInt,
+    Probability,
+    PositiveFloat,
+    NonNegativeFloat,
+    FiniteFloat,
+    Port,
+    Seed,
+)
 
 
 class ArgumentsError(ValueError):

@@ -24,6 +24,7 @@ from .argument_types import (
     PositiveInt,
     Probability,
     Seed,
+    VocabularySize,
     option,
 )
 from .presets import PRESETS
@@ -142,7 +143,7 @@ class ModelArguments(Checked):
 class TokenizerArguments(Checked):
     _argument_group_name = "tokenizer"
 
-    vocab_size: PositiveInt | None = option(help=f"joint BPE vocabulary size {PRESET_HELP}")
+    vocab_size: VocabularySize | None = option(help=f"joint BPE vocabulary size, at most 1,048,576 {PRESET_HELP}")
     tokenizer_name: str | None = option(help="use this tokenizer (folder or Hub name) instead of training one")
     bpe_sample_size: PositiveInt = option(
         500_000,
