@@ -107,6 +107,14 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch, capsys)
     assert capsys.readouterr().err == "\ntranslate: interrupted\n"
 
 
+def test_an_empty_file_name_for_evaluate_is_one_line(capsys):
+    assert main(["evaluate", "--model", "m", "--test-file", ""]) == 2
+    assert (
+        capsys.readouterr().err
+        == "error: --test-file: an empty string; give a value, or leave the flag out for its default\n"
+    )
+
+
 def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["train", "--streaming"])
@@ -126,6 +134,8 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
         (["attention", "--model", "m", "--source", "x", "--out", "o", "--num-beams", "0"], "--num-beams: expected a"),
         (["train", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
         (["train", "--vocab-size", "1000000000"], "--vocab-size: expected a vocabulary size from 1 to 1,048,576"),
+        (["train", "--output-dir", ""], "--output-dir: an empty string; give a value, or leave the flag out"),
+        (["ablate", "--study-dir", ""], "--study-dir: an empty string; give a value"),  # the default, unasked
         (["train", "--tune-length-penalty", "1.0", "nan"], "--tune-length-penalty: expected a finite number"),
         (["serve", "m", "--port", "99999"], "--port: expected a port from 1 to 65535, got 99999"),
         (["demo", "--model", "m", "--port", "70000"], "--port: expected a port from 1 to 65535, got 70000"),

@@ -209,9 +209,12 @@ class ArgumentParser(HfArgumentParser):
 
 def plain_value(name: str, value, kinds: tuple, listed):
     """A value given in Python for the option `name` of the `kinds` (`listed`: a list's items) that the checked types
-    do not check: a bool for a switch (the string "False" would be true), a string for a text (a path as its string),
-    a list for a list (one string would be a list of its characters); a ValueError naming the flag otherwise."""
+    do not check: a bool for a switch (the string "False" would be true), a string for a text (a path as its string;
+    not empty), a list for a list (one string would be a list of its characters); a ValueError naming the flag
+    otherwise."""
     plain = tuple(kind for kind in kinds if kind in (bool, str))
+    if value == "" and str in kinds:  # `--output-dir ''` (an unset variable): the default, unasked, was used
+        raise ValueError(f"{flag_name(name)}: an empty string; give a value, or leave the flag out for its default")
     if value is None or (plain and isinstance(value, plain)):
         return value
     if bool in kinds and isinstance(value, numpy.bool_):

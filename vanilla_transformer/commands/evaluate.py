@@ -43,7 +43,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
     """The scores as JSON on stdout (and in --output); bad data ends with status 2."""
     from ..training.data.loading import DataError
 
-    data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
+    try:
+        data, generation = DataArguments.from_namespace(args), GenerationArguments.from_namespace(args)
+    except ValueError as error:  # a value the flags' types let through: an empty file name
+        raise CommandError(str(error), exit_code=2) from error
     if data.source_lang == data.target_lang:  # as train refuses it: every pair would be scored against itself
         raise CommandError(f"--source-lang and --target-lang are both {data.source_lang!r}", exit_code=2)
     if data.streaming:  # train's flag for its training split: evaluate reads one split whole

@@ -4,7 +4,7 @@ Space folder running the demo."""
 import argparse
 import os
 
-from ..errors import CommandError, FolderWriteError
+from ..errors import CommandError, FolderWriteError, ModelFolderError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..folders import holds
 from ..model_folder import load_model_folder
@@ -63,5 +63,7 @@ def export_space(model: str, out: str, quantization: str | None, overwrite: bool
         out = write_space(model, out, overwrite=overwrite)
     except SpaceExportError as error:
         raise CommandError(f"export --to space: {error}", exit_code=2) from error
+    except ModelFolderError as error:  # its message starts with the folder: named by its flag, as the other's
+        raise ModelFolderError(f"--model {error}") from error
     print(f"Exported {model} as a Space in {out}: `python {os.path.join(out, 'app.py')}` runs it here")
     return 0
