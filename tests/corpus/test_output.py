@@ -8,7 +8,7 @@ import re
 import pytest
 
 from vanilla_transformer.corpus.jobs import Done
-from vanilla_transformer.corpus.output import Parts, Share
+from vanilla_transformer.corpus.output import Parts, Share, check_output_file
 from vanilla_transformer.errors import OutputError
 
 INPUTS = [{"input": "--input in.txt", "bytes": 10, "first_window_sha256": "ab"}]
@@ -107,3 +107,12 @@ def test_an_output_that_is_a_link_a_device_or_no_name_is_refused_not_replaced(tm
             Parts(output, Share(), INPUTS, SETTINGS)
     assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real.txt").read_text() == "kept"
     assert os.path.exists(os.devnull) and not os.path.isfile(os.devnull) and not os.path.exists(".partial")
+
+
+def test_an_output_in_a_folder_the_system_keeps_is_refused_before_any_work(tmp_path):
+    """access() says /proc and /sys are writable to root: an evaluation ran to its end, then could not write."""
+    for path in ("/proc/results.json", "/sys/results.json"):
+        with pytest.raises(OutputError, match=f"^--output {path}: not writable"):
+            check_output_file("--output", path)
+    check_output_file("--output", str(tmp_path / "results.json"))
+    assert os.listdir(tmp_path) == []  # the file it tried is gone

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import OutputError, ReaderGone
-from ..folders import why_unmakeable, write_atomically
+from ..folders import new_file_beside, why_unmakeable, write_atomically
 from ..processes import processes
 
 
@@ -105,6 +105,10 @@ def check_output_file(flag: str, path: str) -> None:
         raise OutputError(f"{flag} {path}: is a symbolic link; give the file it points to, {os.path.realpath(path)}")
     if not os.access(directory, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise OutputError(f"{flag} {path}: not writable")
+    try:  # a folder the system keeps (/sys, /proc) refuses what access() allows, root's writes among them
+        os.remove(new_file_beside(path))
+    except OSError as error:
+        raise OutputError(f"{flag} {path}: not writable ({error.strerror})") from error
 
 
 def check_output_folder(flag: str, path: str) -> None:
