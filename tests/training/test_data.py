@@ -318,6 +318,20 @@ def test_tokenizer_trains_saves_and_loads(tmp_path):
     assert loaded.decode(ids, skip_special_tokens=True) == text[1]
 
 
+def test_a_tokenizer_name_without_a_pad_token_is_named_by_its_flag(tmp_path):
+    """The run failed later, in the model's configuration, naming pad_token_id."""
+    from vanilla_transformer.training.data.bpe import build_tokenizer
+    from vanilla_transformer.training.options.arguments import TokenizerArguments
+
+    raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)
+    tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=100)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(tmp_path)
+    options = TokenizerArguments(tokenizer_name=str(tmp_path))
+    with pytest.raises(ValueError, match=f"^--tokenizer-name {tmp_path}: the tokenizer has no pad token, which a tr"):
+        build_tokenizer(options, str(tmp_path / "run"), False, None, None)
+
+
 def test_lowercase_tokenizer_lowercases_training_text_and_later_inputs(tmp_path):
     texts = ["Ein Hund läuft.", "A Dog runs.", "Zwei Hunde laufen.", "Two dogs run."] * 20
     cased = train_bpe_tokenizer(iter(texts), vocab_size=120)

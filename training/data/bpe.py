@@ -146,7 +146,12 @@ def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool
     """--tokenizer-name's tokenizer, or the joint BPE: the run folder's when `resuming`, else one trained here, or
     reused from beside the datasets cache when the same data and settings trained it before."""
     if options.tokenizer_name:
-        return load_tokenizer(options.tokenizer_name)
+        tokenizer = load_tokenizer(options.tokenizer_name)
+        lacking = [name for name in ("pad", "eos") if getattr(tokenizer, f"{name}_token_id") is None]
+        if lacking:  # the model pads batches and ends sentences with them
+            raise ValueError(f"--tokenizer-name {options.tokenizer_name}: the tokenizer has no "
+                             f"{' and no '.join(lacking)} token, which a translation model needs")  # fmt: skip
+        return tokenizer
     folder = os.path.join(output_dir, "tokenizer")
     cached = corpus.cache
     resuming = resuming and os.path.isfile(os.path.join(folder, "tokenizer.json"))
