@@ -103,6 +103,10 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     assert "error: --source-lang and --target-lang are both 'de'" in capsys.readouterr().err
     assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--streaming"]) == 2
     assert "error: --streaming streams train's training split; evaluate reads --split whole" in capsys.readouterr().err
+    reversed_pair = ["--source-lang", "de", "--target-lang", "en"]  # scored, with a word: the flags may be wrong
+    assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), *reversed_pair]) == 0
+    warning = f"warning: --model {trained_folder} translates en to de (its card); evaluating de to en (--source-lang"
+    assert warning in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ training stack's evaluation as those dataclasses."""
 import argparse
 import json
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from ..corpus.output import check_output_file
@@ -14,6 +15,7 @@ from ..folders import write_atomically
 from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
+from ..model_folder import card_languages
 from ..training.options.arguments import DataArguments, GenerationArguments
 from .corpus import add_read_window, check_outside_model
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
@@ -53,6 +55,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         raise CommandError("--streaming streams train's training split; evaluate reads --split whole", exit_code=2)
     if args.output is not None:
         check_results_file(args.output, data, args.model)
+    warn_of_other_languages(args.model, data)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
             metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
@@ -65,6 +68,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if args.output is not None:
             write_results(args.output, json.dumps(metrics, indent=2))
     return 0
+
+
+def warn_of_other_languages(model: str, data: DataArguments) -> None:
+    """A warning where the model card names another pair than the data's: the scores would be of a pair the model
+    was not trained on (a model can be scored so; the flags may be the mistake)."""
+    card = card_languages(model) if os.path.isdir(model) else None
+    if card and tuple(card) != (data.source_lang, data.target_lang):
+        print(f"warning: --model {model} translates {card[0]} to {card[1]} (its card); evaluating "
+              f"{data.source_lang} to {data.target_lang} (--source-lang, --target-lang)", file=sys.stderr)  # fmt: skip
 
 
 def is_stream(path: str) -> bool:
