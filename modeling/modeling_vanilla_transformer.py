@@ -932,6 +932,14 @@ def items_in_batch(kwargs: dict):
     return kwargs.pop("num_items_in_batch", None)
 
 
+def target_tokens(labels: torch.Tensor, num_items_in_batch=None):
+    """The target tokens a loss is the mean over: the batch's (labels not -100), or with gradient accumulation the
+    whole accumulated batch's (`num_items_in_batch`); at least 1, so that a batch of none (every label -100) has loss
+    0 and no gradient: 0 / 0 would make every weight NaN."""
+    tokens = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
+    return tokens.clamp(min=1) if isinstance(tokens, torch.Tensor) else max(tokens, 1)
+
+
 @dataclass
 class VanillaTransformerLMOutput(Seq2SeqLMOutput):
     r"""Seq2SeqLMOutput, and beside a label-smoothed `loss` the plain cross-entropy it smooths.
@@ -1164,11 +1172,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         logits, loss, nll_loss = self.logits_and_loss(outputs.last_hidden_state, labels, smoothing, skip_logits)
-        if labels is not None:
-            # the mean over target tokens; with gradient accumulation, over those of the whole accumulated batch. A
-            # batch of none (every label -100) has loss 0 and no gradient: 0 / 0 would make every weight NaN
-            tokens = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
-            tokens = tokens.clamp(min=1) if isinstance(tokens, torch.Tensor) else max(tokens, 1)
+        if labels is not None:  # the mean over the target tokens
+            tokens = target_tokens(labels, num_items_in_batch)
             loss, nll_loss = loss / tokens, nll_loss / tokens if smoothing else None
         return VanillaTransformerLMOutput(
             loss=loss,
