@@ -230,14 +230,17 @@ __all__ = ["load_model_folder", "encode_within", "truncation_warning", "vocabula
 
 def card_languages(folder: str) -> tuple[str, str] | None:
     """The (source, target) languages of a model folder's card, README.md's `language: [source, target]` as
-    `vanilla-transformer train` and the Hub write it; None where the folder has no such card."""
+    `vanilla-transformer train` and the Hub write it; None where the folder has no such card (or none it can read)."""
     import yaml
 
     path = os.path.join(folder, "README.md")
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError):  # a card that cannot be read names no languages
+        return None
     if not text.startswith("---"):
         return None
     try:

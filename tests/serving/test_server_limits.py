@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from vanilla_transformer.training.tasks.numbers import english
 
 from .conftest import SERVE, answers, burst, error_of, in_process, serving, wait_for
@@ -138,6 +139,17 @@ def test_a_model_that_does_not_load_stops_the_server_with_an_error_naming_the_fl
     serve[1] = str(cut)
     assert main(serve + ["--source-lang", "en", "--target-lang", "de"]) == 1
     assert capsys.readouterr().err.startswith(f"error: MODEL {cut}: could not load it: ")
+
+
+def test_a_cards_language_is_checked_only_where_no_flag_replaces_it(tmp_path):
+    from vanilla_transformer.serving.engine import EngineSettings, languages
+
+    (tmp_path / "README.md").write_text("---\nlanguage: [auto, de]\n---\n")
+    assert languages(EngineSettings(str(tmp_path), source_lang="en")) == ("en", "de")
+    with pytest.raises(ValueError, match=f"^{tmp_path}: its card's language 'auto': expected a language code"):
+        languages(EngineSettings(str(tmp_path)))
+    (tmp_path / "README.md").write_bytes(b"---\nlanguage: [en, de]\n---\n\xff")  # unreadable: no languages named
+    assert languages(EngineSettings(str(tmp_path), source_lang="en", target_lang="de")) == ("en", "de")
 
 
 def held_back(module: str, function: str, seconds: float) -> list[str]:

@@ -115,20 +115,25 @@ def process_runs(pid: int) -> bool:
 def languages(settings: EngineSettings) -> tuple[str, str]:
     """The source and target languages: the flags, else the model card's (`language: [source, target]`); a
     ValueError names a flag or card whose code is not one."""
-    card = card_languages(settings.model)
-    for flag, code in (("--source-lang", settings.source_lang), ("--target-lang", settings.target_lang)):
-        if code is not None:
-            check_language(code, flag)
-    for code in card or ():
-        check_language(code, f"{settings.model}: the model card's language")
-    source = settings.source_lang or (card[0] if card else None)
-    target = settings.target_lang or (card[1] if card else None)
+    card = card_languages(settings.model) or (None, None)
+    source = chosen_language(settings.source_lang, "--source-lang", card[0], settings.model)
+    target = chosen_language(settings.target_lang, "--target-lang", card[1], settings.model)
     if not source or not target:
         raise ValueError(
             f"{settings.model}: its languages are not in a model card (README.md with `language: [source, target]`); "
             "give them with --source-lang and --target-lang"
         )
     return source, target
+
+
+def chosen_language(given: str | None, flag: str, carded: str | None, model: str) -> str | None:
+    """The flag's code, else the card's; a ValueError naming whichever is used where it is not a code."""
+    if given is not None:
+        check_language(given, flag)
+        return given
+    if carded is not None:
+        check_language(carded, f"{model}: its card's language")
+    return carded
 
 
 def check_language(code: str, where: str) -> None:
