@@ -7,7 +7,7 @@ import shutil
 import pytest
 from vanilla_transformer.training.run.state import forget_metrics_after
 
-from vanilla_transformer.errors import FolderWriteError
+from vanilla_transformer.errors import WriteError
 from vanilla_transformer.folders import replacing, staged_folder, write_atomically
 
 
@@ -67,7 +67,26 @@ def test_a_staged_folder_replaces_the_old_whole_and_an_old_one_moved_aside_stays
     assert os.listdir(out) == ["new.txt"] and os.listdir(tmp_path) == ["model"]
     shutil.rmtree(out)
     aside.mkdir()  # the only copy of the old folder, while no new one has replaced it
-    with pytest.raises(FolderWriteError, match=f"^{out}: could not be written: .*No such file"):
+    with pytest.raises(WriteError, match=f"^{out}: could not be written: .*No such file"):
         with staged_folder(str(out)) as staging:
             open(os.path.join(staging, "no-such-folder", "new.txt"), "w")
     assert os.listdir(tmp_path) == [aside.name]
+
+
+def test_a_staged_folder_that_cannot_take_its_place_puts_the_old_one_back(tmp_path, monkeypatch):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    rename = os.replace
+
+    def failing(source, target):  # the new folder's rename fails, after the old one was moved aside
+        if ".staging-" in str(source) and not str(source).endswith(".replaced"):
+            raise OSError(18, "Invalid cross-device link")
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(WriteError, match=f"^{out}: could not be written: .*cross-device"):
+        with staged_folder(str(out)) as staging:
+            with open(os.path.join(staging, "new.txt"), "w") as handle:
+                handle.write("new")
+    assert os.listdir(out) == ["old.txt"] and os.listdir(tmp_path) == ["model"]

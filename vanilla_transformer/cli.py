@@ -82,7 +82,7 @@ def sigterm_interrupts():
     """Within the block, SIGTERM raises `Terminated`, so that a command stopped by kill cleans up as one stopped by
     Ctrl-C does (a start that wrote nothing leaves nothing). Not off the main thread, which alone can set a handler,
     nor on several processes: a process waiting in a collective runs no Python handler, and its launcher (torchrun)
-    must be able to end it at once. A command with its own stop (serve) sets its own handler."""
+    must be able to end it at once. A command with its own stop (serve, ablate) sets its own handler."""
     if threading.current_thread() is not threading.main_thread() or os.environ.get("WORLD_SIZE", "1") != "1":
         yield
         return

@@ -33,9 +33,9 @@ class ModelFolderError(CommandError, ValueError):
     """A model folder that cannot be loaded, or whose tokenizer does not match its config.json."""
 
 
-class FolderWriteError(CommandError, OSError):
-    """An output folder that could not be written (a full disk, a file too large for the system, a folder of the
-    kernel's): the message names the folder and why; what was there before is left as it was."""
+class WriteError(CommandError, OSError):
+    """An output, a folder or a file, that could not be written (a full disk, a file too large for the system, a
+    folder of the kernel's): the message names it and why; what was there before is left as it was."""
 
 
 class MissingDependencyError(CommandError, ImportError):

@@ -8,7 +8,7 @@ import signal
 import threading
 import uuid
 
-from .errors import FolderWriteError, one_line
+from .errors import WriteError, one_line
 
 
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
@@ -51,7 +51,7 @@ def holds(folder: str, path) -> bool:
 @contextlib.contextmanager
 def staged_folder(out: str):
     """A new temporary folder beside `out` to write into: when the block ends, it replaces `out`; if the block
-    raises, it is removed and `out` is left as it was (an OSError on the way, a full disk, is a `FolderWriteError`
+    raises, it is removed and `out` is left as it was (an OSError on the way, a full disk, is a `WriteError`
     naming `out`). One that a killed write of `out` left is removed first. The folder gets the permissions a new
     folder gets (the umask's), not a temporary folder's (the owner's only)."""
     from safetensors import SafetensorError  # the weights' writer reports an OSError as its own
@@ -67,34 +67,37 @@ def staged_folder(out: str):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
         os.mkdir(staging)
     except OSError as error:
-        raise FolderWriteError(f"{out}: could not be written: {one_line(error)}") from error
+        raise WriteError(f"{out}: could not be written: {one_line(error)}") from error
     try:
         yield staging
         move_into_place(staging, out)
     except (OSError, SafetensorError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise FolderWriteError(f"{out}: could not be written: {one_line(error)}") from error
+        raise WriteError(f"{out}: could not be written: {one_line(error)}") from error
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
 def move_into_place(staging: str, out: str) -> None:
-    """`staging` renamed to `out`; what `out` was is moved aside first, and back if the rename fails, then removed."""
+    """`staging` renamed to `out`; what `out` was is moved aside first (a Ctrl-C waits for both renames), and back if
+    the rename fails, then removed (what cannot be removed is left to the next write's clean-up)."""
     aside = staging + ".replaced"
-    if not os.path.lexists(out):
-        os.replace(staging, out)
-        return
-    os.replace(out, aside)
-    try:
-        os.replace(staging, out)
-    except OSError:
-        os.replace(aside, out)
-        raise
+    with signals_held():
+        if not os.path.lexists(out):
+            os.replace(staging, out)
+            return
+        os.replace(out, aside)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            os.replace(aside, out)
+            raise
     if os.path.isdir(aside) and not os.path.islink(aside):
-        shutil.rmtree(aside)
+        shutil.rmtree(aside, ignore_errors=True)
     else:
-        os.remove(aside)
+        with contextlib.suppress(OSError):
+            os.remove(aside)
 
 
 def new_file_beside(path: str) -> str:

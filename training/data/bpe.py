@@ -149,8 +149,8 @@ def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool
         tokenizer = load_tokenizer(options.tokenizer_name)
         lacking = [name for name in ("pad", "eos") if getattr(tokenizer, f"{name}_token_id") is None]
         if lacking:  # the model pads batches and ends sentences with them
-            raise ValueError(f"--tokenizer-name {options.tokenizer_name}: the tokenizer has no "
-                             f"{' and no '.join(lacking)} token, which a translation model needs")  # fmt: skip
+            raise ValueError(f"{options.tokenizer_name} (--tokenizer-name, or --init-from's folder): the tokenizer "
+                             f"has no {' and no '.join(lacking)} token, which a translation model needs")  # fmt: skip
         return tokenizer
     folder = os.path.join(output_dir, "tokenizer")
     cached = corpus.cache

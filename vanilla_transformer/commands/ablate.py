@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 
 from ..corpus.output import check_output_folder
 from ..processes import usable_cores
@@ -121,10 +122,12 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         check_study_folder(study.study_dir)
     except ValueError as error:
         namespace.refuse(str(error))
+    from ..cli import terminate
     from ..training.studies.study import run_study
 
-    # stopped by SIGTERM (kill, a job scheduler), as by Ctrl-C, the study stops its runs (the command line's handler
-    # raises `Terminated` here: "ablate: terminated", status 143); they train again on resume
+    # stopped by SIGTERM (kill, a job scheduler), as by Ctrl-C, the study stops its runs ("ablate: terminated", status
+    # 143), whatever WORLD_SIZE the job's environment sets; they train again on resume
+    signal.signal(signal.SIGTERM, terminate(os.getpid()))
     with reported_as(1, RuntimeError), reported_as(2, ValueError):
         for path in run_study(base, study):
             print(path)

@@ -4,7 +4,7 @@ Space folder running the demo."""
 import argparse
 import os
 
-from ..errors import CommandError, FolderWriteError, ModelFolderError
+from ..errors import CommandError, ModelFolderError, WriteError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..folders import holds
 from ..model_folder import load_model_folder
@@ -46,7 +46,7 @@ def export_command(args: argparse.Namespace) -> int:
         )
     except ExportError as error:
         raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
-    except FolderWriteError as error:  # a full disk: the folder named by its flag
+    except WriteError as error:  # a full disk: the folder named by its flag
         raise CommandError(f"--out {error}") from error
     print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
     return 0

@@ -3,7 +3,7 @@ folder of this type. (`import` is a keyword, hence the module's name.)"""
 
 import argparse
 
-from ..errors import CommandError, FolderWriteError
+from ..errors import CommandError, WriteError
 from ..importers import KINDS
 
 
@@ -49,7 +49,7 @@ def import_command(args: argparse.Namespace) -> int:
         )
     except CheckpointImportError as error:
         raise CommandError(f"import --from {args.kind}: {error}", exit_code=2) from error
-    except FolderWriteError as error:  # a full disk: the folder named by its flag
+    except WriteError as error:  # a full disk: the folder named by its flag
         raise CommandError(f"--out {error}") from error
     print(f"Imported {args.source} ({args.kind}, {model.num_parameters():,} parameters) into {args.out}")
     return 0
