@@ -422,7 +422,7 @@ def test_a_folder_of_another_type_than_the_import_reads_is_named_before_reading(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, tmp_path, capsys):
+def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, tmp_path, capsys, monkeypatch):
     empty, missing, no_tokenizer = tmp_path / "empty", tmp_path / "missing", tmp_path / "no-tokenizer"
     wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
     other_shapes, fewer = tmp_path / "other-shapes", tmp_path / "fewer-weights"  # than the config's model
@@ -463,7 +463,7 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     outputs = capsys.readouterr().out.splitlines()
     assert len(outputs) == 2 and outputs[0] == outputs[1]
     reports = []  # the library's loading report, of a load then refused: the refusal says it in one line
-    logging.getLogger("transformers.modeling_utils").addHandler(handler := logging.Handler())
+    monkeypatch.setattr(logging.getLogger("transformers.modeling_utils"), "handlers", [handler := logging.Handler()])
     handler.emit = reports.append
     for folder, message in expected.items():
         with pytest.raises(ModelFolderError, match=message):
@@ -471,7 +471,6 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
         assert main(["translate", "--model", str(folder), "seven"]) == 1
         error = capsys.readouterr().err
         assert re.match(f"error: --model {message}", error.strip().splitlines()[-1]) and "Traceback" not in error
-    logging.getLogger("transformers.modeling_utils").removeHandler(handler)
     assert reports == []
 
 

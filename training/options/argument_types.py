@@ -126,13 +126,13 @@ class Port(int):
         return number
 
 
-def at_most(kind, most):
-    """A checked type (`kind`) whose values are at most `most` too."""
+def at_most(kind, most, why: str):
+    """A checked type (`kind`) whose values are at most `most` too (`why`, for its message)."""
 
     def checked(value):
         number = kind(value)
         if number > most:
-            raise argparse.ArgumentTypeError(f"expected at most {most}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected at most {most} ({why}), got {value}")
         return number
 
     checked.__name__ = kind.__name__  # argparse names a type by it: "invalid PositiveInt value"
@@ -213,7 +213,7 @@ def plain_value(name: str, value, kinds: tuple, listed):
     not empty), a list for a list (one string would be a list of its characters); a ValueError naming the flag
     otherwise."""
     plain = tuple(kind for kind in kinds if kind in (bool, str))
-    if value == "" and str in kinds:  # `--output-dir ''` (an unset variable): the default, unasked, was used
+    if isinstance(value, str) and not value and str in kinds:  # `--output-dir ''`, an unset variable: not the default
         raise ValueError(f"{flag_name(name)}: an empty string; give a value, or leave the flag out for its default")
     if value is None or (plain and isinstance(value, plain)):
         return value

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ...configuration.configuration_vanilla_transformer import ACTIVATIONS, NORM_POSITIONS, POSITION_ENCODINGS
 from .argument_checks import check_outputs, check_sources
 from .argument_types import (
+    MOST_VOCABULARY,
     ArgumentParser,
     ArgumentsError,
     Checked,
@@ -143,7 +144,9 @@ class ModelArguments(Checked):
 class TokenizerArguments(Checked):
     _argument_group_name = "tokenizer"
 
-    vocab_size: VocabularySize | None = option(help=f"joint BPE vocabulary size, at most 1,048,576 {PRESET_HELP}")
+    vocab_size: VocabularySize | None = option(
+        help=f"joint BPE vocabulary size, at most {MOST_VOCABULARY:,} {PRESET_HELP}"
+    )
     tokenizer_name: str | None = option(help="use this tokenizer (folder or Hub name) instead of training one")
     bpe_sample_size: PositiveInt = option(
         500_000,

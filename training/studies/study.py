@@ -48,10 +48,11 @@ def run_study(base: dict, study: StudyArguments, studies: dict | None = None, wr
 def report_inapplicable(planned: dict, study: StudyArguments, write) -> None:
     """A line for each variant that does not apply to the base run (8 heads of a 12-wide model), left out of the
     tables; an `ArgumentsError` where none of those --variants named applies."""
-    left_out = [variant.key for variants in planned.values() for variant, seeded in variants if seeded is None]
+    chosen = {variant.key: seeded for variants in planned.values() for variant, seeded in variants}  # once each
+    left_out = [key for key, seeded in chosen.items() if seeded is None]
     for key in left_out:
         write(f"{key}: does not apply to the base run (its sizes or rates); left out of the study")
-    if study.variants is not None and set(study.variants) <= set(left_out):
+    if study.variants is not None and set(chosen) - {"base"} <= set(left_out):
         raise ArgumentsError(f"--variants {' '.join(study.variants)}: none applies to the base run (its sizes or "
                              "rates); choose a larger or other base")  # fmt: skip
 

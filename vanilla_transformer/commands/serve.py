@@ -14,6 +14,7 @@ import typing
 from ..errors import CommandError, MissingDependencyError
 from ..inference.devices import PlacementError
 from ..training.options.argument_types import (
+    BeamSize,
     FiniteFloat,
     NonNegativeFloat,
     NonNegativeInt,
@@ -57,8 +58,10 @@ def settings_flags(parser: argparse.ArgumentParser, settings, skip=()) -> None:
             kind = PositiveInt if kind is int else PositiveFloat
         elif setting.metadata.get("non_negative"):
             kind = NonNegativeInt if kind is int else NonNegativeFloat
+        if setting.metadata.get("beams"):
+            kind = BeamSize
         if setting.metadata.get("most") is not None:
-            kind = at_most(kind, setting.metadata["most"])
+            kind = at_most(kind, *setting.metadata["most"])
         parser.add_argument(
             "--" + setting.name.replace("_", "-"), type=kind, default=setting.default,
             choices=setting.metadata.get("choices"), help=setting.metadata["help"],

@@ -89,8 +89,9 @@ class StandardOutput:
 
 
 def check_output_file(flag: str, path: str) -> None:
-    """That the file `flag` names can be written (its folder exists and is writable, it is not a folder), checked
-    before any work is done; an OutputError names the flag, the file and what is wrong."""
+    """That the file `flag` names can be written (its folder exists and takes a new file, tried with one made and
+    removed; it is not a folder), checked before any work is done; an OutputError names the flag, the file and what
+    is wrong."""
     if not path:
         raise OutputError(f"{flag}: an empty name; expected a file name")
     directory = os.path.dirname(os.path.abspath(path))

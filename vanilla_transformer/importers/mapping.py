@@ -168,16 +168,20 @@ def load_source_model(model_class, source: str, trust_pickle: bool):
     """A transformers model in its own class: from safetensors, or from a pickled file only with `trust_pickle`."""
     from safetensors import SafetensorError
 
-    try:
-        model, info = model_class.from_pretrained(
-            source, use_safetensors=None if trust_pickle else True, output_loading_info=True
-        )
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # weights cut short or of other sizes
-        pickle = " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
-        hint = "" if trust_pickle or isinstance(error, SafetensorError) else pickle  # not for a file cut short
-        message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
-        raise CheckpointImportError(message) from error
-    check_loaded_whole(source, info)
+    from ..model_folder import HeldLog
+
+    with HeldLog("transformers.modeling_utils") as report:  # the library's loading report, shown if it is whole
+        try:
+            model, info = model_class.from_pretrained(
+                source, use_safetensors=None if trust_pickle else True, output_loading_info=True
+            )
+        except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # weights cut short or of other sizes
+            pickle = " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
+            hint = "" if trust_pickle or isinstance(error, SafetensorError) else pickle  # not for a file cut short
+            message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
+            raise CheckpointImportError(message) from error
+        check_loaded_whole(source, info)
+        report.release()
     return model.eval()
 
 

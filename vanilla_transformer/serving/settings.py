@@ -10,8 +10,8 @@ from ..inference.options import ENGINES, MAX_BEAMS, SearchOptions
 
 def setting(default, help: str, **flag):
     """A field of the server's settings with its flag's help (and `choices`, or `positive` for a number that must be
-    above 0, `non_negative` for one that may be 0; any other number must be finite; `most`, the largest number): the
-    one place its default is written, which `serve`'s flags read."""
+    above 0, `non_negative` for one that may be 0; any other number must be finite; `beams` for a beam size; `most`,
+    the largest number and why): the one place its default is written, which `serve`'s flags read."""
     return field(default=default, metadata={"help": help, **flag})
 
 
@@ -26,8 +26,7 @@ class EngineSettings:
     compute_type: str = setting("default", "the CTranslate2 engine's precision, in its names (default: the export's; "
                                 "on CUDA float16 or int8_float16)")  # fmt: skip
     threads: int | None = setting(None, "the engine's CPU threads (default: every core)", positive=True)
-    num_beams: int | None = setting(None, "beam size (default: the model's generation config)", positive=True,
-                                    most=MAX_BEAMS)  # fmt: skip
+    num_beams: int | None = setting(None, "beam size (default: the model's generation config)", beams=True)
     length_penalty: float | None = setting(None, "default: the model's generation config")
     max_length: int = setting(256, "most new tokens per sentence", positive=True)
     max_sentence_tokens: int = setting(256, "longer sentences are refused with 413 (and at most the model's "
@@ -59,7 +58,8 @@ class ServerSettings:
     max_queue_requests: int = setting(1024, "unanswered requests beyond which 429", positive=True)
     max_chars: int = setting(20000, "characters of one request (413 beyond)", positive=True)
     max_alternatives: int = setting(4, "the most `alternatives` a request may ask (each one beam more)",
-                                    non_negative=True, most=MAX_BEAMS - 1)  # fmt: skip
+                                    non_negative=True, most=(MAX_BEAMS - 1, f"one beam less than {MAX_BEAMS}, "
+                                                                            "the most a search has"))  # fmt: skip
     timeout: float = setting(60.0, "seconds a request may wait (504 beyond)", positive=True)
     drain_timeout: float = setting(30.0, "seconds to answer the queued requests on SIGTERM", non_negative=True)
     read_timeout: float = setting(15.0, "seconds a client may take to send a request's headers (then 408 and the "
