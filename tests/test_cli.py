@@ -174,7 +174,8 @@ def test_sigterm_interrupts_the_command_and_ends_a_forked_worker_as_sigterm_does
     import signal
     import time
 
-    from vanilla_transformer.cli import Terminated, sigterm_interrupts
+    from vanilla_transformer.cli import sigterm_interrupts
+    from vanilla_transformer.processes import Terminated
 
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_interrupts():

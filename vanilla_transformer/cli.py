@@ -30,7 +30,7 @@ from .commands.train import train_command_parser
 from .commands.translate import translate_command_parser
 from .corpus.output import stdout_errors
 from .errors import CommandError, ReaderGone
-from .processes import end_processes
+from .processes import Terminated, end_processes, terminate
 from .training.options.arguments import ArgumentParser
 
 COMMANDS = (
@@ -57,24 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     for command_parser in COMMANDS:
         command_parser(subparsers)
     return parser
-
-
-class Terminated(BaseException):
-    """A SIGTERM (kill, a job scheduler), raised where the command is, as Ctrl-C raises KeyboardInterrupt."""
-
-
-def terminate(owner: int):
-    """The SIGTERM handler of process `owner`: raise `Terminated` there; in a process forked from it (a data
-    worker, which inherits the handler), end as SIGTERM ends a process by default."""
-
-    def handler(signum: int, frame) -> None:
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise Terminated()
-
-    return handler
 
 
 @contextlib.contextmanager

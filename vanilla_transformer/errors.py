@@ -1,6 +1,8 @@
 """Exceptions of the package. Library functions raise them; only the command line (`cli.main`) turns them into an
-`error: ...` line on stderr and an exit status."""
+`error: ...` line on stderr and an exit status; and `HeldLog`, which holds a library's report of a load that is then
+refused, so that the refusal alone says what is wrong."""
 
+import logging
 import numbers
 
 MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
@@ -55,3 +57,29 @@ class ReaderGone(Exception):
 
 class OutputError(CorpusError):
     """An output that cannot be written, or a run that cannot be resumed: the message names the file and why."""
+
+
+class HeldLog(logging.Filter):
+    """Holds what a logger logs while in use; `release()` logs it then, and what is not released is dropped (a
+    report of a load that is then refused: the refusal says what is wrong, in one line)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.logger, self.records = logging.getLogger(name), []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def __enter__(self) -> "HeldLog":
+        self.logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeFilter(self)
+
+    def release(self) -> None:
+        self.logger.removeFilter(self)
+        for record in self.records:
+            self.logger.handle(record)
+        self.records = []

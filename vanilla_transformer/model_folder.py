@@ -2,13 +2,12 @@
 model's positions (one truncation rule, with its warning, for every caller)."""
 
 import json
-import logging
 import os
 import re
 import sys
 
 from .configuration import check_tokenizer_matches
-from .errors import ModelFolderError, first_few, one_line
+from .errors import HeldLog, ModelFolderError, first_few, one_line
 from .importers import IMPORTERS, KINDS
 
 
@@ -65,32 +64,6 @@ def load_weights(model_class, path: str, where: str, **overrides):
     if generation.decoder_start_token_id is None and generation.bos_token_id is None:
         generation.decoder_start_token_id = model.config.decoder_start_token_id
     return model
-
-
-class HeldLog(logging.Filter):
-    """Holds what a logger logs while in use; `release()` logs it then, and what is not released is dropped (a
-    report of a load that is then refused: the refusal says what is wrong, in one line)."""
-
-    def __init__(self, name: str):
-        super().__init__()
-        self.logger, self.records = logging.getLogger(name), []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.records.append(record)
-        return False
-
-    def __enter__(self) -> "HeldLog":
-        self.logger.addFilter(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.logger.removeFilter(self)
-
-    def release(self) -> None:
-        self.logger.removeFilter(self)
-        for record in self.records:
-            self.logger.handle(record)
-        self.records = []
 
 
 def read_generation_config(folder: str, where: str):

@@ -1,7 +1,8 @@
 """The processes that `torchrun` or `accelerate launch` start: accelerate's state of them, and the end of their
-process group; and the CPU cores this process may use."""
+process group; the CPU cores this process may use; and SIGTERM raised as `Terminated` where a command runs."""
 
 import os
+import signal
 import time
 
 
@@ -33,3 +34,21 @@ def end_processes() -> None:
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity, where the system has one), at least 1."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Terminated(BaseException):
+    """A SIGTERM (kill, a job scheduler), raised where the command is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def terminate(owner: int):
+    """The SIGTERM handler of process `owner`: raise `Terminated` there; in a process forked from it (a data
+    worker, which inherits the handler), end as SIGTERM ends a process by default."""
+
+    def handler(signum: int, frame) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated()
+
+    return handler

@@ -147,10 +147,9 @@ def build_tokenizer(options: TokenizerArguments, output_dir: str, resuming: bool
     reused from beside the datasets cache when the same data and settings trained it before."""
     if options.tokenizer_name:
         tokenizer = load_tokenizer(options.tokenizer_name)
-        lacking = [name for name in ("pad", "eos") if getattr(tokenizer, f"{name}_token_id") is None]
-        if lacking:  # the model pads batches and ends sentences with them
+        if tokenizer.pad_token_id is None:  # the model's configuration takes its padding from the tokenizer
             raise ValueError(f"{options.tokenizer_name} (--tokenizer-name, or --init-from's folder): the tokenizer "
-                             f"has no {' and no '.join(lacking)} token, which a translation model needs")  # fmt: skip
+                             "has no pad token, which a translation model needs")  # fmt: skip
         return tokenizer
     folder = os.path.join(output_dir, "tokenizer")
     cached = corpus.cache

@@ -11,7 +11,7 @@ import shlex
 import signal
 
 from ..corpus.output import check_output_folder
-from ..processes import usable_cores
+from ..processes import terminate, usable_cores
 from ..training.options.argument_types import MOST_SEED
 from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
 from ..training.studies.arguments import StudyArguments
@@ -122,7 +122,6 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         check_study_folder(study.study_dir)
     except ValueError as error:
         namespace.refuse(str(error))
-    from ..cli import terminate
     from ..training.studies.study import run_study
 
     # stopped by SIGTERM (kill, a job scheduler), as by Ctrl-C, the study stops its runs ("ablate: terminated", status

@@ -138,14 +138,14 @@ def run_server(args: argparse.Namespace) -> int:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
     try:
-        languages(engine)  # before the server listens: no card, or a code that is not one, is bad input
-    except ValueError as error:
-        raise CommandError(str(error), exit_code=2) from error
-    try:
         placement = engine.placement
     except PlacementError as error:
         raise flag_error(error) from error
     apply_decoding_process_settings(checked_engine(args.model, args.engine, placement), placement)
+    try:
+        languages(engine)  # before the server listens: no card, or a code that is not one, is bad input
+    except ValueError as error:
+        raise CommandError(str(error), exit_code=2) from error
     failures = []
 
     def stop_on_failure(error: BaseException) -> None:

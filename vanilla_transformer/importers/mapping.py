@@ -6,7 +6,7 @@ source that transformers implements (its model, its tokenizer, its sizes in this
 import torch
 
 from ..configuration import VanillaTransformerConfig
-from ..errors import MissingDependencyError, first_few, one_line
+from ..errors import HeldLog, MissingDependencyError, first_few, one_line
 from ..modeling import VanillaTransformerForConditionalGeneration
 from ..modeling.modeling_vanilla_transformer import SinusoidalPositionalEncoding
 
@@ -167,8 +167,6 @@ def activation(name: str, field: str, where: str) -> str:
 def load_source_model(model_class, source: str, trust_pickle: bool):
     """A transformers model in its own class: from safetensors, or from a pickled file only with `trust_pickle`."""
     from safetensors import SafetensorError
-
-    from ..model_folder import HeldLog
 
     with HeldLog("transformers.modeling_utils") as report:  # the library's loading report, shown if it is whole
         try:
