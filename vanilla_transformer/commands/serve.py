@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import typing
 
 from ..errors import CommandError, MissingDependencyError
@@ -105,6 +106,27 @@ def stop_starting(signum: int, frame) -> None:
     raise StoppedStarting()
 
 
+def waiting_for(function, *args):
+    """`function(*args)` run in a thread of its own while this one waits, waking often: a stop signal that the
+    system gives another thread (torch's) still stops the start, which a read blocked here (a FIFO without its
+    writer) would not let this thread see."""
+    outcome = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function(*args)
+        except Exception as error:  # raised here, in the waiting thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, name="read-at-start", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """The server, until SIGTERM or SIGINT: a stop signal that comes while it starts (reading a key file that never
     ends, say) ends it at once, exit status 0."""
@@ -133,7 +155,7 @@ def run_server(args: argparse.Namespace) -> int:
         raise CommandError(f"MODEL {args.model}: no such folder (a model folder or a CTranslate2 export)", 2)
     check_address(args.host, args.port)
     try:
-        keys = KeyRing(read_key_file(args.api_keys)) if args.api_keys else None
+        keys = KeyRing(waiting_for(read_key_file, args.api_keys)) if args.api_keys else None
     except KeyFileError as error:
         raise CommandError(f"--api-keys {error}", exit_code=2) from error
     engine, settings = settings_from(args, EngineSettings, model=args.model), settings_from(args, ServerSettings)
