@@ -39,6 +39,11 @@ class WriteError(CommandError, OSError):
     """An output, a folder or a file, that could not be written (a full disk, a file too large for the system, a
     folder of the kernel's): the message names it and why; what was there before is left as it was."""
 
+    @classmethod
+    def of(cls, path: str, error: BaseException) -> "WriteError":
+        """`path`'s write, which `error` (an OSError, or the like from a library's writer) stopped."""
+        return cls(f"{path}: could not be written: {one_line(error)}")
+
 
 class MissingDependencyError(CommandError, ImportError):
     """An optional dependency is not installed; the message says what to install."""

@@ -8,7 +8,7 @@ import signal
 import threading
 import uuid
 
-from .errors import WriteError, one_line
+from .errors import WriteError
 
 
 def check_writable(out: str, overwrite: bool, error_type: type[Exception], reading=None) -> None:
@@ -60,23 +60,26 @@ def staged_folder(out: str):
     staging = os.path.join(parent, prefix + uuid.uuid4().hex[:12])
     try:
         os.makedirs(parent, exist_ok=True)
-        left = re.compile(re.escape(prefix) + r"[0-9a-f]{12}(\.replaced)?")
-        for name in os.listdir(parent):
-            found = left.fullmatch(name)  # an old `out` moved aside is kept while no `out` replaced it
-            if found and (not found.group(1) or os.path.lexists(out)):
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        remove_left_over(parent, prefix, out)
         os.mkdir(staging)
-    except OSError as error:
-        raise WriteError(f"{out}: could not be written: {one_line(error)}") from error
-    try:
         yield staging
         move_into_place(staging, out)
     except (OSError, SafetensorError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise WriteError(f"{out}: could not be written: {one_line(error)}") from error
+        raise WriteError.of(out, error) from error
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def remove_left_over(parent: str, prefix: str, out: str) -> None:
+    """The staging folders of `out` that killed writes left in `parent`; an old `out` moved aside is kept while no
+    `out` replaced it."""
+    left = re.compile(re.escape(prefix) + r"[0-9a-f]{12}(\.replaced)?")
+    for name in os.listdir(parent):
+        found = left.fullmatch(name)
+        if found and (not found.group(1) or os.path.lexists(out)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def move_into_place(staging: str, out: str) -> None:

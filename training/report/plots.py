@@ -4,7 +4,7 @@ metrics.jsonl."""
 import json
 import os
 
-from ...errors import MISSING_MATPLOTLIB, MissingDependencyError, WriteError, one_line
+from ...errors import MISSING_MATPLOTLIB, MissingDependencyError, WriteError
 from ...folders import replacing
 
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
@@ -103,7 +103,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         with replacing(out, binary=True) as handle:
             fig.savefig(handle, format=os.path.splitext(out)[1][1:].lower(), dpi=100)
     except OSError as error:  # a folder that is not writable, a full disk: nothing was replaced
-        raise WriteError(f"{out}: could not be written: {one_line(error)}") from error
+        raise WriteError.of(out, error) from error
     finally:
         plt.close(fig)
     return out
