@@ -41,7 +41,12 @@ def test_every_option_has_a_help_line_in_its_group(capsys):
     # each option once, in its dashed spelling, and none without a help line under it
     options = re.findall(r"^  (--[a-z0-9-]+)", text, re.MULTILINE)
     assert "--max-tokens" in options and "--max_tokens" not in text
-    negated = [f.name for group in TRAIN_ARGUMENT_GROUPS for f in dataclasses.fields(group) if f.default is True]
+    negated = [
+        f.name
+        for group in TRAIN_ARGUMENT_GROUPS
+        for f in dataclasses.fields(group)
+        if f.default is True or (f.type == bool | None and f.default is None)  # a switch, or one with no default
+    ]
     assert "share_embeddings" in negated and "residual" in negated  # --no-share-embeddings, --no-residual, ...
     assert len(options) == len(set(options)) == len(option_groups()) + len(negated)
     assert re.search(r"--max-tokens MAX_TOKENS\s+tokens per batch \(per process\) \(default: the preset's\)", text)
@@ -103,6 +108,10 @@ def test_the_command_line_builds_the_same_groups(capsys):
     namespace = build_parser().parse_args(["train", "--max-tokens", "512", "--d-model", "64", "--no-share-embeddings"])
     parsed = TrainArguments.from_namespace(namespace)
     assert parsed == TrainArguments.from_options(max_tokens=512, d_model=64, share_embeddings=False)
+    # a switch without a default of its own (None: the paper's, or the Hub's) is given either way, or left out
+    for flags, private in (([], None), (["--hub-private-repo"], True), (["--no-hub-private-repo"], False)):
+        parsed = TrainArguments.from_namespace(build_parser().parse_args(["train", *flags]))
+        assert parsed.hub.hub_private_repo is private
 
 
 def test_values_given_in_python_are_checked_as_flags_are():
@@ -143,8 +152,8 @@ def test_the_manuals_table_of_the_study_switches_is_made_from_their_one_declarat
     assert switch_table() in PAGES["studies.md"]
     assert all(f"| `{name}" in switch_table() for name in SWITCHES)
     # train's flags are those switches, each the paper's unless given, and each flag the table shows takes its part out
-    flags = build_parser().parse_args(["train"])
-    assert {name: getattr(flags, name) for name in SWITCHES} == {name: s.paper for name, s in SWITCHES.items()}
+    options = resolve(TrainArguments.from_namespace(build_parser().parse_args(["train"]))).options()
+    assert {name: options[name] for name in SWITCHES} == {name: s.paper for name, s in SWITCHES.items()}
     for name, switch in SWITCHES.items():
         flag = switch_flag(name, switch).replace(" N", " 4").split()
         assert f"`{switch_flag(name, switch)}`" in switch_table()
@@ -174,6 +183,12 @@ def test_a_tracker_accelerate_does_not_know_is_named_by_report_to():
         (lambda: RunArguments(seed=2**32), "--seed: expected a seed from 0 to 4294967295"),
         (lambda: DataArguments(source_lang=5), "--source-lang: expected a string, got 5"),
         (lambda: CheckpointArguments(report_to="none"), "--report-to: expected a list, got 'none'"),
+        (
+            lambda: TrainArguments.from_options(norm_position="sideways"),
+            "--norm-position: 'sideways'; expected one of post, pre, none",
+        ),  # fmt: skip
+        (lambda: TrainArguments.from_options(preset="huge"), "--preset: 'huge'; expected one of base, numbers, small"),
+        (lambda: TrainArguments.from_options(mixed_precision="fp32"), "--mixed-precision: 'fp32'; expected one of"),
     ],
 )
 def test_values_given_in_python_of_the_wrong_kind_are_named_not_converted(make, message):

@@ -91,6 +91,15 @@ def test_a_size_flag_that_disagrees_with_the_folder_is_named(imported_fairseq):
             resolve(args)  # the flag was dropped, unsaid
 
 
+def test_a_choice_given_at_its_default_is_checked_against_the_folder(imported_fairseq):
+    folder = imported_fairseq[0]  # separate dictionaries: three embedding matrices, where the paper shares one
+    assert resolve(TrainArguments.from_options(init_from=str(folder), max_steps=1)).model.share_embeddings is False
+    args = TrainArguments.from_options(init_from=str(folder), share_embeddings=True, max_steps=1)
+    with pytest.raises(ArgumentsError, match=r"^--share-embeddings: the model of --init-from .* has --no-share-emb"):
+        resolve(args)  # the paper's value, which the folder's replaced unsaid
+    assert resolve(args.replace(share_embeddings=False)).model.share_embeddings is False
+
+
 @pytest.mark.parametrize("damage", ["no weights", "cut weights", "other shapes", "fewer weights"])
 def test_a_folder_whose_weights_cannot_be_read_is_named_by_init_from(imported_fairseq, tmp_path, capsys, damage):
     import shutil

@@ -29,11 +29,12 @@ def test_variants_keep_the_base_and_leave_out_a_study_without_any_of_them():
 @pytest.mark.parametrize(
     "given, message",
     [
-        (dict(variants=["no-residuals"]), "--variants no-residuals: no such variant; the variants are heads-1, "),
+        (dict(variants=["no-residuals"]), "--variants: 'no-residuals'; expected one of heads-1, "),
+        (dict(study=["table2"]), "--study: 'table2'; expected one of table3, lessons"),
         (dict(study=["table3"], variants=["no-residual"]), "--variants no-residual: none of them is a variant of "
          "--study table3"),
     ],
-    ids=["unknown", "not-in-the-study"],
+    ids=["unknown", "unknown-study", "not-in-the-study"],
 )  # fmt: skip
 def test_variants_that_cannot_run_are_refused_naming_the_flag(given, message):
     with pytest.raises(ValueError) as refused:

@@ -205,6 +205,9 @@ class ArgumentParser(HfArgumentParser):
     @staticmethod
     def _parse_dataclass_field(parser, field):
         HfArgumentParser._parse_dataclass_field(DashedOptions(parser), field)
+        if field.type == bool | None and field.default is None:  # a switch whose default is not False: --no-* too
+            flag = "--no-" + field.name.replace("_", "-")
+            parser.add_argument(flag, action="store_false", dest=field.name, default=None, help=field.metadata["help"])
 
 
 def plain_value(name: str, value, kinds: tuple, listed):
@@ -229,6 +232,15 @@ def plain_value(name: str, value, kinds: tuple, listed):
     return value
 
 
+def check_choice(item: dataclasses.Field, value) -> None:
+    """A value given in Python (each, for a list) must be one of the option's choices, as the parser checks a flag's;
+    a ValueError naming the flag otherwise."""
+    choices = item.metadata.get("choices")
+    for each in [] if value is None or choices is None else value if isinstance(value, list) else [value]:
+        if each not in choices:
+            raise ValueError(f"{flag_name(item.name)}: {each!r}; expected one of {', '.join(map(str, choices))}")
+
+
 class Checked:
     """Values given in Python are checked by the same types as the command line's, naming the flag."""
 
@@ -244,6 +256,7 @@ class Checked:
             listed = next((typing.get_args(k)[0] for k in kinds if typing.get_origin(k) is list), None)
             value = plain_value(item.name, getattr(self, item.name), kinds, listed)
             object.__setattr__(self, item.name, value)
+            check_choice(item, value)
             if value is None or (kind is None and listed not in CHECKED_TYPES):
                 continue
             try:

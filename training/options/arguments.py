@@ -28,7 +28,7 @@ from .argument_types import (
     VocabularySize,
     option,
 )
-from .presets import PRESETS
+from .presets import PAPER_CHOICES, PRESETS
 from .switch_arguments import SwitchArguments, check_switches
 
 PRESET_HELP = "(default: the preset's)"
@@ -107,25 +107,26 @@ class ModelArguments(Checked):
     activation_dropout: Probability | None = option(
         help="dropout after the FFN's ReLU (default: the preset's; 0 in the paper)"
     )
-    norm_position: str = option(
-        "post",
+    norm_position: str | None = option(
         help="post: LayerNorm(x + Sublayer(x)), the paper's; pre: x + Sublayer(LayerNorm(x)); none: x + Sublayer(x), "
-        "a study's",
+        "a study's (default: post)",
         choices=NORM_POSITIONS,
     )
-    position_encoding: str = option(
-        "sinusoidal",
-        help="the paper's sinusoids (§3.5), learned positions, or none (a study's: a bag of tokens)",
+    position_encoding: str | None = option(
+        help="the paper's sinusoids (§3.5), learned positions, or none (a study's: a bag of tokens) (default: "
+        "sinusoidal)",
         choices=POSITION_ENCODINGS,
     )
-    activation: str = option(
-        "relu",
+    activation: str | None = option(
         help="the feed-forward network's non-linearity: the paper's ReLU, GELU, SiLU (swish), or linear (a study's: "
-        "none)",
+        "none) (default: relu)",
         choices=ACTIVATIONS,
     )
-    share_embeddings: bool = option(
-        True, help="one matrix for both embeddings and the output projection (§3.4); --no-share-embeddings: three"
+    share_embeddings: bool | None = option(
+        help="one matrix for both embeddings and the output projection (§3.4); --no-share-embeddings: three "
+        "(default: shared)",
+        nargs="?",
+        const=True,
     )
     residual_in_fp32: bool = option(
         True,
@@ -343,6 +344,12 @@ class TrainArguments:
         return {name: getattr(getattr(self, group), name) for name, group in option_groups().items()}
 
 
+def default_options() -> dict:
+    """Every option's value where no flag gives it and no preset sets it: the groups' defaults, with the
+    architecture's choices that `resolve` fills in."""
+    return {**TrainArguments().options(), **PAPER_CHOICES}
+
+
 def option_groups() -> dict[str, str]:
     """Each option's name -> the field of `TrainArguments` that holds its group."""
     return {
@@ -413,9 +420,11 @@ def resolve(args: TrainArguments) -> TrainArguments:
         args = args.replace(**options_from_folder(args.model.init_from, args.options(), TrainArguments().options()))
     given = args.options()
     from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}
+    choices = {name: value for name, value in PAPER_CHOICES.items() if given[name] is None}
     task = "numbers-en-de" if data.uses_embedded_task else f"{data.source_lang}-{data.target_lang}"
     resolved = args.replace(
         **from_preset,
+        **choices,
         preset=preset,
         length_penalty=1.0 if evaluation.length_penalty is None else evaluation.length_penalty,
         output_dir=args.run.output_dir or os.path.join("runs", task),
@@ -441,5 +450,6 @@ __all__ = [
     "GenerationArguments",
     "EvaluationArguments",
     "ArgumentsError",
+    "default_options",
     "resolve",
 ]

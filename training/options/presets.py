@@ -33,6 +33,11 @@ class Preset:
 
 
 PAPER = VanillaTransformerConfig()  # the paper's base model: the configuration's defaults
+# the architecture's choices, the paper's in every preset: the default of each one's flag, which is None until `resolve`
+# fills it in, so that a flag given can be told from its default (a run with --init-from checks it against the folder)
+PAPER_CHOICES = {
+    name: getattr(PAPER, name) for name in ("norm_position", "position_encoding", "activation", "share_embeddings")
+}
 
 
 # "numbers" trains the embedded task quickly on a CPU, "study" more quickly still, for the many runs of a study;

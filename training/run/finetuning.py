@@ -14,7 +14,7 @@ from ...configuration import VanillaTransformerConfig, check_tokenizer_matches
 from ...errors import ModelFolderError
 from ...model_folder import load_weights
 from ...modeling import VanillaTransformerForConditionalGeneration
-from ..options.argument_types import ArgumentsError, flag_name, option_flag
+from ..options.argument_types import ArgumentsError, option_flag
 
 # ModelArguments' architecture fields, each named as the configuration's field it sets
 ARCHITECTURE = (
@@ -62,8 +62,9 @@ def options_from_folder(folder: str, given: dict, defaults: dict) -> dict:
     for option in ARCHITECTURE:
         value = getattr(config, option)
         named = given.get(option)
-        if named is not None and named != defaults.get(option) and named != value:
-            raise ArgumentsError(f"{flag_name(option)} {named}: the model of --init-from {folder} has {value}")
+        if named is not None and named != value:
+            has = option_flag(option, value) if isinstance(value, bool) else value
+            raise ArgumentsError(f"{option_flag(option, named)}: the model of --init-from {folder} has {has}")
         options[option] = value
     for option in DROPOUTS:
         if given.get(option) is None:

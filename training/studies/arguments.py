@@ -53,11 +53,6 @@ class StudyArguments(Checked):
             raise ValueError(f"--seeds {self.seeds}: at most {MOST_SEEDS} runs of each variant")
         if self.variants is None:
             return
-        unknown = [key for key in self.variants if key not in VARIANT_KEYS]
-        if unknown:
-            raise ValueError(
-                f"--variants {' '.join(unknown)}: no such variant; the variants are {', '.join(VARIANT_KEYS)}"
-            )
         if not self.studies():
             raise ValueError(
                 f"--variants {' '.join(self.variants)}: none of them is a variant of --study {' '.join(self.study)}"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ...configuration import fold_switches
 from ...folders import replacing, signals_held
 from ..options.argument_types import ArgumentsError, flag_name
-from ..options.arguments import TrainArguments, resolve
+from ..options.arguments import TrainArguments, default_options, resolve
 from .variants import Variant
 
 RECORD = "study_run.json"  # in each run's folder: the options it was trained with, and how it ended
@@ -46,7 +46,7 @@ class PlannedRun:
 def train_flags(options: dict) -> list[str]:
     """`vanilla-transformer train` flags giving `options` (by name), those at train's defaults left out."""
     flags = []
-    for name, default in TrainArguments().options().items():
+    for name, default in default_options().items():
         value = options[name]
         if value == default or value is None:
             continue
