@@ -50,6 +50,12 @@ def test_python_m_runs_the_command_line(tmp_path):
     assert "the following arguments are required: command" in done.stderr
 
 
+def test_a_command_into_a_pipe_or_a_log_shows_no_library_progress_bar():
+    example = str(Path(__file__).parents[1] / "examples" / "numbers-en-de")
+    done = run(sys.executable, "-m", "vanilla_transformer", "translate", "--model", example, "forty-two")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "zweiundvierzig\n", "")  # no "Loading weights: ..."
+
+
 def test_reported_as_keeps_a_command_errors_status_and_lets_a_bug_through():
     with pytest.raises(CommandError) as raised, reported_as(2, ValueError):
         raise ValueError("bad flag")

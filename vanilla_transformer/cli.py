@@ -75,6 +75,15 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
+def quiet_library_progress() -> None:
+    """transformers' progress bars ("Loading weights") off where stderr is not a terminal, as the commands' own
+    (`--progress auto`): a log or a pipe keeps its lines."""
+    if sys.stderr is None or not sys.stderr.isatty():
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+
+
 def flush_stdout() -> None:
     """What is left of stdout written now, so that a reader gone or a full disk is found here (`stdout_errors`), not
     at the interpreter's exit."""
@@ -97,6 +106,7 @@ def reader_gone() -> int:
 def main(argv: list[str] | None = None) -> int:
     """The command line: parse, run the command, and turn a `CommandError` into `error: ...` and its exit status."""
     args = build_parser().parse_args(argv)
+    quiet_library_progress()
     try:
         with sigterm_interrupts():
             status = args.func(args)

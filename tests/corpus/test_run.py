@@ -115,6 +115,18 @@ def test_several_processes_need_an_input_file_and_an_output_file(trained_folder,
     assert status == 2 and "give --input FILE and --output FILE" in err
 
 
+def test_a_dash_is_stdin_or_stdout_as_unix_tools_take_it(trained_folder, numbers_file, tmp_path, monkeypatch, capsys):
+    translate = ["translate", "--model", str(trained_folder), "--num-beams", "2"]
+    expected = run(capsys, *translate, "--input", str(numbers_file))
+    monkeypatch.chdir(tmp_path)
+    for flags in (["--input", "-"], ["-"], ["--output", "-"]):
+        monkeypatch.setattr("sys.stdin", open(numbers_file))
+        assert run(capsys, *translate, *flags)[:2] == expected[:2]  # not the sentence "-", nor a file named "-"
+    assert not (tmp_path / "-").exists()
+    status, _, err = run(capsys, *translate, "--input", "-", "--prefix-file", "-")
+    assert status == 2 and "--input - (stdin) and --prefix-file - (stdin): stdin can be read by one input" in err
+
+
 def test_skip_invalid_leaves_bad_lines_blank_and_counts_them(trained_folder, tmp_path, capsys):
     path = tmp_path / "in.txt"
     path.write_bytes(b"six\nsieben \xff\nseven\n")

@@ -8,7 +8,7 @@ import sys
 
 from ..corpus.output import Parts, StandardOutput, this_process
 from ..corpus.progress import PROGRESS
-from ..corpus.reading import Corpus
+from ..corpus.reading import STANDARD_STREAM, Corpus
 from ..corpus.run import run_corpus
 from ..errors import CommandError
 from ..folders import holds
@@ -19,13 +19,19 @@ MAX_SENTENCE_TOKENS = 1024  # far above a sentence's tokens; a line of 250,000 a
 NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads"}  # they do not change the output
 
 
+def file_or_stdout(path: str) -> str | None:
+    """--output's value: a file, or None for stdout (`-`, as Unix tools take it)."""
+    return None if path == STANDARD_STREAM else path
+
+
 def add_corpus_arguments(command: argparse.ArgumentParser, what: str) -> None:
     corpus = command.add_argument_group("a corpus of any size (see docs/corpora.md)")
     corpus.add_argument(
         "--output",
         metavar="FILE",
-        help=f"write the {what} to FILE (default: stdout), through FILE.partial/: a run that is stopped, or killed, "
-        "goes on from where it was when the same command is run again; FILE appears only once it is whole",
+        type=file_or_stdout,
+        help=f"write the {what} to FILE (default, or -: stdout), through FILE.partial/: a run that is stopped, or "
+        "killed, goes on from where it was when the same command is run again; FILE appears only once it is whole",
     )
     add_read_window(corpus, "input", "lines")
     corpus.add_argument(

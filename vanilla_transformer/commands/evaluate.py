@@ -17,7 +17,7 @@ from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..model_folder import card_languages
 from ..training.options.arguments import DataArguments, GenerationArguments
-from .corpus import add_read_window, check_outside_model
+from .corpus import add_read_window, check_outside_model, file_or_stdout
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
 from .failures import reported_as
 
@@ -34,7 +34,9 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
     evaluate.add_argument("--split", default="test", help="the split to score")
     evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
-    evaluate.add_argument("--output", help="write the results as JSON here")
+    evaluate.add_argument(
+        "--output", type=file_or_stdout, help="write the results as JSON here too (-: stdout only, the default)"
+    )
     add_read_window(evaluate, "split", "pairs", " (the CTranslate2 engine; the torch engine reads it batch by batch)")
     add_engine_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)

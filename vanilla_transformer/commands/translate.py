@@ -5,7 +5,7 @@ import argparse
 import os
 
 from ..corpus.jobs import Layout, TranslateJob
-from ..corpus.reading import Corpus, TextInput
+from ..corpus.reading import STANDARD_STREAM, Corpus, TextInput
 from ..errors import CommandError
 from ..inference.options import Guards, OptionError, SearchOptions
 from ..inference.translators import UnsupportedError
@@ -20,8 +20,10 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     translate.add_argument(
         "--model", required=True, help="a model folder, an exported CTranslate2 folder or a Hub name"
     )
-    translate.add_argument("sentences", nargs="*", help="sentences to translate; none means read --input or stdin")
-    translate.add_argument("--input", help="a text file, one sentence per line")
+    translate.add_argument(
+        "sentences", nargs="*", help="sentences to translate; none (or -) means read --input or stdin"
+    )
+    translate.add_argument("--input", help="a text file, one sentence per line (-: stdin)")
     translate.add_argument("--batch-size", type=PositiveInt, default=32, help="sentences per batch, at most")
     translate.add_argument(
         "--max-tokens",
@@ -121,9 +123,9 @@ def corpus_of(args: argparse.Namespace) -> Corpus:
         raise CommandError("--prefix-file and --constraints-file together: give one of them", exit_code=2)
     if args.constraints_order and not args.constraints_file:
         raise CommandError("--constraints-order orders the terms of --constraints-file: give that file", exit_code=2)
-    if args.sentences:
+    if args.sentences and args.sentences != [STANDARD_STREAM]:
         sentences = TextInput.arguments(args.sentences)
-    else:
+    else:  # `-` alone, as Unix tools take it: stdin
         sentences = TextInput.file(args.input, "--input") if args.input else TextInput.stdin()
     extra = [TextInput.file(path, flag) for path, flag in ((args.prefix_file, "--prefix-file"),
              (args.constraints_file, "--constraints-file")) if path]  # fmt: skip

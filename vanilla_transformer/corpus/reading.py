@@ -17,6 +17,7 @@ from itertools import islice, zip_longest
 from ..errors import CorpusError
 
 CHUNK = 1 << 20
+STANDARD_STREAM = "-"  # a file flag's value that names stdin (an input) or stdout (an output)
 # characters a line may hold: a thousand long sentences, far over what --max-sentence-tokens lets through; a file of
 # one endless line (/dev/zero, a binary file) is named at this length instead of filling the memory
 LONGEST_LINE = 1_000_000
@@ -41,8 +42,9 @@ class TextInput:
 
     @classmethod
     def file(cls, path: str, flag: str) -> "TextInput":
-        """The file `flag` names; an OSError from `check` or `lines` where it cannot be read."""
-        return cls(f"{flag} {path}", path=path)
+        """The file `flag` names (`-`: stdin, as Unix tools read it); an OSError from `check` or `lines` where it
+        cannot be read."""
+        return cls(f"{flag} - (stdin)") if path == STANDARD_STREAM else cls(f"{flag} {path}", path=path)
 
     @classmethod
     def stdin(cls) -> "TextInput":
@@ -51,6 +53,10 @@ class TextInput:
     @classmethod
     def arguments(cls, texts: list[str]) -> "TextInput":
         return cls("the arguments", texts=list(texts))
+
+    @property
+    def reads_stdin(self) -> bool:
+        return self.path is None and self.texts is None
 
     @property
     def rereadable(self) -> bool:
@@ -152,6 +158,9 @@ class Corpus:
                  skip_invalid: bool = False):  # fmt: skip
         """`skip_invalid`: a line too long to read is a record with its problem, left blank by the job; else a
         `CorpusError` as soon as it is met (the rest of an endless line is never read)."""
+        standard = [source.name for source in inputs if source.reads_stdin]
+        if len(standard) > 1:
+            raise CorpusError(f"{' and '.join(standard)}: stdin can be read by one input only; give files instead")
         self.inputs, self.parse, self.skip_invalid = inputs, parse, skip_invalid
         self.counts: list[int | None] | None = None  # each input's lines, once `check` or `count` has read them
 
