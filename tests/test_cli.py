@@ -50,10 +50,15 @@ def test_python_m_runs_the_command_line(tmp_path):
     assert "the following arguments are required: command" in done.stderr
 
 
-def test_a_command_into_a_pipe_or_a_log_shows_no_library_progress_bar():
+def test_a_command_into_a_pipe_or_a_log_shows_no_library_progress_bar(tmp_path):
     example = str(Path(__file__).parents[1] / "examples" / "numbers-en-de")
     done = run(sys.executable, "-m", "vanilla_transformer", "translate", "--model", example, "forty-two")
     assert (done.returncode, done.stdout, done.stderr) == (0, "zweiundvierzig\n", "")  # no "Loading weights: ..."
+    split = tmp_path / "test.jsonl"
+    split.write_text('{"translation": {"en": "forty-two", "de": "zweiundvierzig"}}\n')
+    flags = ["--test-file", str(split), "--source-lang", "en", "--target-lang", "de", "--num-beams", "1"]
+    done = run(sys.executable, "-m", "vanilla_transformer", "evaluate", "--model", example, *flags)
+    assert done.returncode == 0 and done.stderr == ""  # nor datasets' "Generating test split: ..."
 
 
 def test_reported_as_keeps_a_command_errors_status_and_lets_a_bug_through():

@@ -76,12 +76,14 @@ def sigterm_interrupts():
 
 
 def quiet_library_progress() -> None:
-    """transformers' progress bars ("Loading weights") off where stderr is not a terminal, as the commands' own
-    (`--progress auto`): a log or a pipe keeps its lines."""
+    """The libraries' progress bars (transformers' "Loading weights", datasets' "Map") off where stderr is not a
+    terminal, as the commands' own are (`--progress auto`): a log or a pipe keeps its lines. An environment that sets
+    HF_DATASETS_DISABLE_PROGRESS_BARS keeps its choice."""
     if sys.stderr is None or not sys.stderr.isatty():
         from transformers.utils import logging
 
         logging.disable_progress_bar()
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # read when datasets is imported, later
 
 
 def flush_stdout() -> None:
