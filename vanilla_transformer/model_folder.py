@@ -183,6 +183,8 @@ def encode_within(tokenizer, texts: list[str], limit: int | None, where="warning
     is named in a warning: `where` is its label, or a function of the text's index giving one; `warn(index, line)`
     receives it (default: printed on stderr). Texts are encoded once; only those too long are encoded again."""
     texts = list(texts)
+    if not texts:  # the tokenizer's own call would fail on none
+        return []
     key = "text_target" if target else "text"
     ids = tokenizer(**{key: texts})["input_ids"]
     long = [i for i, row in enumerate(ids) if limit is not None and len(row) > limit]

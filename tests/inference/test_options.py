@@ -67,3 +67,10 @@ def test_prefixes_and_terms_may_come_as_any_sequence_and_none_is_no_prefix():
     assert options.prefix == ("eins", "")
     assert SearchOptions(terms=(["a", "b"], ("c",))).terms == (("a", "b"), ("c",))
     assert SearchOptions(terms=[iter(["a"]), {"b": 1}]).terms == (("a",), ("b",))  # any iterable of strings
+
+
+@pytest.mark.parametrize("alpha", [-400.0, 10.5, -10.01])
+def test_a_length_penalty_past_float32s_range_of_length_to_the_alpha_is_refused(alpha):
+    with pytest.raises(ValueError, match=rf"length_penalty \({alpha}\) must be from -10 to 10: length \*\* alpha"):
+        SearchOptions(length_penalty=alpha)
+    assert SearchOptions(length_penalty=-10.0).length_penalty == -10.0

@@ -132,3 +132,25 @@ def test_translation_pipeline_refuses_a_source_length_that_is_no_positive_intege
     for inputs in (SOURCES[0], ["", " "]):  # blank inputs, which are not searched, too
         with pytest.raises(ValueError, match="max_source_length must be a positive integer"):
             translate(inputs, max_source_length=length)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"num_beams": 0}, "num_beams must be a positive integer, got 0"),
+        ({"max_new_tokens": 0}, "`max_new_tokens` must be greater than 0"),
+        ({"num_beams": 2, "num_return_sequences": 3}, r"`num_return_sequences` \(3\) has to be smaller or equal"),
+        ({"return_dict_in_generate": True}, "return_dict_in_generate: the pipeline returns texts"),
+    ],
+)
+def test_generation_settings_generate_refuses_are_refused_at_the_call_whatever_the_inputs(trained_folder, settings,
+                                                                                         message):  # fmt: skip
+    translate = pipeline("translation", model=str(trained_folder))
+    for inputs in (SOURCES[0], ["", " "], iter(SOURCES)):  # blank inputs, or an iterator not read yet
+        with pytest.raises(ValueError, match=f"^translation pipeline: {message}"):
+            translate(inputs, **settings)
+
+
+def test_an_input_that_is_not_unicode_text_is_named(trained_folder):
+    with pytest.raises(ValueError, match=r"input 2: not Unicode text: '\\ud800' at character 2 is a lone surrogate"):
+        pipeline("translation", model=str(trained_folder))(["one", "a\ud800"])

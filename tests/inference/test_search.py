@@ -159,11 +159,12 @@ def test_the_translate_command_reads_a_line_of_terms_per_sentence(trained_folder
     assert "--constraints-order orders the terms of --constraints-file: give that file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("length_penalty", [1000.0, -1000.0])
-def test_a_length_penalty_past_floats_range_gives_translations_not_an_overflow(
+@pytest.mark.parametrize("length_penalty", [10.0, -10.0])
+def test_a_length_penalty_at_its_bounds_gives_translations_and_one_past_them_is_refused(
     trained_folder, length_penalty, tmp_path, capsys
 ):
-    """length ** penalty leaves float's range (Python's OverflowError) in every search of the package."""
+    """length ** penalty stays within float32's range up to the bounds, in every search of the package; past them,
+    the division overflows (a search would write padding), and the flag refuses the value."""
     (tmp_path / "in.txt").write_text("six\n", encoding="utf-8")
     (tmp_path / "terms.txt").write_text("sechs\n", encoding="utf-8")
     constrained = ["--num-beams", "3", "--constraints-file", str(tmp_path / "terms.txt")]
@@ -171,3 +172,6 @@ def test_a_length_penalty_past_floats_range_gives_translations_not_an_overflow(
         argv = ["translate", "--model", str(trained_folder), "--input", str(tmp_path / "in.txt"), *flags]
         assert main([*argv, "--length-penalty", str(length_penalty)]) == 0, capsys.readouterr().err
         assert len(capsys.readouterr().out.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        main([*argv, "--length-penalty", str(length_penalty * 40)])
+    assert "--length-penalty: expected a number from -10 to 10" in capsys.readouterr().err

@@ -125,11 +125,14 @@ def test_translations_go_on_from_their_prefixes_batched_as_alone(trained_folder,
 @pytest.mark.parametrize("num_beams", [1, 5])
 def test_translations_from_prefixes_are_ctranslate2s_with_their_scores(trained_folder, exported, num_beams):
     """The prefix's tokens count in a translation's score in both (CTranslate2's target_prefix; fairseq's
-    --prefix-size); CTranslate2's patience 1 is the stopping rule of the package's search (fairseq's)."""
+    --prefix-size); CTranslate2's patience 1 is the stopping rule of the package's search (fairseq's). A sentence
+    without a prefix is translated as without the option, by generate()'s search."""
     ours, theirs = load_translator(str(trained_folder)), load_translator(str(exported))
     given = ours.translate(SENTENCES, num_beams=num_beams, n_best=num_beams, prefix=PREFIXES)
     expected = theirs.translate(SENTENCES, num_beams=num_beams, n_best=num_beams, prefix=PREFIXES, patience=1)
-    for a, b in zip(given, expected):
+    plain = ours.translate(SENTENCES, num_beams=num_beams, n_best=num_beams)
+    assert [g for g, p in zip(given, PREFIXES) if not p] == [t for t, p in zip(plain, PREFIXES) if not p]
+    for a, b in (pair for pair, p in zip(zip(given, expected), PREFIXES) if p):
         assert [t.text for t in a] == [t.text for t in b]
         assert [t.score for t in a] == pytest.approx([t.score for t in b], abs=1e-4)
 
@@ -245,3 +248,58 @@ def test_scores_need_a_positive_whole_batch_size(trained_folder, exported, engin
         translator.score(["one"], ["eins"], batch_size=size)
     with pytest.raises(TypeError, match="targets must be a list of strings"):
         translator.score(["one"], "eins")
+
+
+EXAMPLE = "examples/numbers-en-de"  # the committed model, whose beam search differs from the package's here
+
+
+@pytest.mark.parametrize("none", [{"prefix": [""]}, {"prefix": ["  "]}, {"prefix": [None]}, {"terms": [[]]}])
+def test_a_sentence_without_a_prefix_or_terms_is_translated_as_without_the_option(none):
+    translator = load_translator(EXAMPLE)
+    sentence = "fifty-seven thousand five and so on blah"  # generate()'s search and the package's part ways here
+    [[plain]] = translator.translate([sentence], num_beams=2, scores=True)
+    assert translator.translate([sentence], num_beams=2, scores=True, **none) == [[plain]]
+    name, [value] = next(iter(none.items()))
+    other = "sieben" if name == "prefix" else ["sieben"]
+    [[given], [beside]] = translator.translate([sentence, "seven"], num_beams=2, scores=True, **{name: [value, other]})
+    assert given == plain and beside.text.startswith("sieben")  # whatever the other sentences are given
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_prefix_given_to_another_sentence_leaves_a_sentences_length_limit_as_it_was(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    sources, prefix = [english(399), english(7)], ["", "dreihundertneunundneunzig"]
+    [[alone], _] = translator.translate(sources, num_beams=2, max_length=2)
+    [[given], [other]] = translator.translate(sources, num_beams=2, max_length=2, prefix=prefix)
+    assert given == alone and given.at_limit  # two new tokens, not two and the other's prefix
+    assert other.text.startswith("dreihundertneunundneunzig")
+
+
+def test_an_exported_models_prefix_past_its_positions_is_named(exported):
+    translator = load_translator(str(exported))
+    too_long = " ".join(["sieben"] * (translator.max_positions + 10))
+    with pytest.raises(ValueError, match=r"sentence 2: the prefix has \d+ tokens; the model writes at most"):
+        translator.translate(["one", "two"], prefix=["eins", too_long])
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_no_pairs_score_to_none_and_a_pair_cut_to_the_positions_is_named(trained_folder, exported, engine, capsys):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    assert translator.score([], []) == []
+    if engine == "torch":
+        assert translator.align([], []) == []
+        return
+    long = " ".join(["sieben"] * (translator.max_positions + 10))
+    [score] = translator.score(["seven"], [long])
+    assert len(score.tokens) == translator.max_positions and "truncated to" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_string_that_is_not_unicode_text_is_named(trained_folder, exported, engine):
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    with pytest.raises(ValueError, match=r"sentence 2: not Unicode text: '\\ud800' at character 6 is a lone surr"):
+        translator.translate(["one", "seven\ud800"])
+    with pytest.raises(ValueError, match=r"prefix\[0\]: not Unicode text: '\\udcff' at character 1"):
+        translator.translate(["one"], prefix=["\udcff"])
+    with pytest.raises(ValueError, match="sentence 1: not Unicode text"):
+        translator.score(["one"], ["eins\ud800"])

@@ -17,6 +17,7 @@ import numpy
 from transformers import HfArgumentParser
 
 from ...errors import is_whole
+from ...inference.checks import MOST_LENGTH_PENALTY
 from ...inference.options import MAX_BEAMS, WHY_MAX_BEAMS
 
 
@@ -118,6 +119,17 @@ class FiniteFloat(float):
         return number
 
 
+class LengthPenalty(float):
+    """A length penalty alpha the searches can use (`MOST_LENGTH_PENALTY` either way at most)."""
+
+    def __new__(cls, value):
+        number = FiniteFloat(value)
+        if abs(number) > MOST_LENGTH_PENALTY:
+            raise argparse.ArgumentTypeError(f"expected a number from -{MOST_LENGTH_PENALTY:g} to "
+                                             f"{MOST_LENGTH_PENALTY:g}, got {value}")  # fmt: skip
+        return number
+
+
 class Port(int):
     def __new__(cls, value):
         number = integer(value)
@@ -147,6 +159,7 @@ CHECKED_TYPES = (
     PositiveFloat,
     NonNegativeFloat,
     FiniteFloat,
+    LengthPenalty,
     Port,
     Seed,
 )

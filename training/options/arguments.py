@@ -18,7 +18,7 @@ from .argument_types import (
     ArgumentParser,
     ArgumentsError,
     Checked,
-    FiniteFloat,
+    LengthPenalty,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -274,7 +274,7 @@ class GenerationArguments(Checked):
     _argument_group_name = "evaluation (beam search)"
 
     num_beams: PositiveInt = option(5, help="beam size; 1 is greedy search")
-    length_penalty: FiniteFloat | None = option(
+    length_penalty: LengthPenalty | None = option(
         help="beam score = log p / length^alpha (default: the model's generation config; 1.0 for a new model)"
     )
     eval_batch_size: PositiveInt = option(64, help="sentences per evaluation batch")
@@ -282,7 +282,7 @@ class GenerationArguments(Checked):
 
 @dataclass(frozen=True)
 class EvaluationArguments(GenerationArguments):
-    tune_length_penalty: list[FiniteFloat] | None = option(
+    tune_length_penalty: list[LengthPenalty] | None = option(
         help="at the end, decode the validation split with each length penalty and keep the one with the best BLEU "
         "(lowercased with --lowercase) for the test split and the saved generation config",
         metavar="ALPHA",

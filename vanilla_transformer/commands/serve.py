@@ -17,6 +17,7 @@ from ..inference.devices import PlacementError
 from ..training.options.argument_types import (
     BeamSize,
     FiniteFloat,
+    LengthPenalty,
     NonNegativeFloat,
     NonNegativeInt,
     Port,
@@ -61,6 +62,8 @@ def settings_flags(parser: argparse.ArgumentParser, settings, skip=()) -> None:
             kind = NonNegativeInt if kind is int else NonNegativeFloat
         if setting.metadata.get("beams"):
             kind = BeamSize
+        if setting.metadata.get("length_penalty"):
+            kind = LengthPenalty
         if setting.metadata.get("most") is not None:
             kind = at_most(kind, *setting.metadata["most"])
         parser.add_argument(

@@ -10,7 +10,7 @@ from ..errors import CommandError
 from ..inference.options import Guards, OptionError, SearchOptions
 from ..inference.translators import UnsupportedError
 from ..model_folder import card_languages
-from ..training.options.argument_types import BeamSize, FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
+from ..training.options.argument_types import BeamSize, LengthPenalty, NonNegativeFloat, PositiveFloat, PositiveInt
 from .corpus import add_corpus_arguments, run_job
 from .engine import add_engine_arguments, translator_for
 
@@ -34,7 +34,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     translate.add_argument("--num-beams", type=BeamSize, default=5, help="beam size; 1 is greedy search")
     translate.add_argument(
         "--length-penalty",
-        type=FiniteFloat,
+        type=LengthPenalty,
         help="beam score = log p / length^alpha (default: the model's generation config)",
     )
     translate.add_argument("--max-length", type=PositiveInt, default=256, help="most new tokens per sentence")

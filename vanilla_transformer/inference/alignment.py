@@ -25,7 +25,7 @@ import torch
 from ..configuration import position_limit
 from ..errors import is_whole
 from ..model_folder import source_tokens
-from .checks import check_whole
+from .checks import check_whole, sentences_given
 from .scoring import check_pairs, pairs_given, shift_right
 
 
@@ -103,6 +103,8 @@ def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size
     """The alignment of each (source, target) pair; `layer` (default the last) and `heads` (default all) choose
     the attention that aligns."""
     sources, targets = pairs_given(sources, targets, batch_size)
+    if not sources:  # the tokenizer's own call would fail on none
+        return []
     offsets = {"return_offsets_mapping": True} if tokenizer.is_fast else {}
     target = tokenizer(text_target=targets, **offsets)
     words = [token_words(tokenizer, target, row, text, target=True) for row, text in enumerate(targets)]
@@ -113,6 +115,7 @@ def align(model, tokenizer, sources, targets, layer=None, heads=None, batch_size
 def align_tokens(model, tokenizer, sources, target_ids, layer=None, heads=None, batch_size=32) -> list[Alignment]:
     """The alignment of each source with the target tokens a search wrote (`Translation.tokens`), not its text
     encoded again (which may give other tokens): their words are those of the text they decode to."""
+    sources = sentences_given(sources, "sources")  # one string would be its characters
     check_pairs(sources, target_ids)
     check_whole("batch_size", batch_size)
     eos = model.config.eos_token_id

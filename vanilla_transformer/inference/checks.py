@@ -31,6 +31,21 @@ def check_finite(name: str, value: float, at_least: float | None = None, above: 
         raise OptionError((name,), f"{name} ({value}) must be {bound}")
 
 
+# the most a length penalty alpha may be either way: a translation's length ** alpha (1,024 tokens, say) stays within
+# float32's range, in which a search divides its scores; far past it, the division overflows and the search writes
+# padding with a placeholder score
+MOST_LENGTH_PENALTY = 10.0
+
+
+def check_length_penalty(value: float) -> None:
+    """An OptionError naming length_penalty unless it is a finite number within +-`MOST_LENGTH_PENALTY`."""
+    check_finite("length_penalty", value)
+    if abs(value) > MOST_LENGTH_PENALTY:
+        bound = f"{MOST_LENGTH_PENALTY:g}"
+        raise OptionError(("length_penalty",), f"length_penalty ({value}) must be from -{bound} to {bound}: length "
+                          "** alpha leaves float32's range beyond")  # fmt: skip
+
+
 def check_whole(name: str, value: int, at_least: int = 1) -> None:
     """An OptionError naming option `name` unless `value` is an integer of at least `at_least` (a bool, or a float
     such as 1.5, is not)."""
@@ -67,7 +82,19 @@ def texts_given(
     for index, value in enumerate(values):
         if not isinstance(value, kind):
             raise OptionError((name,), f"{where}[{index}] must be {item}, got {value!r}")
+        if isinstance(value, str) and (problem := not_unicode(value)):
+            raise OptionError((name,), f"{where}[{index}]: {problem}")
     return values
+
+
+def not_unicode(text: str) -> str | None:
+    """Why `text` is no Unicode text a tokenizer can read (a lone surrogate: half of a UTF-16 pair, or a byte that
+    was not UTF-8, kept by errors="surrogateescape"), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"not Unicode text: {text[error.start]!r} at character {error.start + 1} is a lone surrogate"
+    return None
 
 
 def is_blank(text: str) -> bool:
@@ -85,6 +112,8 @@ def sentences_given(sentences, name: str = "sentences") -> list[str]:
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise SentenceError(index, f"{name} must be strings, got {sentence!r}")
+        if problem := not_unicode(sentence):
+            raise SentenceError(index, problem)
     return sentences
 
 

@@ -11,6 +11,7 @@ from .checks import (
     SentenceError,
     check_finite,
     check_kind,
+    check_length_penalty,
     check_whole,
     is_blank,
     sentences_given,
@@ -136,7 +137,8 @@ class SearchOptions:
         if self.prefix is not None:
             prefix = texts_given("prefix", self.prefix, "a list of one prefix per sentence", "a string or None",
                                  (str, type(None)))  # fmt: skip
-            object.__setattr__(self, "prefix", tuple(text or "" for text in prefix))
+            # a blank prefix (spaces, invisible characters) is none, as a blank sentence is nothing to translate
+            object.__setattr__(self, "prefix", tuple("" if text is None or is_blank(text) else text for text in prefix))
         if self.terms is not None:
             terms = texts_given(
                 "terms", self.terms, "a list of one list of terms per sentence", "a list of strings", Iterable
@@ -156,7 +158,7 @@ class SearchOptions:
         if self.num_beams is not None:
             check_search(self.num_beams, self.n_best)
         if self.length_penalty is not None:
-            check_finite("length_penalty", self.length_penalty)
+            check_length_penalty(self.length_penalty)
         if self.patience is not None:
             check_finite("patience", self.patience, above=0.0)
         if self.terms is not None and self.prefix is not None:
@@ -182,6 +184,15 @@ class SearchOptions:
         picked = {name: [getattr(self, name)[i] for i in indices] for name in ("prefix", "terms")
                   if getattr(self, name) is not None}  # fmt: skip
         return replace(self, **picked)
+
+    def guides(self, index: int) -> bool:
+        """Whether sentence `index` has a prefix or terms, which its search must follow ("" and no terms: none)."""
+        return bool(self.prefix and self.prefix[index]) or bool(self.terms and self.terms[index])
+
+    @property
+    def unguided(self) -> "SearchOptions":
+        """The options without prefixes or terms."""
+        return replace(self, prefix=None, terms=None)
 
     def check_count(self, count: int) -> None:
         """A ValueError where the prefixes or the lists of terms are not one per sentence."""
@@ -248,6 +259,20 @@ def distinct_texts(results: list[list[Translation]], n_best: int) -> list[list[T
                 unique.append(translation)
         kept.append(unique[:n_best])
     return kept
+
+
+def in_parts(parts: list[list[int]], translate_part) -> list:
+    """The results of `translate_part(indices)` for each part of the sentences (lists of their indices, together
+    each sentence once), put back in the sentences' order; a `SentenceError` names its sentence among them all."""
+    results = [None] * sum(map(len, parts))
+    for indices in filter(None, parts):
+        try:
+            found = translate_part(indices)
+        except SentenceError as error:
+            raise SentenceError(indices[error.index], error.reason) from error
+        for index, result in zip(indices, found):
+            results[index] = result
+    return results
 
 
 def blank_translation(options: SearchOptions) -> Translation:

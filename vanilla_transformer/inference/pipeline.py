@@ -14,6 +14,7 @@ so is `max_source_length`. Other keyword arguments than these and the pipeline's
 to `model.generate`. It works with any `AutoModelForSeq2SeqLM` model, not only this one.
 """
 
+import copy
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -24,9 +25,9 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import logging
 
 from ..configuration import check_tokenizer_matches, position_limit
-from ..errors import is_whole
+from ..errors import HeldLog, is_whole
 from ..model_folder import encode_within
-from .checks import is_blank
+from .checks import is_blank, not_unicode
 
 logger = logging.get_logger(__name__)
 STREAM_CHUNK = 256  # texts read at a time from an iterator: batches are made within them
@@ -58,6 +59,7 @@ class TranslationPipeline(Pipeline):
             )
         if truncation and max_source_length is None:  # transformers 4's: cut to what the tokenizer says it takes
             max_source_length = min(self.tokenizer.model_max_length, 10**9)
+        check_generation(self.model.generation_config, generate_kwargs)
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
         given = dict(clean_up_tokenization_spaces=clean_up_tokenization_spaces, return_tensors=return_tensors,
                      return_text=return_text)  # fmt: skip
@@ -98,6 +100,8 @@ class TranslationPipeline(Pipeline):
         for index, text in enumerate(texts, start + 1):
             if not isinstance(text, str):
                 raise ValueError(f"translation pipeline: input {index} is {type(text).__name__}, not a string")
+            if problem := not_unicode(text):
+                raise ValueError(f"translation pipeline: input {index}: {problem}")
         _, generate_kwargs, postprocess_params = self._sanitize_parameters(**kwargs)  # even when all are blank
         others = [text for text in texts if not is_blank(text)]
         found = iter(super().__call__(others, **kwargs) if others else [])
@@ -141,6 +145,24 @@ class TranslationPipeline(Pipeline):
                 result["translation_text"] = decoded
             results.append(result)
         return results
+
+
+def check_generation(generation_config, settings: dict) -> None:
+    """A ValueError where generate() would refuse the generation `settings` over `generation_config` (or fail on
+    them: num_beams 0), raised at the call whatever the inputs are: all blank, or an iterator not read yet. What
+    generate() only warns of is left to it (its warnings here are dropped: it gives them again)."""
+    if settings.get("return_dict_in_generate"):
+        raise ValueError("translation pipeline: return_dict_in_generate: the pipeline returns texts (and token ids "
+                         "with return_tensors); call model.generate() for scores")  # fmt: skip
+    config = copy.deepcopy(generation_config)
+    with HeldLog("transformers.generation.configuration_utils"):
+        try:
+            config.update(**settings)  # which validates the settings
+            config.validate()
+        except ValueError as error:
+            raise ValueError(f"translation pipeline: {error}") from None
+    if not is_whole(config.num_beams) or config.num_beams < 1:
+        raise ValueError(f"translation pipeline: num_beams must be a positive integer, got {config.num_beams!r}")
 
 
 def register() -> None:

@@ -37,6 +37,7 @@ from .options import (
     blank_stays_blank,
     distinct_texts,
     grouped_batches,
+    in_parts,
     key_groups,
 )
 from .scoring import PairScore, pairs_given, score_pairs
@@ -135,19 +136,27 @@ class PyTorchTranslator(Translator):
         are computed when `options.scores` is true (by default, when n_best > 1); generate() then keeps every step's
         scores, which costs memory for large vocabularies, and a translation's score is otherwise None. Prefixes and
         terms use the package's own beam search (`search`): a prefix's tokens count in its translation's length but
-        not its score, as in CTranslate2's, and `max_length` new tokens follow it. A translation stopped at its
-        length limit says so (`at_limit`)."""
+        not its score, as in CTranslate2's, and `max_length` new tokens follow it. A sentence without them (an empty
+        prefix, no terms) is translated as if the option were not given. A translation stopped at its length limit
+        says so (`at_limit`)."""
         limit = position_limit(self.model.config)  # learned positions: the source and output are cut to them
         if limit is not None:
             options = replace(options, max_length=min(options.max_length, limit))
         source_ids = encode_within(self.tokenizer, sentences, limit)  # a sentence cut to the positions is named
-        if options.terms is not None or options.prefix is not None:
-            results = self.searched(source_ids, options)
-        else:
-            results = self.generated(source_ids, options)
+        guided = [i for i in range(len(source_ids)) if options.guides(i)]
+        plain = [i for i in range(len(source_ids)) if not options.guides(i)]  # as if no prefixes or terms were given
+        results = in_parts([plain, guided], lambda indices: self.part(source_ids, indices, options))
         if options.distinct:
             results = distinct_texts(results, options.n_best)
         return self.aligned(sentences, results) if options.alignment else results
+
+    def part(self, source_ids: list[list[int]], indices: list[int], options: SearchOptions) -> list[list[Translation]]:
+        """The translations of the sentences at `indices`: all with a prefix or terms (the package's own search), or
+        all without (generate()'s)."""
+        rows = [source_ids[i] for i in indices]
+        if options.guides(indices[0]):
+            return self.searched(rows, options.for_sentences(indices))
+        return self.generated(rows, options.unguided)
 
     def generated(self, source_ids: list[list[int]], options: SearchOptions) -> list[list[Translation]]:
         """Translations by generate()'s own greedy or beam search, its rules and logits processors, a sentence
@@ -295,11 +304,12 @@ class CTranslate2Translator(Translator):
     def max_source_tokens(self) -> int | None:
         return self.max_positions
 
-    def tokens(self, sentences, warn: bool = False, target: bool = False) -> list[list[str]]:
+    def tokens(self, sentences, warn: bool = False, target: bool = False, cut: bool = True) -> list[list[str]]:
         """Each sentence's tokens (as a source, or as a `target`) in the exported model's vocabulary, cut to the
-        exported positions; with `warn`, a warning on stderr names each sentence that was cut."""
+        exported positions unless not `cut`; with `warn`, a warning on stderr names each sentence that was cut."""
         quiet = None if warn else (lambda index, line: None)
-        ids = encode_within(self.tokenizer, sentences, self.max_positions, warn=quiet, target=target)
+        limit = self.max_positions if cut else None
+        ids = encode_within(self.tokenizer, sentences, limit, warn=quiet, target=target)
         vocabulary = self.target_vocabulary if target else self.source_vocabulary
         return [[vocabulary[i] for i in row] for row in ids]
 
@@ -334,14 +344,14 @@ class CTranslate2Translator(Translator):
                         length_penalty=options.length_penalty, suppress_sequences=self.suppressed(),
                         **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in tokens], max_length)
+        given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
         results = [None] * len(tokens)
-        for indices in key_groups(limits):  # ctranslate2 sorts each group by length and cuts it into batches
-            longest = max((len(prefixes[i] or []) for i in indices), default=0)
+        for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
             found = self.translator.translate_batch(
                 [tokens[i] for i in indices],
                 target_prefix=[prefixes[i] for i in indices] if options.prefix is not None else None,
                 **self.batching(len(indices), options),
-                max_decoding_length=limits[indices[0]] + longest,
+                max_decoding_length=self.decoding_length(limits[indices[0]] + given[indices[0]]),
                 min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
                 return_scores=True,
                 **settings,
@@ -354,15 +364,19 @@ class CTranslate2Translator(Translator):
                               for row, score, end in zip(rows, r.scores, ends)]  # fmt: skip
         return distinct_texts(results, options.n_best) if options.distinct else results
 
+    def decoding_length(self, tokens: int) -> int:
+        """`tokens`, or the exported positions where fewer: ctranslate2 has no position past them."""
+        return tokens if self.max_positions is None else min(tokens, self.max_positions)
+
     def target_prefix(self, prefix) -> list[list[str] | None] | None:
         """Each sentence's target prefix as target tokens without the end of sentence (None for none), as
         ctranslate2's `target_prefix` takes them."""
         if prefix is None:
             return None
-        rows = self.tokens(list(prefix), target=True)
+        rows = self.tokens(list(prefix), target=True, cut=False)
         rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
         specials = {token: token for token in self.tokenizer.all_special_tokens}
-        check_prefixes(prefix, rows, self.tokenizer.unk_token, specials)
+        check_prefixes(prefix, rows, self.tokenizer.unk_token, specials, self.max_positions)
         return [row or None for row in rows]
 
     def batching(self, count: int, options: SearchOptions) -> dict:
@@ -382,10 +396,12 @@ class CTranslate2Translator(Translator):
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
         """Each (source, target) pair scored by CTranslate2's `score_batch` (see `scoring`)."""
         sources, targets = pairs_given(sources, targets, batch_size)
-        tokens = self.tokens(targets, target=True)
+        if not sources:
+            return []
+        tokens = self.tokens(targets, warn=True, target=True)  # cut to the exported positions, named, as torch's
         share = self.batch_share(len(tokens), batch_size)
         without_eos = [row[:-1] for row in tokens]  # ctranslate2 adds </s> itself
-        results = self.translator.score_batch(self.tokens(sources), without_eos, max_batch_size=share)
+        results = self.translator.score_batch(self.tokens(sources, warn=True), without_eos, max_batch_size=share)
         return [PairScore(row, [float(p) for p in r.log_probs]) for row, r in zip(tokens, results)]
 
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:

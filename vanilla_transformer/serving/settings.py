@@ -10,8 +10,9 @@ from ..inference.options import ENGINES, MAX_BEAMS, SearchOptions
 
 def setting(default, help: str, **flag):
     """A field of the server's settings with its flag's help (and `choices`, or `positive` for a number that must be
-    above 0, `non_negative` for one that may be 0; any other number must be finite; `beams` for a beam size; `most`,
-    the largest number and why): the one place its default is written, which `serve`'s flags read."""
+    above 0, `non_negative` for one that may be 0; any other number must be finite; `beams` for a beam size,
+    `length_penalty` for one; `most`, the largest number and why): the one place its default is written, which
+    `serve`'s flags read."""
     return field(default=default, metadata={"help": help, **flag})
 
 
@@ -27,7 +28,7 @@ class EngineSettings:
                                 "on CUDA float16 or int8_float16)")  # fmt: skip
     threads: int | None = setting(None, "the engine's CPU threads (default: every core)", positive=True)
     num_beams: int | None = setting(None, "beam size (default: the model's generation config)", beams=True)
-    length_penalty: float | None = setting(None, "default: the model's generation config")
+    length_penalty: float | None = setting(None, "default: the model's generation config", length_penalty=True)
     max_length: int = setting(256, "most new tokens per sentence", positive=True)
     max_sentence_tokens: int = setting(256, "longer sentences are refused with 413 (and at most the model's "
                                        "positions)", positive=True)  # fmt: skip
