@@ -61,7 +61,8 @@ class ReaderGone(Exception):
 
 
 class OutputError(CorpusError):
-    """An output that cannot be written, or a run that cannot be resumed: the message names the file and why."""
+    """An output that cannot be set up (its file cannot be made, another run writes it), or a run that cannot be
+    resumed: the message names the file and why. A write that fails on the way is a `WriteError`."""
 
 
 class HeldLog(logging.Filter):

@@ -53,8 +53,24 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_141(tmp_pa
 def test_a_full_device_as_stdout_is_named_in_one_line():
     with open("/dev/full", "w") as full:
         done = subprocess.run(translate("one"), stdout=full, stderr=subprocess.PIPE, text=True, env=ENV, timeout=300)
-    assert done.returncode == 2 and no_traceback(done.stderr), done.stderr
+    assert done.returncode == 1 and no_traceback(done.stderr), done.stderr  # a write failed: not bad input
     assert done.stderr.splitlines()[-1] == "error: standard output: No space left on device"
+
+
+def test_an_output_file_the_system_stops_growing_is_named_with_status_1_and_resumes(tmp_path):
+    """A file over the process's size limit (`ulimit -f`), as a full disk stops one: a write failed on the way."""
+    import resource
+
+    path, output = tmp_path / "in.txt", tmp_path / "scores.jsonl"
+    path.write_text("one hundred and two\n" * 200)
+    command = score("--source-file", str(path), "--target-file", str(path), "--read-window", "20",
+                    "--output", str(output))  # fmt: skip
+    limited = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))  # noqa: E731
+    done = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=ENV, timeout=300, preexec_fn=limited)
+    assert done.returncode == 1 and no_traceback(done.stderr), done.stderr
+    assert done.stderr.splitlines()[-1] == f"error: --output {output}: File too large"
+    done = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=ENV, timeout=300)  # room again: it goes on
+    assert done.returncode == 0 and len(output.read_text().splitlines()) == 200, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -25,11 +25,27 @@ def test_a_part_written_past_its_journal_is_cut_back_and_goes_on(tmp_path):
     parts.write(0, done("eins\nzwei\n"))
     with open(parts.text, "ab") as handle:  # killed while it wrote the next window: half a line, not recorded
         handle.write(b"dr")
+    parts.release()  # as the process's end lets its lock go
     resumed = Parts(str(output), Share(), INPUTS, SETTINGS)
     assert resumed.resumed_windows == 1 and resumed.done(0) and not resumed.done(1)
     resumed.write(1, done("drei\n", skipped=1))
     assert resumed.finish() == 1
     assert output.read_text() == "eins\nzwei\ndrei\n" and not os.path.exists(f"{output}.partial")
+
+
+def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(tmp_path):
+    output = tmp_path / "out.txt"
+    first = Parts(str(output), Share(), INPUTS, SETTINGS)
+    first.write(0, done("eins\n"))
+    with pytest.raises(OutputError, match=r"--output .*out.txt: another run is writing it \(.*out.txt.partial is in "
+                                          r"use\); wait for it to end, or give another --output"):  # fmt: skip
+        Parts(str(output), Share(), INPUTS, SETTINGS)
+    first.write(1, done("zwei\n"))  # its part, journal and lock as they were
+    assert first.finish() == 0 and output.read_text() == "eins\nzwei\n"
+    assert not os.path.exists(f"{output}.partial")
+    second = Parts(str(output), Share(), INPUTS, SETTINGS)  # once it ended, a new run starts
+    second.abandon()
+    assert not os.path.exists(f"{output}.partial")
 
 
 def test_a_run_started_differently_is_refused_naming_what_changed(tmp_path):

@@ -8,7 +8,9 @@ goes on from the next window: no window is lost or written twice, and no partial
 records the inputs' fingerprints, the settings and the number of processes; a resumed run whose inputs or settings
 differ is refused, naming what changed (a start that wrote nothing is started afresh). Once every process is done,
 the first joins the parts in input order into FILE (written in the folder, then renamed over it) and removes the
-folder. An OSError on the way (a full disk) is an `OutputError` naming the file."""
+folder. Each process holds a lock on its part while it runs (`process-R.lock`), so that a second run into the same
+FILE is refused rather than appending to the same part. An output that cannot be set up is an `OutputError` naming
+the file; one that fails on the way (a full disk) a `WriteError`."""
 
 import contextlib
 import json
@@ -16,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..errors import OutputError, ReaderGone
+from ..errors import OutputError, ReaderGone, WriteError
 from ..folders import new_file_beside, why_unmakeable, write_atomically
 from ..processes import processes
 
@@ -55,7 +57,7 @@ def stdout_errors():
     except BrokenPipeError as error:
         raise ReaderGone() from error
     except OSError as error:
-        raise OutputError(f"standard output: {error.strerror}") from error
+        raise WriteError(f"standard output: {error.strerror}") from error
 
 
 class StandardOutput:
@@ -136,14 +138,18 @@ class Parts:
         self.text = os.path.join(self.folder, f"process-{share.rank}.txt")
         self.journal = os.path.join(self.folder, f"process-{share.rank}.json")
         self.lengths: list[int] = []
-        self.skipped, self.finished = 0, False
-        with named_errors(self.output):
+        self.skipped, self.finished, self.lock = 0, False, None
+        with named_errors(self.output, OutputError):
             self.open()
 
     def open(self) -> None:
         """Check that FILE can be written, then start the part or resume it; an OutputError names the problem."""
         check_output_file("--output", self.output)
         os.makedirs(self.folder, exist_ok=True)
+        self.lock = held_lock(os.path.join(self.folder, f"process-{self.share.rank}.lock"))
+        if self.lock is None:
+            raise OutputError(f"--output {self.output}: another run is writing it ({self.folder} is in use); wait "
+                              "for it to end, or give another --output")  # fmt: skip
         journal = self.read_journal(self.share.rank)
         if journal is not None and (journal["lengths"] or journal["finished"]):
             self.resume(journal)
@@ -236,7 +242,14 @@ class Parts:
         with named_errors(self.output):
             skipped = self.join() if self.share.rank == 0 else 0
         self.share.wait()
+        self.release()
         return skipped
+
+    def release(self) -> None:
+        """The part's lock let go (the process's end lets it go too)."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
     def join(self) -> int:
         """The parts' windows in input order (window i from process i mod world), into FILE at once (written in the
@@ -263,27 +276,48 @@ class Parts:
         """Undo a start that stopped before it wrote a window (its model could not be loaded, its first window
         failed): this process's empty part and journal removed, and the folder where nothing else is in it, so that
         the failed start leaves nothing behind. A start that wrote a window keeps everything, to be resumed."""
-        if self.lengths or self.finished:
+        if self.lengths or self.finished or self.lock is None:  # a start refused: another run's files
+            self.release()
             return
-        for path in (self.text, self.journal):
+        for path in (self.text, self.journal, self.lock.name):
             with contextlib.suppress(OSError):  # the error that stopped the start is the one to report
                 os.remove(path)
+        self.release()
         with contextlib.suppress(OSError):  # another process's files are still there
             os.rmdir(self.folder)
 
     def remove_parts(self) -> None:
         for name in os.listdir(self.folder):
-            ours = name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp"))
+            ours = name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp", ".lock"))
             if ours or name.startswith(".process-"):  # .process-R.json.XXXX: a journal's write a kill cut short
                 os.remove(os.path.join(self.folder, name))
         if not os.listdir(self.folder):
             os.rmdir(self.folder)
 
 
+def held_lock(path: str):
+    """The file at `path`, opened and locked (flock) for this process alone; None where another holds it. Where the
+    system has no flock, the file unlocked."""
+    handle = open(path, "a")
+    try:
+        import fcntl
+    except ImportError:  # not a Unix system
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 @contextlib.contextmanager
-def named_errors(output: str):
-    """An OSError (a full disk, a folder that went away) as an OutputError naming --output and the file."""
+def named_errors(output: str, kind: type = WriteError):
+    """An OSError (a full disk, a folder that went away) as a `kind` naming --output, and the file where another."""
     try:
         yield
+    except WriteError:  # named already
+        raise
     except OSError as error:
-        raise OutputError(f"--output {output}: {error.filename or output}: {error.strerror}") from error
+        where = "" if error.filename in (None, output) else f"{error.filename}: "
+        raise kind(f"--output {output}: {where}{error.strerror or error}") from error
