@@ -155,6 +155,9 @@ def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
         (["serve", "m", "--length-penalty", "nan"], "--length-penalty: expected a finite number"),
         (["serve", "m", "--num-beams", "100000"], "--num-beams: expected a beam size from 1 to 1024"),
         (["serve", "m", "--max-alternatives", "1024"], "--max-alternatives: expected at most 1023 (one beam less"),
+        (["serve", "m", "--length-penalty", "-400"], "--length-penalty: expected a number from -10 to 10, got -400"),
+        (["translate", "--model", "m", "--read-window", str(10**20)], "--read-window: expected at most 1000000000"),
+        (["train", "--norm-position", "side"], "--norm-position: invalid choice: 'side'"),
     ],
     ids=lambda value: " ".join(value[:1] + value[-2:]) if isinstance(value, list) else None,
 )

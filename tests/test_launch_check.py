@@ -22,6 +22,10 @@ ACCELERATE = [sys.executable, "/usr/local/bin/accelerate", "launch"]
         ([*ACCELERATE, "--cpu", "-m", "vanilla_transformer.cli", "train"], None),
         ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"], None),
         ([], None),
+        (
+            [*ACCELERATE, "--num_processes", "²", "-m", "vanilla_transformer.cli", "train"],
+            None,
+        ),  # a digit int() refuses
     ],
 )
 def test_the_process_count_is_read_from_an_accelerate_launch_command_line(command_line, asked):

@@ -95,9 +95,17 @@ def test_an_output_in_a_missing_folder_or_on_a_folder_is_named(tmp_path):
 def test_a_journal_this_package_did_not_write_is_named(tmp_path):
     output = tmp_path / "out.txt"
     (tmp_path / "out.txt.partial").mkdir()
-    (tmp_path / "out.txt.partial" / "process-0.json").write_text("{not json")
-    with pytest.raises(OutputError, match=r"process-0.json is not a journal this package wrote; remove .* to start"):
-        Parts(str(output), Share(), INPUTS, SETTINGS)
+    for text in ("{not json", '{"run": 1, "lengths": 2, "skipped": 0, "finished": false}'):  # JSON of other kinds
+        (tmp_path / "out.txt.partial" / "process-0.json").write_text(text)
+        with pytest.raises(OutputError, match=r"process-0.json is not a journal this package wrote; remove .* to st"):
+            Parts(str(output), Share(), INPUTS, SETTINGS)
+
+
+def test_a_run_resumes_whatever_spelling_of_its_input_files_path(tmp_path):
+    output = str(tmp_path / "out.txt")
+    Parts(output, Share(), INPUTS, SETTINGS).write(0, done("eins\n"))
+    elsewhere = [{**INPUTS[0], "input": f"--input {tmp_path / 'in.txt'}"}]  # the same file, from another folder
+    assert Parts(output, Share(), elsewhere, SETTINGS).resumed_windows == 1
 
 
 def test_a_start_that_wrote_nothing_is_started_afresh_and_the_join_keeps_other_files(tmp_path):

@@ -67,12 +67,21 @@ def test_line_aligned_inputs_of_different_lengths_are_named(tmp_path):
         list(records)
 
 
-def test_pairs_skip_blank_lines_and_name_a_line_that_is_not_a_pair(tmp_path):
+def test_pairs_keep_blank_lines_as_blank_records_and_name_a_line_that_is_not_a_pair(tmp_path):
     pair = json.dumps({"translation": {"en": "one", "de": "eins"}})
-    source = file_input(tmp_path, f"{pair}\n\n{{}}\n{pair}\n".encode(), "pairs.jsonl", "--pairs")
+    half = json.dumps({"translation": {"en": "one", "de": "ein\ud800"}})  # a JSON escape of half a UTF-16 pair
+    source = file_input(tmp_path, f"{pair}\n\n{{}}\n{pair}\n{half}\n".encode(), "pairs.jsonl", "--pairs")
     records = list(Corpus([source], translation_pair("en", "de")).records())
-    assert [(r.number, r.fields) for r in records if not r.problem] == [(1, ("one", "eins")), (4, ("one", "eins"))]
-    assert records[1].number == 3 and "--pairs" in records[1].problem and "line 3: expected" in records[1].problem
+    assert [(r.number, r.fields, r.blank) for r in records if not r.problem] == [
+        (1, ("one", "eins"), False), (2, ("", ""), True), (4, ("one", "eins"), False)]  # fmt: skip
+    assert records[2].number == 3 and "--pairs" in records[2].problem and "line 3: expected" in records[2].problem
+    assert records[4].problem.endswith("line 5: \"de\": not Unicode text: '\\ud800' at character 4 is a lone "
+                                       "surrogate (a byte that is not UTF-8, or half of a UTF-16 pair)")  # fmt: skip
+
+
+def test_arguments_that_are_not_utf8_are_named_by_their_place():
+    records = list(Corpus([TextInput.arguments(["seven", "sev\udcffen"])], skip_invalid=True).records())
+    assert records[1].problem == "sentence 2: not UTF-8 text (byte 0xff); give UTF-8 text"
 
 
 def test_a_fingerprint_changes_with_the_first_window_or_the_size(tmp_path):

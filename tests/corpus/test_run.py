@@ -152,6 +152,21 @@ def test_score_streams_pairs_into_its_output_as_on_stdout(trained_folder, tmp_pa
     assert all(json.loads(line)["log_prob"] < 0 for line in out.splitlines())
 
 
+def test_score_writes_a_line_per_input_line_and_names_the_side_over_the_limit(trained_folder, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    pair = json.dumps({"translation": {"en": english(6), "de": german(6)}})
+    pairs.write_text(f"{pair}\n\n{pair}\n")  # a blank line: null, so that line N's score is pair N's
+    score = ["score", "--model", str(trained_folder)]
+    status, out, _ = run(capsys, *score, "--pairs", str(pairs), "--source-lang", "en", "--target-lang", "de")
+    assert status == 0 and [line == "null" for line in out.splitlines()] == [False, True, False]
+    sources, targets = tmp_path / "en.txt", tmp_path / "de.txt"
+    sources.write_text("six\n")
+    targets.write_text(" ".join([german(6)] * 5) + "\n")
+    status, _, err = run(capsys, *score, "--source-file", str(sources), "--target-file", str(targets),
+                         "--max-sentence-tokens", "4")  # fmt: skip
+    assert status == 2 and f"error: --target-file {targets}, line 1: the target of " in err
+
+
 def test_a_process_share_counts_the_lines_of_its_windows():
     assert [share_lines(10, 4, Share(rank, 2)) for rank in (0, 1)] == [6, 4]  # windows 0, 2 (4 + 2) and 1
     assert share_lines(10, 4, Share(0, 2), windows=1) == 4 and share_lines(10, 4, Share()) == 10

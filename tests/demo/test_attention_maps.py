@@ -123,8 +123,25 @@ def test_the_command_refuses_the_model_folder_no_name_and_a_blank_source(trained
         ("--source", "seven", "--max-length", "500", "--out", str(tmp_path / "figures")): "--max-length: 500 tokens",
         ("--source", "seven", "--target", "sieben ☃x", "--out", str(tmp_path / "figures")): "--target: '☃x' has a "
         "token the target vocabulary lacks (<unk>)",
+        ("--source", "sev\udcffen", "--out", str(tmp_path / "figures")): "--source: not Unicode text: '\\udcff' at "
+        "character 4",  # a byte of the command line that is not UTF-8
     }
     for flags, words in refused.items():
         assert main([*argv, *flags]) == 2
         assert words in capsys.readouterr().err
     assert sorted(path.name for path in trained_folder.iterdir()) == before and not (tmp_path / "figures").exists()
+
+
+def test_overwrite_removes_the_figures_of_layers_the_model_lacks_and_a_failed_write_is_named(trained_folder, tmp_path,
+                                                                                             capsys):  # fmt: skip
+    out = tmp_path / "figures"
+    out.mkdir()
+    (out / "cross_layer3.png").write_bytes(b"a deeper model's, of another sentence")
+    argv = ["attention", "--model", str(trained_folder), "--source", "seven", "--out", str(out), "--num-beams", "1"]
+    assert main(argv) == 2 and "holds cross_layer3.png already: pass --overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
+    assert not (out / "cross_layer3.png").exists() and (out / "cross_layer1.png").exists()
+    (out / "alignment.png").unlink()
+    (out / "alignment.png").mkdir()  # a folder of the name: the figure cannot be written
+    assert main([*argv, "--overwrite"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: --out {out}: could not be written: ")

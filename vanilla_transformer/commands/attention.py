@@ -4,7 +4,7 @@ import argparse
 import os
 
 from ..corpus.output import check_output_folder
-from ..errors import CommandError, first_few
+from ..errors import CommandError, WriteError, first_few
 from ..folders import holds
 from ..inference.checks import is_blank
 from ..model_folder import load_model_folder
@@ -20,13 +20,23 @@ def attention_command_parser(subparsers) -> argparse.ArgumentParser:
     attention.add_argument("--out", required=True, help="folder for the PNG files")
     attention.add_argument("--num-beams", type=BeamSize, default=5, help="beam size; 1 is greedy search")
     attention.add_argument("--max-length", type=PositiveInt, default=64, help="most new tokens")
-    attention.add_argument("--overwrite", action="store_true", help="replace figures of the same names in --out")
+    attention.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the figures in --out (and remove those of layers this model has not)",
+    )
     attention.set_defaults(func=attention_command)
     return attention
 
 
 def attention_command(args: argparse.Namespace) -> int:
-    from ..demo.attention_maps import NotDrawable, attention_maps, figure_paths, write_attention_figures
+    from ..demo.attention_maps import (
+        NotDrawable,
+        attention_maps,
+        earlier_figures,
+        figure_paths,
+        write_attention_figures,
+    )
 
     check_output_folder("--out", args.out)
     if os.path.isdir(args.model) and holds(args.model, args.out):
@@ -44,9 +54,16 @@ def attention_command(args: argparse.Namespace) -> int:
         flag = {"source": "--source", "target": "--target", "max_new_tokens": "--max-length"}[error.argument]
         raise CommandError(f"{flag}{str(error).removeprefix(error.argument)}", 2) from error
     taken = [os.path.basename(path) for path in figure_paths(maps, args.out) if os.path.lexists(path)]
-    if taken and not args.overwrite:
-        raise CommandError(f"--out {args.out} holds {first_few(taken)} already: pass --overwrite to replace them", 2)
-    paths = write_attention_figures(maps, args.out)
+    earlier = earlier_figures(maps, args.out) if os.path.isdir(args.out) else []
+    if (taken or earlier) and not args.overwrite:
+        names = first_few(taken or [os.path.basename(path) for path in earlier])
+        raise CommandError(f"--out {args.out} holds {names} already: pass --overwrite to replace them", 2)
+    try:
+        paths = write_attention_figures(maps, args.out)
+        for path in earlier:  # another sentence's (another model's deeper layers): not to be read as this one's
+            os.remove(path)
+    except OSError as error:
+        raise WriteError.of(f"--out {args.out}", error) from error
     print(f"{args.source} -> {maps['translation']}")
     print(f"{len(paths)} figures in {args.out}")
     return 0

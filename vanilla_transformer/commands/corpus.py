@@ -12,11 +12,16 @@ from ..corpus.reading import STANDARD_STREAM, Corpus
 from ..corpus.run import run_corpus
 from ..errors import CommandError
 from ..folders import holds
+from ..training.options.argument_types import at_most
 from ..training.options.arguments import PositiveInt
 
 READ_WINDOW = 2000  # lines a window holds by default
+MOST_READ_WINDOW = 10**9
 MAX_SENTENCE_TOKENS = 1024  # far above a sentence's tokens; a line of 250,000 asked for 2 TB of attention weights
-NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads"}  # they do not change the output
+# the flags that do not change the output, and the input files, whose contents the run's fingerprints (however their
+# paths are spelled: a run resumed from another folder)
+NOT_SETTINGS = {"func", "command", "output", "progress", "threads", "inter_threads", "input", "pairs", "source_file",
+                "target_file", "prefix_file", "constraints_file"}  # fmt: skip
 
 
 def file_or_stdout(path: str) -> str | None:
@@ -60,7 +65,7 @@ def add_read_window(group, what: str, unit: str, note: str = "") -> None:
     """--read-window: how much of the input memory holds at once (`translate`, `score`, `evaluate`)."""
     group.add_argument(
         "--read-window",
-        type=PositiveInt,
+        type=at_most(PositiveInt, MOST_READ_WINDOW, "a window is read into memory whole"),
         default=READ_WINDOW,
         metavar="N",
         help=f"read the {what} N {unit} at a time, each window sorted by length and cut into batches; memory "

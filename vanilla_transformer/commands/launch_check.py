@@ -7,7 +7,7 @@ launcher's command line is read from /proc."""
 import os
 import re
 
-NUM_PROCESSES = re.compile(r"^--num[_-]processes(?:=(\d+))?$")
+NUM_PROCESSES = re.compile(r"^--num[_-]processes(?:=([0-9]+))?$")
 
 
 def asked_processes(command_line: list[str]) -> int | None:
@@ -19,7 +19,7 @@ def asked_processes(command_line: list[str]) -> int | None:
         found = NUM_PROCESSES.match(part)
         if found:
             value = found.group(1) or (command_line[index + 1] if index + 1 < len(command_line) else "")
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isascii() and value.isdigit() else None  # not "²", which int() refuses
     return None
 
 

@@ -182,7 +182,7 @@ class ScoreJob:
     def __call__(self, records: list[Record]) -> Done:
         usable = Usable(records, self.skip_invalid)
         self.check_lengths(records, usable)
-        kept = [i for i in range(len(records)) if i not in usable.skipped]
+        kept = [i for i in range(len(records)) if i not in usable.skipped and not records[i].blank]  # blank: null
         sources, targets = [records[i].fields[0] for i in kept], [records[i].fields[1] for i in kept]
         scores = dict(zip(kept, self.translator.score(sources, targets, batch_size=self.batch_size)))
         lines = [json.dumps(scores[i].as_dict(), ensure_ascii=False) if i in scores else "null" for i in
@@ -200,8 +200,11 @@ class ScoreJob:
         sources = self.translator.count_tokens([records[i].fields[0] for i in kept])
         targets = self.translator.count_tokens([records[i].fields[1] for i in kept], target=True)
         positions = self.translator.max_source_tokens
-        for index, source, target in zip(kept, sources, targets):
-            lengths = [source, target]
-            problem = length_problem(lengths, positions, self.max_sentence_tokens, usable.skip_invalid, "a side")
-            if problem is not None:
-                usable.refuse(index, f"{self.inputs[0].where(records[index].number)}: {problem}")
+        for index, lengths in zip(kept, zip(sources, targets)):
+            for side, length in enumerate(lengths):  # the side's own file, where each side has one
+                problem = length_problem([length], positions, self.max_sentence_tokens, usable.skip_invalid,
+                                         ("the source", "the target")[side])  # fmt: skip
+                if problem is not None:
+                    where = self.inputs[min(side, len(self.inputs) - 1)].where(records[index].number)
+                    usable.refuse(index, f"{where}: {problem}")
+                    break

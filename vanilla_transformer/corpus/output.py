@@ -167,7 +167,7 @@ class Parts:
         try:
             with open(path, encoding="utf-8") as handle:
                 journal = json.load(handle)
-            if {"run", "lengths", "skipped", "finished"} <= set(journal):
+            if is_journal(journal):
                 return journal
         except ValueError:
             pass
@@ -188,8 +188,9 @@ class Parts:
     def check_same(self, started: dict) -> None:
         """An OutputError naming each input that changed and each setting that differs since the run's first
         start."""
+        inputs = zip(started["inputs"], self.run["inputs"])
         changes = [f"{now['input']} changed since the run started (its size or its first window)"
-                   for then, now in zip(started["inputs"], self.run["inputs"]) if now and then != now]  # fmt: skip
+                   for then, now in inputs if now and not same_input(then, now)]  # fmt: skip
         settings, before = self.run["settings"], started["settings"]
         changes += [f"{key} was {before.get(key)!r} at the first start, now {settings.get(key)!r}"
                     for key in sorted(set(before) | set(settings))  # a flag newer than the first start: not compared
@@ -293,6 +294,19 @@ class Parts:
                 os.remove(os.path.join(self.folder, name))
         if not os.listdir(self.folder):
             os.rmdir(self.folder)
+
+
+def same_input(then: dict | None, now: dict) -> bool:
+    """Whether an input's fingerprints are the same, however its flag spelled the path ("in.txt", "./in.txt")."""
+    return then is not None and {**then, "input": None} == {**now, "input": None}
+
+
+def is_journal(journal) -> bool:
+    """Whether `journal` (read from JSON) is one `Parts.record` wrote: each field of its kind."""
+    kinds = {"run": dict, "lengths": list, "skipped": int, "finished": bool}
+    return (isinstance(journal, dict) and all(isinstance(journal.get(key), kind) for key, kind in kinds.items())
+            and all(isinstance(length, int) for length in journal["lengths"])
+            and {"inputs", "settings", "processes"} <= set(journal["run"]))  # fmt: skip
 
 
 def held_lock(path: str):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import islice, zip_longest
 
 from ..errors import CorpusError
+from ..inference.checks import not_unicode
 
 CHUNK = 1 << 20
 STANDARD_STREAM = "-"  # a file flag's value that names stdin (an input) or stdout (an output)
@@ -26,11 +27,13 @@ LONGEST_LINE = 1_000_000
 @dataclass(frozen=True)
 class Record:
     """One unit of a corpus: its line `number` (1-based) and the text of each input on that line (`fields`);
-    `problem` says why it cannot be used (a message naming the input and the line), else None."""
+    `problem` says why it cannot be used (a message naming the input and the line), else None; `blank`, a blank line
+    of pairs, which holds none (its output line is empty, to keep the lines aligned)."""
 
     number: int
     fields: tuple[str, ...]
     problem: str | None = None
+    blank: bool = False
 
 
 class TextInput:
@@ -88,8 +91,8 @@ class TextInput:
         """Each line's text and its problem (None, or why it is not UTF-8 text); a UTF-8 byte order mark that starts
         the input is not text. A line over `LONGEST_LINE` characters has no text (None) and that problem: memory
         holds that much of it at most, and the rest is passed over only once the next line is asked for."""
-        if self.texts is not None:
-            yield from ((text, None) for text in self.texts)
+        if self.texts is not None:  # the command's arguments: bytes that are not UTF-8 kept as surrogates
+            yield from ((text, self.undecodable(text, number)) for number, text in enumerate(self.texts, 1))
             return
         handle = open(self.path, "rb") if self.path is not None else sys.stdin.buffer
         text = io.TextIOWrapper(handle, encoding="utf-8", errors="surrogateescape", newline=None)
@@ -120,7 +123,8 @@ class TextInput:
             line.encode("utf-8")
         except UnicodeEncodeError as error:
             byte = ord(line[error.start]) - 0xDC00
-            return f"{self.where(number)}: not UTF-8 text (byte 0x{byte:02x}); save the file as UTF-8"
+            advice = "give UTF-8 text" if self.texts is not None else "save the file as UTF-8"
+            return f"{self.where(number)}: not UTF-8 text (byte 0x{byte:02x}); {advice}"
         return None
 
     def count(self) -> int | None:
@@ -179,6 +183,8 @@ class Corpus:
                 yield Record(number, fields, problem)
             elif fields[0].strip():
                 yield self.parsed(fields[0], number)
+            else:
+                yield Record(number, ("", ""), blank=True)
 
     def parsed(self, line: str, number: int) -> Record:
         try:
@@ -240,6 +246,9 @@ def translation_pair(source_lang: str, target_lang: str) -> Callable[[str, int],
             ) from error
         if not (isinstance(source, str) and isinstance(target, str)):
             raise ValueError(f'"{source_lang}" and "{target_lang}" must be strings')
+        for language, text in ((source_lang, source), (target_lang, target)):
+            if problem := not_unicode(text):  # a JSON escape of half a UTF-16 pair
+                raise ValueError(f'"{language}": {problem}')
         return source, target
 
     return parse

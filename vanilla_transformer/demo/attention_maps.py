@@ -12,11 +12,13 @@ both axes:
 
 import contextlib
 import os
+import re
 
 import torch
 
 from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
 from ..folders import replacing
+from ..inference.checks import not_unicode
 from ..model_folder import source_tokens
 
 TITLES = {  # each layer's attention of each kind, drawn in this order
@@ -49,6 +51,9 @@ def attention_maps(
     """Token labels, attention probabilities (layers x (heads, queries, keys)) and the output logits for one sentence
     pair. `during_forward`, a context manager, is entered around the one forward pass that gives them (and not
     around the generation before it): forward hooks placed there see exactly that pass."""
+    for argument, text in (("source", source), ("target", target or "")):
+        if problem := not_unicode(text):
+            raise NotDrawable(argument, problem)
     encoded = tokenizer([source], return_tensors="pt").to(model.device)  # the figures get CPU float32 copies
     check_length("source", encoded["input_ids"].shape[1])
     if target is None:
@@ -125,6 +130,15 @@ def save_png(plt, fig, path: str, dpi: int) -> None:
 def layer_figures(maps: dict) -> list[tuple[str, int, str]]:
     """Each layer's figure of each kind of attention: (kind, layer, file name)."""
     return [(kind, layer, f"{kind}_layer{layer + 1}.png") for kind in TITLES for layer in range(len(maps[kind]))]
+
+
+def earlier_figures(maps: dict, out_dir: str) -> list[str]:
+    """The figures in `out_dir` of the names `write_attention_figures` gives that `maps` does not have: another
+    model's deeper layers, left from an earlier sentence."""
+    kinds = "|".join(TITLES)
+    ours = {os.path.basename(path) for path in figure_paths(maps, out_dir)}
+    return sorted(os.path.join(out_dir, name) for name in os.listdir(out_dir)
+                  if re.fullmatch(rf"({kinds})_layer\d+\.png", name) and name not in ours)  # fmt: skip
 
 
 def figure_paths(maps: dict, out_dir: str) -> list[str]:

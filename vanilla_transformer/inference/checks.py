@@ -93,7 +93,8 @@ def not_unicode(text: str) -> str | None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        return f"not Unicode text: {text[error.start]!r} at character {error.start + 1} is a lone surrogate"
+        return (f"not Unicode text: {text[error.start]!r} at character {error.start + 1} is a lone surrogate (a byte "
+                "that is not UTF-8, or half of a UTF-16 pair)")  # fmt: skip
     return None
 
 
