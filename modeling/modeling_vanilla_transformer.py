@@ -753,7 +753,10 @@ class Encoder(Stack):
 
     _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
+        """`embed_tokens`: the model's source embedding (None: one of its own, for an encoder loaded alone)."""
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         super().__init__(config, embed_tokens, EncoderLayer, config.encoder_layers)
 
     @capture_outputs
@@ -780,7 +783,10 @@ class Decoder(Stack):
         "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
     }
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
+        """`embed_tokens`: the model's target embedding (None: one of its own, for a decoder loaded alone)."""
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(target_vocabulary_size(config), config.d_model, config.pad_token_id)
         super().__init__(config, embed_tokens, DecoderLayer, config.decoder_layers)
         # §3.2.3's mask over the future positions, or a study's decoder without it
         self.self_attn_mask = target_mask if config.decoder_mask else unmasked_target_mask
@@ -868,7 +874,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder.set_input_embeddings(value)
 
     def get_encoder(self, modality: str | None = None) -> Encoder:
-        return self.encoder
+        """The text encoder; for another modality (image, audio), the library's answer: the model has none."""
+        return self.encoder if modality is None else super().get_encoder(modality)
 
     def get_decoder(self) -> Decoder:
         return self.decoder
@@ -974,7 +981,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.lm_head = value
 
     def get_encoder(self, modality: str | None = None) -> Encoder:
-        return self.model.encoder
+        return self.model.get_encoder(modality) if modality is None else super().get_encoder(modality)
 
     def get_decoder(self) -> Decoder:
         return self.model.decoder

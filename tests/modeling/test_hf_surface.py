@@ -214,3 +214,26 @@ def test_attn_implementation_is_chosen_the_library_way(tmp_path):
     for implementation in ("eager", "sdpa"):
         model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation=implementation)
         assert model.config._attn_implementation == implementation
+
+
+def test_the_encoder_and_decoder_load_alone_and_no_other_modality_is_found(tmp_path):
+    """As MarianEncoder and MarianDecoder: each stack saved alone loads alone, with an embedding of its own; and the
+    library's lookup of an image or audio encoder (its exporters split a multimodal model) finds none, as in
+    MarianMTModel."""
+    from transformers import MarianConfig, MarianMTModel
+
+    model = tiny_model().eval()
+    source, target = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    encoded = model.get_encoder()(source).last_hidden_state
+    for stack, inputs in ((model.get_encoder(), {}), (model.get_decoder(), {"encoder_hidden_states": encoded})):
+        stack.save_pretrained(tmp_path / type(stack).__name__)
+        alone = type(stack).from_pretrained(tmp_path / type(stack).__name__).eval()
+        ids = source if not inputs else target
+        assert torch.equal(alone(ids, **inputs).last_hidden_state, stack(ids, **inputs).last_hidden_state)
+    marian = MarianMTModel(MarianConfig(d_model=16, encoder_attention_heads=2, decoder_attention_heads=2,
+                                        encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_layers=1, decoder_layers=1,
+                                        vocab_size=50, pad_token_id=0, decoder_start_token_id=0))  # fmt: skip
+    for ours, theirs in ((model, marian), (model.model, marian.model)):
+        assert ours.get_encoder() is ours.get_encoder(None) and type(ours.get_encoder()).__name__ == "Encoder"
+        for modality in ("image", "audio"):
+            assert (ours.get_encoder(modality) is ours) == (theirs.get_encoder(modality) is theirs) is True

@@ -62,3 +62,11 @@ def check_trackers(report_to: list[str]) -> None:
     missing = [name for name in report_to if not getattr(accelerate.utils, f"is_{name}_available", lambda: True)()]
     if missing:
         raise ArgumentsError(f"--report-to {' '.join(missing)}: not installed here; pip install {' '.join(missing)}")
+
+
+def tensorboard_installed() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ...configuration.configuration_vanilla_transformer import ACTIVATIONS, NORM_POSITIONS, POSITION_ENCODINGS
-from .argument_checks import check_outputs, check_sources
+from .argument_checks import check_outputs, check_sources, tensorboard_installed
 from .argument_types import (
     MOST_VOCABULARY,
     ArgumentParser,
@@ -396,14 +396,6 @@ def check_sizes(args: TrainArguments, preset: str, from_preset: set[str]) -> Non
         raise ArgumentsError("--average-checkpoints needs checkpoints: set --save-steps or --save-strategy epoch")
     if data.streaming and checkpoints.save_strategy == "epoch":
         raise ArgumentsError("--save-strategy epoch needs epochs; a --streaming run checkpoints every --save-steps")
-
-
-def tensorboard_installed() -> bool:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def resolve(args: TrainArguments) -> TrainArguments:

@@ -20,9 +20,7 @@ def translate_command_parser(subparsers) -> argparse.ArgumentParser:
     translate.add_argument(
         "--model", required=True, help="a model folder, an exported CTranslate2 folder or a Hub name"
     )
-    translate.add_argument(
-        "sentences", nargs="*", help="sentences to translate; none (or -) means read --input or stdin"
-    )
+    translate.add_argument("sentences", nargs="*", help="sentences to translate; none (or -): --input or stdin")
     translate.add_argument("--input", help="a text file, one sentence per line (-: stdin)")
     translate.add_argument("--batch-size", type=PositiveInt, default=32, help="sentences per batch, at most")
     translate.add_argument(

@@ -150,3 +150,14 @@ DEFAULT_PLACEMENT = Placement()  # CUDA when present, else the CPU, each engine'
 def describe(device: torch.device, dtype: torch.dtype) -> str:
     """`cuda:0, bfloat16`: where and in what a torch model runs, as the cards and logs say it."""
     return f"{device}, {str(dtype).removeprefix('torch.')}"
+
+
+def runs_on_cuda(translator, placement: Placement, version: str) -> None:
+    """One decoding step on the card, which loads the CUDA libraries CTranslate2 was built against: its wheels are
+    built for one CUDA major version (4.x: 12), and on a machine with another its first matrix product fails. Named
+    as the device's problem here, rather than part-way through a translation."""
+    try:
+        translator.translate_batch([["</s>"]], max_decoding_length=1)
+    except RuntimeError as error:
+        reason = f"CTranslate2 {version} cannot run on this machine's CUDA ({error}); the CPU can (--device cpu)"
+        raise PlacementError("device", placement.device, reason) from error

@@ -24,7 +24,7 @@ from ..model_folder import encode_within, load_model_folder, read_generation_con
 from .alignment import Alignment, align, align_tokens
 from .checks import check_prefixes, check_terms
 from .decoding import decode
-from .devices import DEFAULT_PLACEMENT, Placement, PlacementError
+from .devices import DEFAULT_PLACEMENT, Placement, runs_on_cuda
 from .options import (
     CTRANSLATE2,
     ENGINES,
@@ -407,17 +407,6 @@ class CTranslate2Translator(Translator):
     def reference_log_probs(self, sentences, references, batch_size: int = 32) -> list[list[float]]:
         """The log-probability of each reference token (end of sentence included) given its source."""
         return [score.token_log_probs for score in self.score(sentences, references, batch_size)]
-
-
-def runs_on_cuda(translator, placement: Placement, version: str) -> None:
-    """One decoding step on the card, which loads the CUDA libraries CTranslate2 was built against: its wheels are
-    built for one CUDA major version (4.x: 12), and on a machine with another its first matrix product fails. Named
-    as the device's problem here, rather than part-way through a translation."""
-    try:
-        translator.translate_batch([["</s>"]], max_decoding_length=1)
-    except RuntimeError as error:
-        reason = f"CTranslate2 {version} cannot run on this machine's CUDA ({error}); the CPU can (--device cpu)"
-        raise PlacementError("device", placement.device, reason) from error
 
 
 def engine_of(path: str, engine: str = "auto") -> str:
