@@ -84,6 +84,8 @@ def quiet_library_progress() -> None:
 
         logging.disable_progress_bar()
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # read when datasets is imported, later
+        if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":  # imported already
+            sys.modules["datasets"].disable_progress_bars()
 
 
 def flush_stdout() -> None:

@@ -167,6 +167,18 @@ def test_score_writes_a_line_per_input_line_and_names_the_side_over_the_limit(tr
     assert status == 2 and f"error: --target-file {targets}, line 1: the target of " in err
 
 
+def test_a_run_resumed_with_other_inputs_is_refused_naming_them(trained_folder, numbers_file, tmp_path, capsys):
+    from vanilla_transformer.corpus.jobs import Done
+    from vanilla_transformer.corpus.output import Parts
+
+    output = tmp_path / "out.txt"  # a run from --input and --prefix-file, stopped after its first window
+    Parts(str(output), Share(), [None, None], {"reads": ["--input", "--prefix-file"]}).write(0, Done("a\n", 1, 0, 0))
+    status, _, err = run(capsys, "translate", "--model", str(trained_folder), "--input", str(numbers_file),
+                         "--output", str(output))  # fmt: skip
+    assert status == 2 and "reads was ['--input', '--prefix-file'] at the first start, now ['--input']" in err
+    assert (tmp_path / "out.txt.partial" / "process-0.txt").read_text() == "a\n"
+
+
 def test_a_process_share_counts_the_lines_of_its_windows():
     assert [share_lines(10, 4, Share(rank, 2)) for rank in (0, 1)] == [6, 4]  # windows 0, 2 (4 + 2) and 1
     assert share_lines(10, 4, Share(0, 2), windows=1) == 4 and share_lines(10, 4, Share()) == 10

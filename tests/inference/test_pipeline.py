@@ -154,3 +154,20 @@ def test_generation_settings_generate_refuses_are_refused_at_the_call_whatever_t
 def test_an_input_that_is_not_unicode_text_is_named(trained_folder):
     with pytest.raises(ValueError, match=r"input 2: not Unicode text: '\\ud800' at character 2 is a lone surrogate"):
         pipeline("translation", model=str(trained_folder))(["one", "a\ud800"])
+
+
+def test_settings_given_when_the_pipeline_is_made_apply_to_every_call_under_the_calls_own(trained_folder):
+    from transformers import GenerationConfig
+
+    made = pipeline("translation", model=str(trained_folder), num_beams=1, max_new_tokens=2)
+    assert [r["translation_text"] for r in made(SOURCES[:2])] == reference(trained_folder, SOURCES[:2], num_beams=1,
+                                                                           max_new_tokens=2)  # fmt: skip
+    assert made(SOURCES[0], max_new_tokens=8) == [{"translation_text": reference(trained_folder, SOURCES[:1],
+                                                                                 num_beams=1)[0]}]  # fmt: skip
+    several = pipeline("translation", model=str(trained_folder), num_beams=4)(SOURCES[0], num_return_sequences=3)
+    assert len(several) == 3  # four beams, made so: three sequences may be returned
+    given = GenerationConfig(num_beams=6, decoder_start_token_id=1, eos_token_id=2, pad_token_id=0)
+    assert len(pipeline("translation", model=str(trained_folder))(SOURCES[0], generation_config=given,
+                                                                    num_return_sequences=5)) == 5  # fmt: skip
+    with pytest.raises(ValueError, match="^translation pipeline: `max_new_tokens` must be greater than 0"):
+        pipeline("translation", model=str(trained_folder), max_new_tokens=0)(["", " "])

@@ -303,3 +303,12 @@ def test_a_string_that_is_not_unicode_text_is_named(trained_folder, exported, en
         translator.translate(["one"], prefix=["\udcff"])
     with pytest.raises(ValueError, match="sentence 1: not Unicode text"):
         translator.score(["one"], ["eins\ud800"])
+
+
+def test_repetition_guards_with_prefixes_are_refused_whatever_the_prefixes(trained_folder):
+    """The package's own search, which prefixes and terms take, has no such guard: refused before any search, not
+    once a sentence with a prefix comes."""
+    translator = load_translator(str(trained_folder))
+    for prefix in (["", ""], ["", "zwei"]):
+        with pytest.raises(ValueError, match="no_repeat_ngram_size and repetition_penalty apply to generate"):
+            translator.translate(["one", "two"], prefix=prefix, guards=Guards(no_repeat_ngram_size=2))

@@ -91,6 +91,7 @@ def output_for(args: argparse.Namespace, corpus: Corpus, share):
             raise CommandError(f"--output {args.output} is {source.name}: write the output to another file", 2)
     check_outside_model(args.output, args.model)
     settings = {key: value for key, value in sorted(vars(args).items()) if key not in NOT_SETTINGS}
+    settings["reads"] = [source.kind for source in corpus.inputs]  # which inputs, their files fingerprinted
     return Parts(args.output, share, corpus.fingerprints(args.read_window), settings)
 
 

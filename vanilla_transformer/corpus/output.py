@@ -50,7 +50,7 @@ def this_process() -> Share:
 @contextlib.contextmanager
 def stdout_errors():
     """Writes to standard output whose failures the command line reports: a broken pipe (its reader went away, as
-    `| head` does) is `ReaderGone`, for the command to end quietly; another OSError (a full disk) an `OutputError`
+    `| head` does) is `ReaderGone`, for the command to end quietly; another OSError (a full disk) a `WriteError`
     naming standard output."""
     try:
         yield
@@ -243,14 +243,21 @@ class Parts:
         with named_errors(self.output):
             skipped = self.join() if self.share.rank == 0 else 0
         self.share.wait()
-        self.release()
+        self.release(remove=True)
+        with contextlib.suppress(OSError):  # another process's lock is still there
+            os.rmdir(self.folder)
         return skipped
 
-    def release(self) -> None:
-        """The part's lock let go (the process's end lets it go too)."""
-        if self.lock is not None:
-            self.lock.close()
-            self.lock = None
+    def release(self, remove: bool = False) -> None:
+        """The part's lock let go (the process's end lets it go too), and its file removed with `remove`: closed
+        first, as a system that cannot remove an open file (Windows) needs."""
+        if self.lock is None:
+            return
+        self.lock.close()
+        if remove:
+            with contextlib.suppress(OSError):
+                os.remove(self.lock.name)
+        self.lock = None
 
     def join(self) -> int:
         """The parts' windows in input order (window i from process i mod world), into FILE at once (written in the
@@ -280,16 +287,16 @@ class Parts:
         if self.lengths or self.finished or self.lock is None:  # a start refused: another run's files
             self.release()
             return
-        for path in (self.text, self.journal, self.lock.name):
+        for path in (self.text, self.journal):
             with contextlib.suppress(OSError):  # the error that stopped the start is the one to report
                 os.remove(path)
-        self.release()
+        self.release(remove=True)
         with contextlib.suppress(OSError):  # another process's files are still there
             os.rmdir(self.folder)
 
     def remove_parts(self) -> None:
         for name in os.listdir(self.folder):
-            ours = name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp", ".lock"))
+            ours = name.startswith("process-") and name.endswith((".txt", ".json", ".json.tmp"))  # locks: `release`
             if ours or name.startswith(".process-"):  # .process-R.json.XXXX: a journal's write a kill cut short
                 os.remove(os.path.join(self.folder, name))
         if not os.listdir(self.folder):
@@ -322,6 +329,8 @@ def held_lock(path: str):
     except BlockingIOError:
         handle.close()
         return None
+    except OSError:  # a file system without locks (ENOLCK, EOPNOTSUPP): the run goes on unguarded, as it did
+        return handle
     return handle
 
 

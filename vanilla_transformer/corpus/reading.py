@@ -28,7 +28,7 @@ LONGEST_LINE = 1_000_000
 class Record:
     """One unit of a corpus: its line `number` (1-based) and the text of each input on that line (`fields`);
     `problem` says why it cannot be used (a message naming the input and the line), else None; `blank`, a blank line
-    of pairs, which holds none (its output line is empty, to keep the lines aligned)."""
+    of pairs, which holds none (its output line says so, `null` for a score, to keep the lines aligned)."""
 
     number: int
     fields: tuple[str, ...]
@@ -60,6 +60,13 @@ class TextInput:
     @property
     def reads_stdin(self) -> bool:
         return self.path is None and self.texts is None
+
+    @property
+    def kind(self) -> str:
+        """What it reads, whatever the file: "stdin", "arguments", or the flag that names a file ("--prefix-file")."""
+        if self.reads_stdin:
+            return "stdin"
+        return "arguments" if self.texts is not None else self.name.removesuffix(f" {self.path}")
 
     @property
     def rereadable(self) -> bool:
@@ -156,7 +163,7 @@ class TextInput:
 
 class Corpus:
     """Records from line-aligned inputs (a source file and its prefixes, sources and targets), or from one input
-    whose lines `parse` turns into fields (a JSON-lines file of pairs; a blank line there is no record)."""
+    whose lines `parse` turns into fields (a JSON-lines file of pairs; a blank line there is a `blank` record)."""
 
     def __init__(self, inputs: list[TextInput], parse: Callable[[str, int], tuple[str, ...]] | None = None,
                  skip_invalid: bool = False):  # fmt: skip

@@ -11,7 +11,8 @@ or a torch `Dataset` (`KeyDataset(dataset, "text")`) gives an iterator over the 
 at a time. The transformers 4 pipeline's own arguments are taken: `truncation` (True: cut to the tokenizer's
 `model_max_length`), `clean_up_tokenization_spaces`, `return_tensors` (`translation_token_ids`) and `return_text`;
 so is `max_source_length`. Other keyword arguments than these and the pipeline's own (`batch_size`, ...) are passed
-to `model.generate`. It works with any `AutoModelForSeq2SeqLM` model, not only this one.
+to `model.generate`, those of the call over those given when the pipeline was made. It works with any
+`AutoModelForSeq2SeqLM` model, not only this one.
 """
 
 import copy
@@ -59,7 +60,7 @@ class TranslationPipeline(Pipeline):
             )
         if truncation and max_source_length is None:  # transformers 4's: cut to what the tokenizer says it takes
             max_source_length = min(self.tokenizer.model_max_length, 10**9)
-        check_generation(self.model.generation_config, generate_kwargs)
+        check_generation(self.model.generation_config, self.generate_settings(generate_kwargs))
         preprocess_params = {} if max_source_length is None else {"max_source_length": max_source_length}
         given = dict(clean_up_tokenization_spaces=clean_up_tokenization_spaces, return_tensors=return_tensors,
                      return_text=return_text)  # fmt: skip
@@ -127,9 +128,19 @@ class TranslationPipeline(Pipeline):
             text, return_tensors="pt", truncation=max_source_length is not None, max_length=max_source_length
         )
 
-    def _forward(self, model_inputs, **generate_kwargs):  # the model's generation_config under generate_kwargs
+    def generate_settings(self, settings: dict) -> dict:
+        """The generate() settings of a call: its own, over those given when the pipeline was made (transformers
+        5.24 keeps those apart, for `_prepare_generate_kwargs`; earlier releases in the pipeline's
+        `generation_config`), over the model's generation config."""
+        if hasattr(self, "_prepare_generate_kwargs"):
+            return self._prepare_generate_kwargs(settings)
+        if "generation_config" in settings or getattr(self, "generation_config", None) is None:
+            return settings
+        return {**settings, "generation_config": self.generation_config}
+
+    def _forward(self, model_inputs, **generate_kwargs):
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **generate_kwargs)
+        output_ids = self.model.generate(**model_inputs, **self.generate_settings(generate_kwargs))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}  # (batch, returned, len)
 
     def postprocess(self, model_outputs, clean_up_tokenization_spaces=None, return_tensors=False, return_text=True):
@@ -154,7 +165,8 @@ def check_generation(generation_config, settings: dict) -> None:
     if settings.get("return_dict_in_generate"):
         raise ValueError("translation pipeline: return_dict_in_generate: the pipeline returns texts (and token ids "
                          "with return_tensors); call model.generate() for scores")  # fmt: skip
-    config = copy.deepcopy(generation_config)
+    settings = dict(settings)
+    config = copy.deepcopy(settings.pop("generation_config", None) or generation_config)  # the call's, if it gives one
     with HeldLog("transformers.generation.configuration_utils"):
         try:
             config.update(**settings)  # which validates the settings

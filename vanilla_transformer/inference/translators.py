@@ -128,6 +128,15 @@ class PyTorchTranslator(Translator):
         """The most tokens a source may have (the learned positions; None: sinusoids, no limit)."""
         return position_limit(self.model.config)
 
+    def check(self, options: SearchOptions) -> None:
+        """As every engine's, and the repetition guards refused with prefixes or terms, whatever the sentences'
+        (given at all: the package's own search, which has no such guard, may take some of them)."""
+        super().check(options)
+        guided = options.terms is not None or options.prefix is not None
+        if guided and (options.guards.no_repeat_ngram_size or options.guards.repetition_penalty not in (None, 1.0)):
+            raise OptionError(GUARDS, "no_repeat_ngram_size and repetition_penalty apply to generate()'s search "
+                              "only: not with terms or prefixes")  # fmt: skip
+
     @torch.no_grad()
     @blank_stays_blank
     def translate(self, sentences, options: SearchOptions) -> list[list[Translation]]:
@@ -191,9 +200,6 @@ class PyTorchTranslator(Translator):
         """Translations by the package's own beam search (`search`): with terms, by fairseq's rules (--constraints;
         min_length 1), or from prefixes, by CTranslate2's (target_prefix: the prefix's tokens count in the length,
         not the score; min_length 0, as generate() and CTranslate2), unless `options.rules` says otherwise."""
-        if options.guards.no_repeat_ngram_size or options.guards.repetition_penalty not in (None, 1.0):
-            raise OptionError(GUARDS, "no_repeat_ngram_size and repetition_penalty apply to generate()'s search "
-                              "only: not with terms or prefixes")  # fmt: skip
         limit = position_limit(self.model.config)
         limits = options.guards.limits([len(row) for row in source_ids], options.max_length)
         rooms = [most if limit is None else min(most, limit - 1) for most in limits]
@@ -347,11 +353,12 @@ class CTranslate2Translator(Translator):
         given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
         results = [None] * len(tokens)
         for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
+            longest = self.decoding_length(limits[indices[0]] + given[indices[0]])  # the prefix's tokens, then new
             found = self.translator.translate_batch(
                 [tokens[i] for i in indices],
                 target_prefix=[prefixes[i] for i in indices] if options.prefix is not None else None,
                 **self.batching(len(indices), options),
-                max_decoding_length=self.decoding_length(limits[indices[0]] + given[indices[0]]),
+                max_decoding_length=longest,
                 min_decoding_length=0,  # as generate(): ctranslate2's default, 1, would forbid </s> at the first step
                 return_scores=True,
                 **settings,
@@ -359,7 +366,7 @@ class CTranslate2Translator(Translator):
             ids = [[[self.target_ids[token] for token in t] for t in r.hypotheses] for r in found]
             texts = iter(self.texts([row for rows in ids for row in rows]))
             for i, r, rows in zip(indices, found, ids):
-                ends = [len(t) - len(prefixes[i] or []) >= limits[i] for t in r.hypotheses]
+                ends = [len(t) >= longest for t in r.hypotheses]  # stopped at the limit, the prefix's tokens counted
                 results[i] = [Translation(next(texts), score, end, tuple(row))
                               for row, score, end in zip(rows, r.scores, ends)]  # fmt: skip
         return distinct_texts(results, options.n_best) if options.distinct else results
