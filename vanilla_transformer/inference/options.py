@@ -63,6 +63,11 @@ class Guards:
         b = self.max_len_b or 0
         return [max(1, int(min(max_length, self.max_len_a * length + b))) for length in source_lengths]  # a*n: inf
 
+    @property
+    def repeats(self) -> bool:
+        """Whether a guard on repetition is asked for (the generation config's own are not asked for here)."""
+        return bool(self.no_repeat_ngram_size) or self.repetition_penalty not in (None, 1.0)
+
     def repetition(self, generation_config) -> dict:
         """generate()'s and ctranslate2's settings for the repetition guards (their arguments have one name)."""
         size = self.no_repeat_ngram_size

@@ -129,11 +129,10 @@ class PyTorchTranslator(Translator):
         return position_limit(self.model.config)
 
     def check(self, options: SearchOptions) -> None:
-        """As every engine's, and the repetition guards refused with prefixes or terms, whatever the sentences'
-        (given at all: the package's own search, which has no such guard, may take some of them)."""
+        """As every engine's; and no repetition guards with prefixes or terms (given at all, whatever the sentences'):
+        the package's own search, which takes the sentences that have them, has none."""
         super().check(options)
-        guided = options.terms is not None or options.prefix is not None
-        if guided and (options.guards.no_repeat_ngram_size or options.guards.repetition_penalty not in (None, 1.0)):
+        if (options.terms is not None or options.prefix is not None) and options.guards.repeats:
             raise OptionError(GUARDS, "no_repeat_ngram_size and repetition_penalty apply to generate()'s search "
                               "only: not with terms or prefixes")  # fmt: skip
 
@@ -353,7 +352,7 @@ class CTranslate2Translator(Translator):
         given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
         results = [None] * len(tokens)
         for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
-            longest = self.decoding_length(limits[indices[0]] + given[indices[0]])  # the prefix's tokens, then new
+            longest = min(limits[indices[0]] + given[indices[0]], self.max_positions or 1 << 62)  # prefix, then new
             found = self.translator.translate_batch(
                 [tokens[i] for i in indices],
                 target_prefix=[prefixes[i] for i in indices] if options.prefix is not None else None,
@@ -370,10 +369,6 @@ class CTranslate2Translator(Translator):
                 results[i] = [Translation(next(texts), score, end, tuple(row))
                               for row, score, end in zip(rows, r.scores, ends)]  # fmt: skip
         return distinct_texts(results, options.n_best) if options.distinct else results
-
-    def decoding_length(self, tokens: int) -> int:
-        """`tokens`, or the exported positions where fewer: ctranslate2 has no position past them."""
-        return tokens if self.max_positions is None else min(tokens, self.max_positions)
 
     def target_prefix(self, prefix) -> list[list[str] | None] | None:
         """Each sentence's target prefix as target tokens without the end of sentence (None for none), as
