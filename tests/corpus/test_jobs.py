@@ -100,5 +100,5 @@ def test_a_sentence_over_max_sentence_tokens_is_named_or_left_blank_before_any_s
     done = TranslateJob(translator, SearchOptions(num_beams=1), replace(prefixed, skip_invalid=True), prefixes)(window)
     assert done.skipped == 1 and done.text.splitlines()[1] == "" and done.text.splitlines()[0].startswith("sechs")
     pairs = [Record(1, ("six", "sechs")), Record(2, ("seven", "sieben " * 40))]
-    with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: a side of \d+ tokens, over --max-sentence"):
+    with pytest.raises(CorpusError, match=r"--pairs p.jsonl, line 2: the target of \d+ tokens, over --max-senten"):
         ScoreJob(translator, 8, most, [TextInput.file("p.jsonl", "--pairs")])(pairs)
