@@ -202,3 +202,11 @@ def test_paths_and_numbers_given_in_python_are_taken_as_the_command_line_takes_t
     assert DataArguments(train_file=tmp_path / "train.jsonl").train_file == str(tmp_path / "train.jsonl")
     assert OptimisationArguments(max_steps=numpy.int64(3), lr=1).max_steps == 3
     assert OptimisationArguments(max_steps="3").max_steps == 3  # a flag's text
+
+
+def test_a_number_of_epochs_given_replaces_the_presets_number_of_updates():
+    given = resolve(TrainArguments.from_options(preset="study", num_epochs=1)).optimisation
+    assert (given.max_steps, given.num_epochs) == (None, 1)
+    both = resolve(TrainArguments.from_options(preset="study", num_epochs=1, max_steps=5)).optimisation
+    assert (both.max_steps, both.num_epochs) == (5, 1)  # --max-steps given too: it wins, as its help says
+    assert resolve(TrainArguments.from_options(preset="study")).optimisation.max_steps == PRESETS["study"].max_steps

@@ -7,7 +7,7 @@ import datasets
 import pytest
 import torch
 from accelerate import Accelerator
-from vanilla_transformer.training.report.evaluation import padded, translate_dataset
+from vanilla_transformer.training.report.evaluation import cross_entropy_figures, padded, translate_dataset
 from vanilla_transformer.training.tasks.numbers import english
 
 from vanilla_transformer.model_folder import load_model_folder
@@ -37,3 +37,13 @@ def test_a_split_is_translated_as_generate_translates_each_batch(trained_folder,
 def test_token_rows_are_padded_to_the_longest():
     assert padded([[5, 6, 2], [7, 2]], 0, "cpu").tolist() == [[5, 6, 2], [7, 2, 0]]
     assert padded([], 0, "cpu").shape == (0, 1)
+
+
+def test_a_diverged_models_perplexity_is_infinite_not_an_overflow():
+    assert cross_entropy_figures(2.0 * 10, 10, 5) == {
+        "cross_entropy": 2.0,
+        "perplexity": 7.389,
+        "cross_entropy_per_word": 4.0,
+    }
+    figures = cross_entropy_figures(800.0 * 10, 10, 5)  # exp(800) is past a float's range
+    assert figures["perplexity"] == float("inf") and figures["cross_entropy"] == 800.0

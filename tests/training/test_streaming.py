@@ -66,6 +66,18 @@ def test_a_pass_batches_every_pair_once_within_max_tokens_and_the_seed_fixes_the
     assert batches_of(batches) != batches_of(first)  # each epoch shuffles anew
 
 
+def test_pools_with_no_pair_that_can_train_are_passed_over_not_taken_for_the_end(tmp_path, tokenizer):
+    """A stretch of empty sides, or of pairs over the length limits (a corpus sorted by length), as long as many
+    pools: the pass goes on past it to the pairs after it, without a recursion per pool."""
+    empty = [{"translation": {"en": english(n), "de": ""}} for n in range(64)]
+    long = [{"translation": {"en": " ".join([english(n)] * 20), "de": "x"}} for n in range(3000)]
+    train = write_jsonl(tmp_path / "train.jsonl", [*pairs(range(100, 110)), *empty, *long, *pairs(range(200, 220))])
+    batches = streamed(stream_args(train, stream_pool_pairs=1, max_source_length=16), tokenizer)
+    seen = [row for batch in batches_of(list(batches)) for row in batch]
+    assert len(seen) == 30  # the ten before the stretch and the twenty after it
+    assert batches.dropped == {"empty_side": 64, "too_long": 3000}
+
+
 def test_a_resumed_pass_continues_with_the_batch_it_would_have_taken_next(tmp_path, tokenizer):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(range(100, 400)))
     args = stream_args(train, stream_pool_pairs=32)

@@ -309,21 +309,25 @@ class StreamingBatches:
                 yield pool, state
 
     def read_pool(self, chunks) -> Pool | None:
-        """The next pool's pairs with text on both sides, tokenised; None at the end of the stream."""
-        sources, targets = [], []
-        for _ in range(self.chunks_per_pool):
-            chunk = next(chunks, None)
-            if chunk is None:
-                break
-            keep = has_text(chunk[0]) & has_text(chunk[1])
-            self.count_dropped("empty_side", int(len(keep) - keep.sum()))
-            sources += [text for text, ok in zip(chunk[0], keep) if ok]
-            targets += [text for text, ok in zip(chunk[1], keep) if ok]
-        if not sources:
-            return None
-        pool, too_long = tokenize_pool(sources, targets, self.tokenizer, self.data)
-        self.count_dropped("too_long", too_long)
-        return pool if len(pool) else self.read_pool(chunks)
+        """The next pool of pairs that can train (text on both sides, within the length limits), tokenised; a pool
+        with none is passed over (a stretch of the corpus with empty sides, or sorted by length); None at the end of
+        the stream."""
+        while True:
+            sources, targets, read = [], [], 0
+            for chunk in itertools.islice(chunks, self.chunks_per_pool):
+                read += 1
+                keep = has_text(chunk[0]) & has_text(chunk[1])
+                self.count_dropped("empty_side", int(len(keep) - keep.sum()))
+                sources += [text for text, ok in zip(chunk[0], keep) if ok]
+                targets += [text for text, ok in zip(chunk[1], keep) if ok]
+            if not read:
+                return None
+            if not sources:
+                continue
+            pool, too_long = tokenize_pool(sources, targets, self.tokenizer, self.data)
+            self.count_dropped("too_long", too_long)
+            if len(pool):
+                return pool
 
     def batches_of(self, pool: Pool, pool_index: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, self.epoch, pool_index])

@@ -28,7 +28,7 @@ from .argument_types import (
     VocabularySize,
     option,
 )
-from .presets import PAPER_CHOICES, PRESETS
+from .presets import PAPER_CHOICES, PRESETS, preset_values
 from .switch_arguments import SwitchArguments, check_switches
 
 PRESET_HELP = "(default: the preset's)"
@@ -172,7 +172,9 @@ class OptimisationArguments(Checked):
 
     max_tokens: PositiveInt | None = option(help=f"tokens per batch (per process) {PRESET_HELP}")
     max_steps: PositiveInt | None = option(help=f"optimizer updates {PRESET_HELP}")
-    num_epochs: PositiveInt | None = option(help=f"used when --max-steps is not given {PRESET_HELP}")
+    num_epochs: PositiveInt | None = option(
+        help=f"used when --max-steps is not given (given, it replaces a preset's --max-steps) {PRESET_HELP}"
+    )
     label_smoothing: Probability = option(0.1, help="epsilon_ls of the label-smoothed cross-entropy (§5.4)")
     rdrop_alpha: NonNegativeFloat = option(
         0.0,
@@ -411,7 +413,7 @@ def resolve(args: TrainArguments) -> TrainArguments:
 
         args = args.replace(**options_from_folder(args.model.init_from, args.options(), TrainArguments().options()))
     given = args.options()
-    from_preset = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}
+    from_preset = preset_values(preset, given)
     choices = {name: value for name, value in PAPER_CHOICES.items() if given[name] is None}
     task = "numbers-en-de" if data.uses_embedded_task else f"{data.source_lang}-{data.target_lang}"
     resolved = args.replace(

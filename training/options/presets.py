@@ -87,3 +87,12 @@ PRESETS = {
     ),
 }
 # fmt: on
+
+
+def preset_values(preset: str, given: dict) -> dict:
+    """The options `preset` sets that `given` (every option by name, None where no flag gave it) leaves unset; a
+    --num-epochs given sizes the run instead of the preset's --max-steps (which would win over it)."""
+    values = {name: value for name, value in vars(PRESETS[preset]).items() if given[name] is None}
+    if given["num_epochs"] is not None:
+        values.pop("max_steps", None)
+    return values

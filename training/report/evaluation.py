@@ -4,6 +4,7 @@ BLEU/chrF/exact-match scores, the reference cross-entropy, and the length-penalt
 import contextlib
 import copy
 import math
+import sys
 
 import torch
 from torch.utils.data import DataLoader
@@ -147,11 +148,12 @@ def word_count(references: list[str]) -> int:
 
 def cross_entropy_figures(total: float, tokens: int, words: int) -> dict[str, float]:
     """The reference cross-entropy per token, its perplexity and the cross-entropy per reference word, from the
-    summed negative log-likelihood in nats, the number of target tokens it sums over and of reference words."""
+    summed negative log-likelihood in nats, the number of target tokens it sums over and of reference words. A
+    model far off (a run that diverged) has a perplexity past a float's range: infinity."""
     per_token = total / tokens
     return {
         "cross_entropy": round(per_token, 4),
-        "perplexity": round(math.exp(per_token), 3),
+        "perplexity": round(math.exp(per_token), 3) if per_token < math.log(sys.float_info.max) else math.inf,
         "cross_entropy_per_word": round(total / max(words, 1), 4),
     }
 
