@@ -76,16 +76,12 @@ def sigterm_interrupts():
 
 
 def quiet_library_progress() -> None:
-    """The libraries' progress bars (transformers' "Loading weights", datasets' "Map") off where stderr is not a
-    terminal, as the commands' own are (`--progress auto`): a log or a pipe keeps its lines. An environment that sets
-    HF_DATASETS_DISABLE_PROGRESS_BARS keeps its choice."""
+    """transformers' progress bars ("Loading weights", over as soon as it starts) off where stderr is not a terminal:
+    a log or a pipe keeps its lines. The bars of steps that take time (datasets' tokenising, training) stay."""
     if sys.stderr is None or not sys.stderr.isatty():
         from transformers.utils import logging
 
         logging.disable_progress_bar()
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # read when datasets is imported, later
-        if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":  # imported already
-            sys.modules["datasets"].disable_progress_bars()
 
 
 def flush_stdout() -> None:

@@ -459,6 +459,17 @@ def test_a_folder_of_the_users_files_is_refused_and_an_earlier_run_outlives_bad_
     assert train_cli(bad, run, "--max-steps 1 --overwrite-output-dir", *TINY_MODEL_FLAGS) == 2
     assert "bad.jsonl: line 2 is not valid JSON" in capsys.readouterr().err
     assert os.listdir(run) == ["config.json"]  # removed only once the new run's data is read
+    (run / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    (run / "tokenizer" / "tokenizer.json").write_text("the earlier run's")
+    # refused once the data is read, a tokenizer trained and the run sized (longer than a cool-down of 100,000
+    # updates, which --num-epochs cannot size before): the earlier run is put back, whole
+    flags = "--num-epochs 1 --cooldown-steps 100000 --overwrite-output-dir"
+    assert train_cli(data_files, run, flags, *TINY_MODEL_FLAGS) == 2
+    assert "--cooldown-steps 100000 is longer than the run" in capsys.readouterr().err
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "tokenizer"]
+    assert (run / "tokenizer" / "tokenizer.json").read_text() == "the earlier run's"
+    assert (run / "checkpoints" / "checkpoint-1").is_dir() and (run / "config.json").read_text() == "{}"
 
 
 def test_an_output_folder_holding_an_input_is_refused_before_anything_is_removed(tmp_path, data_files, capsys):

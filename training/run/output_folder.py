@@ -11,6 +11,7 @@ from .checkpoints import CHECKPOINT_PATTERN, list_checkpoints, resolve_resume
 from .state import RUN_MARKERS
 
 LEFT_BY_A_FAILED_START = ("tokenizer",)  # what a start that failed before its first checkpoint may leave
+SET_ASIDE = ".earlier-run"  # where an earlier run's files wait (--overwrite-output-dir) until the new run is set up
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None, inputs: dict[str, str]) -> None:
@@ -60,15 +61,46 @@ def among_run_files(output_dir: str, path: str) -> bool:
 @contextlib.contextmanager
 def removed_if_unstarted(output_dir: str):
     """--output-dir left as it was when the run fails before it has written any of a run's files: a folder that the
-    run made is removed again (by the first process), with what it held (a tokenizer trained before the failure)."""
+    run made is removed again (by the first process), with what it held (a tokenizer trained before the failure); an
+    earlier run's files set aside (`set_aside`) are put back."""
     made = not os.path.exists(output_dir)
     try:
         yield
     except BaseException:
         started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
-        if made and not started and os.environ.get("RANK", "0") == "0":
-            shutil.rmtree(output_dir, ignore_errors=True)
+        if os.environ.get("RANK", "0") == "0":
+            put_back(output_dir)
+            if made and not started:
+                shutil.rmtree(output_dir, ignore_errors=True)
         raise
+
+
+def set_aside(paths: list[str], output_dir: str, accelerator) -> None:
+    """Move `paths` (an earlier run's files, `earlier_files`) into output_dir/.earlier-run (one process; the others
+    wait), to be removed once the new run is set up (`remove_earlier`), or put back should it fail before."""
+    if accelerator.is_main_process and paths:
+        aside = os.path.join(output_dir, SET_ASIDE)
+        shutil.rmtree(aside, ignore_errors=True)  # one a killed start left: of the run that start replaced
+        os.makedirs(aside)
+        for path in paths:
+            if os.path.lexists(path):
+                os.replace(path, os.path.join(aside, os.path.basename(path)))
+    accelerator.wait_for_everyone()
+
+
+def put_back(output_dir: str) -> None:
+    """The earlier run's files set aside moved back into `output_dir`, over what the failed start wrote there."""
+    aside = os.path.join(output_dir, SET_ASIDE)
+    if not os.path.isdir(aside):
+        return
+    for name in os.listdir(aside):
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.remove(target)
+        os.replace(os.path.join(aside, name), target)
+    os.rmdir(aside)
 
 
 def check_no_users_files(output_dir: str, allowed: bool) -> None:

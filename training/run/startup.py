@@ -34,7 +34,7 @@ from .engines import (
     shards_model,
 )
 from .model import build_model
-from .output_folder import earlier_files, prepare_output_dir, remove_earlier
+from .output_folder import SET_ASIDE, earlier_files, prepare_output_dir, remove_earlier, set_aside
 from .resume_checks import check_resume_matches, tokenizer_identity
 from .state import Run, forget_metrics_after
 
@@ -115,9 +115,10 @@ def prepare_data(
 ) -> tuple:
     """The pairs, the tokenizer and the tokenised splits; and the pairs dropped, by reason and split. A streamed
     training split is not loaded here: the splits are the others, and the training rows None. The `earlier` run's
-    files (--overwrite-output-dir) are removed once the data is read and checked, not before."""
+    files (--overwrite-output-dir) are set aside once the data is read and checked, not before (and removed once
+    the run is set up)."""
     raw, empty = load_pairs(data, run.seed)
-    remove_earlier(earlier, accelerator)
+    set_aside(earlier, run.output_dir, accelerator)
     # the BPE's corpus is dropped with the call, and with it the last reference to the splits as first mapped
     stream = train_stream_source(data) if data.streaming else None
     corpus = bpe_corpus(data, options, run.seed, raw, stream)
@@ -259,7 +260,7 @@ def setup_run(args: TrainArguments) -> Run:
     if resume_checkpoint:
         check_updates_left(run, resume_state["step"])
         resume(run, resume_state)
-        remove_earlier(earlier, accelerator)
+    remove_earlier(earlier if resume_checkpoint else [os.path.join(output_dir, SET_ASIDE)], accelerator)
     return run
 
 
