@@ -472,6 +472,25 @@ def test_a_folder_of_the_users_files_is_refused_and_an_earlier_run_outlives_bad_
     assert (run / "checkpoints" / "checkpoint-1").is_dir() and (run / "config.json").read_text() == "{}"
 
 
+@pytest.mark.parametrize(
+    "files, named",
+    [
+        ({"config.json": '{"model_type": "bert"}'}, "config.json (not a vanilla_transformer model's)"),
+        ({"checkpoints/my_model.pt": "weights", "config.json": "{}"}, "checkpoints/my_model.pt"),
+        ({"tokenizer/vocab.txt": "words", "model.safetensors": "x"}, "tokenizer/ (no tokenizer.json in it)"),
+    ],
+    ids=["another model's config", "the user's checkpoints", "the user's tokenizer"],
+)
+def test_files_named_as_a_runs_that_no_run_wrote_are_never_overwritten(tmp_path, data_files, capsys, files, named):
+    out = tmp_path / "mine"
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    assert train_cli(data_files, out, "--max-steps 1 --overwrite-output-dir", *TINY_MODEL_FLAGS) == 2
+    assert f"--output-dir {out} holds {named}, which no run of this package writes" in capsys.readouterr().err
+    assert all((out / name).read_text() == text for name, text in files.items())
+
+
 def test_an_output_folder_holding_an_input_is_refused_before_anything_is_removed(tmp_path, data_files, capsys):
     import shutil
 

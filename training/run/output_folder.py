@@ -2,6 +2,7 @@
 run only once the new run's data is read, and removed again when a run fails before it has written anything."""
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -25,6 +26,10 @@ def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None
             raise ValueError(
                 f"--output-dir {output_dir} holds {flag} {path}: the run writes its files there; choose another folder."
             )
+    foreign = not_a_runs(output_dir)
+    if foreign:  # which --overwrite-output-dir would remove
+        raise ValueError(f"--output-dir {output_dir} holds {', '.join(foreign)}, which no run of this package "
+                         "writes, under the names a run's files have: choose another folder.")  # fmt: skip
     existing = [m for m in RUN_MARKERS if os.path.exists(os.path.join(output_dir, m))]
     resuming_here = resume_from and holds(output_dir, resume_from)
     if existing and not (overwrite or resuming_here):
@@ -47,6 +52,34 @@ def prepare_output_dir(output_dir: str, overwrite: bool, resume_from: str | None
             pass
     except OSError as error:
         raise ValueError(f"--output-dir {output_dir}: cannot write there ({error.strerror or error}).") from error
+
+
+def not_a_runs(output_dir: str) -> list[str]:
+    """The entries of `output_dir` named as a run's files that a run of this package did not write: a config.json
+    of another kind of model, a checkpoints/ folder of other than checkpoint-N folders, a tokenizer/ without a
+    tokenizer's files (the user's own, which --overwrite-output-dir would remove with an earlier run)."""
+    found = []
+    config = os.path.join(output_dir, "config.json")
+    if os.path.isfile(config):
+        try:
+            with open(config, encoding="utf-8") as handle:
+                settings = json.load(handle)
+        except (OSError, ValueError):
+            settings = None
+        if not isinstance(settings, dict) or settings.get("model_type", "vanilla_transformer") != "vanilla_transformer":
+            found.append("config.json (not a vanilla_transformer model's)")
+    checkpoints = os.path.join(output_dir, "checkpoints")
+    if os.path.isdir(checkpoints):
+        other = [n for n in os.listdir(checkpoints) if not CHECKPOINT_PATTERN.match(n) and not n.startswith(".tmp-")]
+        found += [f"checkpoints/{name}" for name in sorted(other)[:3]]
+    tokenizer = os.path.join(output_dir, "tokenizer")
+    if (
+        os.path.isdir(tokenizer)
+        and os.listdir(tokenizer)
+        and not {"tokenizer.json", "tokenizer_config.json"} & set(os.listdir(tokenizer))
+    ):
+        found.append("tokenizer/ (no tokenizer.json in it)")
+    return found
 
 
 def among_run_files(output_dir: str, path: str) -> bool:
