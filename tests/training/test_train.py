@@ -102,6 +102,10 @@ def test_resume_continues_exactly_where_the_run_stopped_and_counts_the_time_of_b
     wa, wb = load_file(straight / "model.safetensors"), load_file(interrupted / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    for flag, value in (("--seed", "7"), ("--max-tokens", "512")):  # the rest of the data in another order: refused
+        other = ["--output-dir", str(tmp_path / f"other{flag}"), "--max-steps", "8", "--resume-from", checkpoint]
+        assert main(["train", *common, *other, flag, value]) == 2
+        assert f"ordered its batches with {flag} " in capsys.readouterr().err
 
 
 def test_cooldown_brings_the_learning_rate_to_zero_at_the_last_update(tmp_path, data_files, capsys):

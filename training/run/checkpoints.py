@@ -155,7 +155,7 @@ def read_state(checkpoint: str) -> dict:
 
 
 STATE_KINDS = {"step": int, "epoch": int, "batches_in_epoch": int, "batches_per_epoch": int, "train_seconds": float,
-               "built_with": dict, "engine": dict}  # fmt: skip
+               "built_with": dict, "engine": dict, "order": dict}  # fmt: skip
 
 
 def state_problem(state: dict) -> str | None:

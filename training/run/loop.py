@@ -19,7 +19,7 @@ from .checkpoints import CheckpointWriteError, list_checkpoints, save_checkpoint
 from .engines import deepspeed_boundary, engine_record, full_weights
 from .finish import end_process_group, finish, upload, write_final_model
 from .output_folder import removed_if_unstarted
-from .resume_checks import built_with
+from .resume_checks import built_with, data_order
 from .startup import setup_run
 from .state import Run, TrainingStopped, log_metrics
 
@@ -206,6 +206,7 @@ def save_run(run: Run) -> None:
         "train_seconds": run.train_seconds(),  # unrounded: a short run's first updates may take under 0.05 s
         "built_with": built_with(run.model, run.tokenizer_identity, (run.data.source_lang, run.data.target_lang)),
         "engine": engine_record(run.accelerator),
+        "order": data_order(run),
     }
     if run.data.streaming:
         state["stream"] = run.sampler.position(run.batches_done)

@@ -221,3 +221,19 @@ def check_resume_matches(checkpoint: str, state: dict, model, identity: dict, da
     reason = reason or differing_weights(checkpoint, unwrapped, identity, longest)
     if reason:
         raise ValueError(f"--resume-from {checkpoint}: {reason}")
+
+
+def data_order(run) -> dict:
+    """What orders the `Run`'s batches, as its checkpoints record it (`order`): a resume must read the rest alike."""
+    streamed = run.data.stream_pool_pairs if run.data.streaming else None
+    return {"seed": run.sampler.seed, "max_tokens": run.sampler.max_tokens, "stream_pool_pairs": streamed}
+
+
+def differing_order(old: dict | None, new: dict) -> str | None:
+    """How this run's `data_order` differs from the checkpoint's `old` (None: not recorded), as one sentence."""
+    for key, was in (old or {}).items():
+        if key in new and new[key] != was:
+            return (f"the checkpoint's run ordered its batches with {option_flag(key, was)}, this run asks for "
+                    f"{option_flag(key, new[key])}: it would read the rest of the data in another order; "
+                    f"{ADVICE}")  # fmt: skip
+    return None

@@ -35,7 +35,7 @@ from .engines import (
 )
 from .model import build_model
 from .output_folder import SET_ASIDE, earlier_files, prepare_output_dir, remove_earlier, set_aside
-from .resume_checks import check_resume_matches, tokenizer_identity
+from .resume_checks import check_resume_matches, data_order, differing_order, tokenizer_identity
 from .state import Run, forget_metrics_after
 
 
@@ -276,6 +276,9 @@ def resume(run: Run, state: dict) -> None:
     """Load the checkpoint's weights, optimizer, schedule and RNG states (accelerate's `load_state`, whatever the
     engine wrote), and go on from its update. (A model, tokenizer or engine that differs from the checkpoint's has
     been refused already, in `setup_run`.)"""
+    order = differing_order(state.get("order"), data_order(run))
+    if order:
+        raise ValueError(f"--resume-from {run.resume_checkpoint}: {order}")
     if run.data.streaming != ("stream" in state):
         written = "with" if "stream" in state else "without"
         raise ValueError(
