@@ -2,6 +2,7 @@
 of a batch that are done leaving it."""
 
 import copy
+import math
 
 import datasets
 import pytest
@@ -47,3 +48,4 @@ def test_a_diverged_models_perplexity_is_infinite_not_an_overflow():
     }
     figures = cross_entropy_figures(800.0 * 10, 10, 5)  # exp(800) is past a float's range
     assert figures["perplexity"] == float("inf") and figures["cross_entropy"] == 800.0
+    assert math.isnan(cross_entropy_figures(float("nan"), 10, 5)["perplexity"])  # no number: not infinity

@@ -474,6 +474,10 @@ def test_a_folder_of_the_users_files_is_refused_and_an_earlier_run_outlives_bad_
     assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "tokenizer"]
     assert (run / "tokenizer" / "tokenizer.json").read_text() == "the earlier run's"
     assert (run / "checkpoints" / "checkpoint-1").is_dir() and (run / "config.json").read_text() == "{}"
+    stale = tmp_path / "stale" / ".earlier-run"  # set aside by a start killed before it was set up: not this run's
+    (stale / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    assert train_cli(data_files, stale.parent, "--max-steps 1 --eval-steps 0", *TINY_MODEL_FLAGS) == 0
+    assert (stale / "checkpoints" / "checkpoint-3").is_dir()
 
 
 @pytest.mark.parametrize(

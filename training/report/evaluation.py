@@ -153,7 +153,7 @@ def cross_entropy_figures(total: float, tokens: int, words: int) -> dict[str, fl
     per_token = total / tokens
     return {
         "cross_entropy": round(per_token, 4),
-        "perplexity": round(math.exp(per_token), 3) if per_token < math.log(sys.float_info.max) else math.inf,
+        "perplexity": math.inf if per_token >= math.log(sys.float_info.max) else round(math.exp(per_token), 3),
         "cross_entropy_per_word": round(total / max(words, 1), 4),
     }
 

@@ -70,7 +70,7 @@ def not_a_runs(output_dir: str) -> list[str]:
             found.append("config.json (not a vanilla_transformer model's)")
     checkpoints = os.path.join(output_dir, "checkpoints")
     if os.path.isdir(checkpoints):
-        other = [n for n in os.listdir(checkpoints) if not CHECKPOINT_PATTERN.match(n) and not n.startswith(".tmp-")]
+        other = [n for n in os.listdir(checkpoints) if not CHECKPOINT_PATTERN.match(n) and not n.startswith(".")]
         found += [f"checkpoints/{name}" for name in sorted(other)[:3]]
     tokenizer = os.path.join(output_dir, "tokenizer")
     if (
@@ -84,11 +84,12 @@ def not_a_runs(output_dir: str) -> list[str]:
 
 def among_run_files(output_dir: str, path: str) -> bool:
     """Whether `path` is `output_dir`, or lies in it where a run writes: at its top, or in the folders it clears
-    (`checkpoints`, `tokenizer`); a file in a folder of the user's own (`data/`) is left alone."""
+    (`checkpoints`, `tokenizer`, and an earlier run's set aside); a file in a folder of the user's own (`data/`) is
+    left alone."""
     if not holds(output_dir, path):
         return False
     inside = os.path.relpath(os.path.realpath(path), os.path.realpath(output_dir))
-    return inside == "." or os.sep not in inside or inside.split(os.sep)[0] in ("checkpoints", "tokenizer")
+    return inside == "." or os.sep not in inside or inside.split(os.sep)[0] in ("checkpoints", "tokenizer", SET_ASIDE)
 
 
 @contextlib.contextmanager
@@ -97,12 +98,14 @@ def removed_if_unstarted(output_dir: str):
     run made is removed again (by the first process), with what it held (a tokenizer trained before the failure); an
     earlier run's files set aside (`set_aside`) are put back."""
     made = not os.path.exists(output_dir)
+    left = os.path.exists(os.path.join(output_dir, SET_ASIDE))  # by a start killed before: not this run's to put back
     try:
         yield
     except BaseException:
         started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
         if os.environ.get("RANK", "0") == "0":
-            put_back(output_dir)
+            if not left:  # gone once the run is set up: a failure later puts nothing back
+                put_back(output_dir)
             if made and not started:
                 shutil.rmtree(output_dir, ignore_errors=True)
         raise
@@ -166,6 +169,14 @@ def earlier_files(output_dir: str, overwrite: bool, resume_checkpoint: str | Non
         return later_checkpoints(output_dir, resume_checkpoint)
     names = RUN_MARKERS if resume_checkpoint else RUN_MARKERS + LEFT_BY_A_FAILED_START
     return [os.path.join(output_dir, name) for name in names]
+
+
+def earlier_once_set_up(output_dir: str, earlier: list[str], resuming: bool) -> list[str]:
+    """What goes once the run is set up, of the `earlier` files (`earlier_files`): a resume's later checkpoints, or
+    the folder a new run set them aside in (none where it set nothing aside: one a killed start left is kept)."""
+    if resuming:
+        return earlier
+    return [os.path.join(output_dir, SET_ASIDE)] if earlier else []
 
 
 def remove_earlier(paths: list[str], accelerator) -> None:

@@ -232,7 +232,7 @@ def data_order(run) -> dict:
 def differing_order(old: dict | None, new: dict) -> str | None:
     """How this run's `data_order` differs from the checkpoint's `old` (None: not recorded), as one sentence."""
     for key, was in (old or {}).items():
-        if key in new and new[key] != was:
+        if was is not None and new.get(key) is not None and new[key] != was:  # None: not streamed (told apart first)
             return (f"the checkpoint's run ordered its batches with {option_flag(key, was)}, this run asks for "
                     f"{option_flag(key, new[key])}: it would read the rest of the data in another order; "
                     f"{ADVICE}")  # fmt: skip

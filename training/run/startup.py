@@ -34,7 +34,7 @@ from .engines import (
     shards_model,
 )
 from .model import build_model
-from .output_folder import SET_ASIDE, earlier_files, prepare_output_dir, remove_earlier, set_aside
+from .output_folder import earlier_files, earlier_once_set_up, prepare_output_dir, remove_earlier, set_aside
 from .resume_checks import check_resume_matches, data_order, differing_order, tokenizer_identity
 from .state import Run, forget_metrics_after
 
@@ -260,7 +260,7 @@ def setup_run(args: TrainArguments) -> Run:
     if resume_checkpoint:
         check_updates_left(run, resume_state["step"])
         resume(run, resume_state)
-    remove_earlier(earlier if resume_checkpoint else [os.path.join(output_dir, SET_ASIDE)], accelerator)
+    remove_earlier(earlier_once_set_up(output_dir, earlier, bool(resume_checkpoint)), accelerator)
     return run
 
 
@@ -276,15 +276,15 @@ def resume(run: Run, state: dict) -> None:
     """Load the checkpoint's weights, optimizer, schedule and RNG states (accelerate's `load_state`, whatever the
     engine wrote), and go on from its update. (A model, tokenizer or engine that differs from the checkpoint's has
     been refused already, in `setup_run`.)"""
-    order = differing_order(state.get("order"), data_order(run))
-    if order:
-        raise ValueError(f"--resume-from {run.resume_checkpoint}: {order}")
     if run.data.streaming != ("stream" in state):
         written = "with" if "stream" in state else "without"
         raise ValueError(
             f"--resume-from {run.resume_checkpoint}: the checkpoint was written by a run {written} --streaming, "
             f"which orders the data differently; resume it {written} --streaming"
         )
+    order = differing_order(state.get("order"), data_order(run))
+    if order:
+        raise ValueError(f"--resume-from {run.resume_checkpoint}: {order}")
     states = os.path.join(run.resume_checkpoint, f"random_states_{run.accelerator.process_index}.pkl")
     if not os.path.isfile(states):  # accelerate would go on without them: dropout would draw other masks
         raise ValueError(f"--resume-from {run.resume_checkpoint}: no {os.path.basename(states)}, the random "
