@@ -104,7 +104,7 @@ def check_finished_run(run: PlannedRun, record: dict) -> None:
     """A finished run in the folder must be this run: the same options, else the study would mix two bases."""
     wanted = json.loads(json.dumps(run.options))
     # a record of an earlier version: the folded switches as booleans, and no option that came since (its default)
-    recorded = {**TrainArguments().options(), **fold_switches(record["options"])}
+    recorded = {**default_options(), **fold_switches(record["options"])}
     differ = sorted(name for name in wanted if name not in NOT_COMPARED and recorded.get(name) != wanted[name])
     if differ:
         raise ArgumentsError(
