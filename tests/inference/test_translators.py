@@ -33,6 +33,7 @@ def test_both_engines_give_the_same_translations_and_scores(trained_folder, expo
     )
     assert load_translator(str(trained_folder)).translate(SENTENCES[:1], num_beams=num_beams)[0][0].score is None
     assert [[t.text for t in n] for n in fast] == [[t.text for t in n] for n in pytorch]
+    assert [[t.tokens for t in n] for n in fast] == [[t.tokens for t in n] for n in pytorch]  # </s> last in both
     for ours, theirs in zip(fast, pytorch):
         assert ours[0].score == pytest.approx(theirs[0].score, abs=1e-3)
         assert ours[0].score < 0
@@ -60,6 +61,7 @@ def test_the_length_penalty_and_max_length_are_honoured_alike(trained_folder, ex
         pytorch = load_translator(str(trained_folder)).translate(SENTENCES, num_beams=5, **kwargs)
         fast = load_translator(str(exported)).translate(SENTENCES, num_beams=5, **kwargs)
         assert [n[0].text for n in fast] == [n[0].text for n in pytorch], kwargs
+        assert [n[0].tokens for n in fast] == [n[0].tokens for n in pytorch], kwargs  # at the limit: no </s>
     short = load_translator(str(exported)).translate(SENTENCES, num_beams=5, max_length=2)
     assert all(len(n[0].text.split()) <= 2 for n in short)
 

@@ -10,11 +10,13 @@ import sys
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+from vanilla_transformer.training.options.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import german
 
 from tests.conftest import long_sentence
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.cli import main
+from vanilla_transformer.commands.evaluate import task_seed
 
 from .conftest import TINY_MODEL_FLAGS, pairs, train_cli, write_jsonl
 
@@ -103,10 +105,42 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
     assert "error: --source-lang and --target-lang are both 'de'" in capsys.readouterr().err
     assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), "--streaming"]) == 2
     assert "error: --streaming streams train's training split; evaluate reads --split whole" in capsys.readouterr().err
+    for flags, message in (
+        (["--dataset-name", "wmt14", "--test-file", str(test_file)], "--dataset-name and --train-file/--validation-"
+         "file/--test-file are mutually exclusive: give one source of data"),
+        (["--dataset-config", "de-en"], "--dataset-config needs --dataset-name"),
+        (["--test-file", str(test_file), "--max-source-length", "4"], "--max-source-length drops train's longer "
+         "training pairs; evaluate scores every pair of --split"),
+    ):  # fmt: skip
+        assert main(["evaluate", "--model", str(trained_folder), *flags]) == 2
+        assert f"error: {message}" in capsys.readouterr().err
     reversed_pair = ["--source-lang", "de", "--target-lang", "en"]  # scored, with a word: the flags may be wrong
     assert main(["evaluate", "--model", str(trained_folder), "--test-file", str(test_file), *reversed_pair]) == 0
     warning = f"warning: --model {trained_folder} translates en to de (its card); evaluating de to en (--source-lang"
     assert warning in capsys.readouterr().err
+
+
+def test_evaluate_draws_the_embedded_tasks_splits_with_the_seed_the_model_was_trained_with(
+    trained_folder, tmp_path, capsys
+):
+    """Another seed's test numbers are partly training numbers of the model's: its score there is not a test's."""
+    assert json.loads((trained_folder / "eval_results.json").read_text())["seed"] == 42  # train records its --seed
+    model = tmp_path / "model"
+    shutil.copytree(trained_folder, model)
+    results = json.loads((model / "eval_results.json").read_text())
+    (model / "eval_results.json").write_text(json.dumps({**results, "seed": 7}))
+    embedded = DataArguments()
+    assert task_seed(str(model), embedded, None) == 7 and capsys.readouterr().err == ""
+    assert task_seed(str(model), embedded, 42) == 42
+    assert f"--model {model} was trained with --seed 7: the splits of --seed 42 hold numbers it trained on" in (
+        capsys.readouterr().err
+    )
+    assert task_seed(str(tmp_path), embedded, None) == 42  # no record: train's default, with a word
+    assert f"--model {tmp_path} records no seed; the embedded task's splits are drawn with --seed 42" in (
+        capsys.readouterr().err
+    )
+    assert task_seed(str(model), DataArguments(test_file="test.jsonl"), None) == 42  # files: the seed draws nothing
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(

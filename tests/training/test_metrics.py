@@ -53,3 +53,24 @@ def test_groups_give_exact_match_per_group_first():
 def test_parts_of_different_lengths_are_named():
     with pytest.raises(ValueError, match="2 hypotheses for 1 references"):
         MetricSums().add(["a", "b"], ["a"])
+
+
+def test_bleu_is_tokenised_for_the_target_language_as_sacrebleu_chooses():
+    hypotheses = ["我喜欢吃苹果和香蕉。", "他们在公园里跑步。"]
+    references = ["我喜欢吃苹果和梨。", "他们在公园里散步。"]
+    chinese = translation_metrics(hypotheses, references, target_lang="zh")
+    assert chinese["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references], tokenize="zh").score, 2) > 30
+    assert "tok:zh" in chinese["bleu_signature"] and "tok:zh" in chinese["bleu_lowercase_signature"]
+    assert translation_metrics(hypotheses, references)["bleu"] == 0  # 13a: each sentence one word
+    assert "tok:13a" in translation_metrics(*corpus(5), target_lang="de")["bleu_signature"]
+
+
+def test_bleu_without_the_target_languages_tokenizer_installed_says_it_scored_with_13a():
+    try:
+        sacrebleu.metrics.BLEU(trg_lang="ja")
+        pytest.skip("MeCab is installed: Japanese is tokenised with it")
+    except (ImportError, RuntimeError):
+        pass
+    with pytest.warns(UserWarning, match=r"BLEU of ja text is tokenised with 13a: .* needs sacrebleu\[ja\]"):
+        scores = translation_metrics(*corpus(5), target_lang="ja")
+    assert "tok:13a" in scores["bleu_signature"]

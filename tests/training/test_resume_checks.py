@@ -120,6 +120,16 @@ def test_a_tokenizer_of_the_same_size_but_another_vocabulary_is_named(trained, t
     assert f"(--tokenizer-name {out / 'tokenizer'})" in error
 
 
+def test_a_tokenizer_trained_again_to_another_size_with_the_same_flags_is_named(trained, tmp_path, capsys):
+    _, out = trained
+    checkpoint = out / CHECKPOINT
+    few = write_data(tmp_path / "few-words", [1, 2])  # too few words for 120 tokens
+    assert train(few, tmp_path / "new", "--max-steps", "4", "--resume-from", str(checkpoint)) == 2
+    error = the_error(capsys)
+    assert "this run's tokenizer (--vocab-size 120) has " in error
+    assert " tokens, the one the checkpoint was trained with 120: the same flags, but it was trained again" in error
+
+
 def test_a_resume_with_other_dropout_rates_goes_on(trained, tmp_path, capsys):
     files, out = trained
     run = tmp_path / "run"

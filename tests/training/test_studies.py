@@ -4,6 +4,7 @@ they stopped, and reported as a table and a figure. The runs here are the embedd
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,27 @@ def test_a_finished_study_is_tabulated_again_without_training(tiny_study):
     assert rows[0]["figures"]["updates_to_threshold"]["mean"] == 4  # the first validation, at update 4, reaches 0
 
 
+def test_a_run_without_its_weights_still_counts_and_one_without_its_scores_or_a_figure_unwritten_is_named(
+    tiny_study, tmp_path
+):
+    study_dir = str(tmp_path / "study")
+    shutil.copytree(tiny_study[0], study_dir, symlinks=True)
+    study, variants = StudyArguments(seeds=2, study_dir=study_dir, jobs=2), {"tiny": (BASE, no_residual())}
+    os.remove(f"{study_dir}/runs/base/seed-42/model.safetensors")  # removed to save room: its scores still count
+    run_study(base_options(), study, variants, write=lambda line: None)
+    base = json.loads(open(f"{study_dir}/results.json").read())["studies"]["tiny"][0]["figures"]
+    assert base["parameters"]["count"] == 1 and base["test_exact_match"]["count"] == 2
+    os.remove(f"{study_dir}/results.png")
+    os.mkdir(f"{study_dir}/results.png")
+    with pytest.raises(RuntimeError, match=r"results cannot be written \(.*results.png: Is a directory\); the runs"):
+        run_study(base_options(), study, variants, write=lambda line: None)
+    assert not [name for name in os.listdir(study_dir) if name.startswith(".")]  # nothing half-written left
+    os.rmdir(f"{study_dir}/results.png")
+    os.remove(f"{study_dir}/runs/no-residual/seed-43/eval_results.json")
+    with pytest.raises(ValueError, match=r"no-residual/seed-43/eval_results.json: No such file or directory; the"):
+        run_study(base_options(), study, variants, write=lambda line: None)
+
+
 def test_a_study_of_other_options_in_the_same_folder_is_refused(tiny_study):
     study = StudyArguments(seeds=2, study_dir=tiny_study[0], jobs=2)
     with pytest.raises(ArgumentsError, match=r"runs/base/seed-42 holds a run trained with other options \(d_ff\)"):
@@ -148,6 +170,10 @@ def test_variants_apply_to_the_base_they_are_given():
     assert runs["layers-half"] is None  # one layer cannot be halved
     assert len(unique_runs(planned)) == 2 * (len(TABLE3) - 3)
     assert set(STUDIES) == {"table3", "lessons"}
+    high = plan_runs(base_options(dropout=0.6, label_smoothing=0.5), {"table3": TABLE3}, 1, "study")["table3"]
+    runs = {variant.key: seeded for variant, seeded in high}
+    assert runs["dropout-double"] is None and runs["smoothing-double"] is None  # a rate of 1.2 or 1.0: left out
+    assert runs["dropout-off"][0].options["dropout"] == 0.0
 
 
 def test_a_variant_that_does_not_apply_is_said_and_a_study_of_none_that_do_is_refused(tmp_path):
@@ -161,11 +187,16 @@ def test_a_variant_that_does_not_apply_is_said_and_a_study_of_none_that_do_is_re
     assert not os.listdir(tmp_path)  # refused before any run
 
 
-def test_flags_that_a_study_sets_for_its_runs_are_refused(capsys):
+@pytest.mark.parametrize(
+    "flags, instead",
+    [(["--output-dir", "somewhere"], "--study-dir"), (["--report-to", "wandb"], "each run's metrics.jsonl"),
+     (["--show-samples", "3"], "vanilla-transformer translate on a run's folder")],
+)  # fmt: skip
+def test_flags_that_a_study_sets_for_its_runs_are_refused(capsys, flags, instead):
     with pytest.raises(SystemExit) as stopped:
-        main(["ablate", "--output-dir", "somewhere"])
+        main(["ablate", *flags])
     assert stopped.value.code == 2
-    assert "--output-dir: a study sets it for each of its runs; use --study-dir" in capsys.readouterr().err
+    assert f"{flags[0]}: a study sets it for each of its runs; use {instead}" in capsys.readouterr().err
 
 
 def processes_with(text: str) -> list[str]:
@@ -292,6 +323,8 @@ def test_a_row_gives_each_figures_mean_and_range_and_says_which_runs_stopped_or_
 def test_the_compared_score_comes_from_the_data_not_from_the_first_run():
     assert main_metric(base_options()) == "exact_match"
     assert main_metric({**base_options(), "train_file": "train.jsonl"}) == "bleu"
+    # a lowercasing tokenizer: lowercased BLEU, as train reports it (cased, its outputs lose every capital)
+    assert main_metric({**base_options(), "train_file": "train.jsonl", "lowercase": True}) == "bleu_lowercase"
 
 
 def test_a_base_a_study_cannot_score_or_launch_is_refused(capsys):

@@ -33,8 +33,10 @@ def test_variants_keep_the_base_and_leave_out_a_study_without_any_of_them():
         (dict(study=["table2"]), "--study: 'table2'; expected one of table3, lessons"),
         (dict(study=["table3"], variants=["no-residual"]), "--variants no-residual: none of them is a variant of "
          "--study table3"),
+        (dict(study=["lessons"], variants=["no-residual", "heads-1"]), "--variants heads-1: not a variant of "
+         "--study lessons; add their study to --study or leave them out"),
     ],
-    ids=["unknown", "unknown-study", "not-in-the-study"],
+    ids=["unknown", "unknown-study", "not-in-the-study", "some-not-in-the-study"],
 )  # fmt: skip
 def test_variants_that_cannot_run_are_refused_naming_the_flag(given, message):
     with pytest.raises(ValueError) as refused:
@@ -61,6 +63,19 @@ def test_a_study_folder_that_is_a_file_is_refused_with_the_usage(tmp_path, capsy
     assert stopped.value.code == 2
     assert f"error: --study-dir {data}: is a file; expected a folder" in capsys.readouterr().err
     assert data.read_text() == "{}\n"
+
+
+def test_a_folder_with_files_under_a_studys_table_names_but_no_runs_is_refused(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("my own data\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["ablate", "--study-dir", str(mine)])
+    assert stopped.value.code == 2
+    assert f"--study-dir {mine} holds results.csv but no study's runs/: a study would replace them" in (
+        capsys.readouterr().err
+    )
+    assert os.listdir(mine) == ["results.csv"] and (mine / "results.csv").read_text() == "my own data\n"
 
 
 def test_a_study_folder_in_a_model_folder_and_more_jobs_than_workers_are_refused(tmp_path, capsys):

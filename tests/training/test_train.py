@@ -748,6 +748,12 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(
     assert (tmp_path / "fifth" / "tokenizer.json").read_bytes() == (tmp_path / "first" / "tokenizer.json").read_bytes()
 
 
+def edit_built_with(checkpoint, **parts):
+    state = json.loads((checkpoint / STATE_FILE).read_text())
+    state["built_with"] |= parts
+    (checkpoint / STATE_FILE).write_text(json.dumps(state))
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -763,9 +769,14 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenised_corpus(
          f"{STATE_FILE}: step is '2'; expected a whole number, at least 0"),
         (lambda c: (c / STATE_FILE).write_text('{"step": 2, "epoch": 0, "batches_in_epoch": 2, "engine": "zz"}'),
          f"{STATE_FILE}: engine is 'zz'; expected an object"),
+        (lambda c: edit_built_with(c, languages="en"),
+         f"{STATE_FILE}: built_with.languages is 'en'; expected [source, target], two language codes"),
+        (lambda c: edit_built_with(c, model=[4]), f"{STATE_FILE}: built_with.model is [4]; expected an object"),
+        (lambda c: edit_built_with(c, tokenizer="bpe"), f"{STATE_FILE}: built_with.tokenizer is 'bpe'; expected an"),
     ],
     ids=["no state", "state cut short", "state without its fields", "optimizer cut short", "no random states",
-         "random states cut short", "a step as text", "an engine as text"],
+         "random states cut short", "a step as text", "an engine as text", "languages as text", "model as a list",
+         "tokenizer as text"],
 )  # fmt: skip
 def test_a_damaged_checkpoint_is_named_when_a_run_resumes_from_it(tmp_path, data_files, capsys, damage, message):
     out = tmp_path / "run"

@@ -73,7 +73,7 @@ def evaluate_split(
     translations; `generate_kwargs` override the model's generation config."""
     hypotheses = translate_dataset(model, tokenizer, tokenized_split, accelerator, batch_size, **generate_kwargs)
     references = [pair[target_lang] for pair in raw_split["translation"]]
-    return split_metrics(hypotheses, references, raw_split), hypotheses
+    return split_metrics(hypotheses, references, raw_split, target_lang), hypotheses
 
 
 def split_scores(
@@ -81,7 +81,7 @@ def split_scores(
 ) -> dict:
     """`evaluate_split`'s scores, the translations not kept: each batch's are scored against its references as
     they come (`MetricSums`), so that memory does not grow with the split."""
-    sums, start = MetricSums(), 0
+    sums, start = MetricSums(target_lang), 0
     for hypotheses in translated_batches(model, tokenizer, tokenized_split, accelerator, batch_size, **generate_kwargs):
         rows = raw_split[start : start + len(hypotheses)]
         references = [pair[target_lang] for pair in rows["translation"]]
@@ -90,11 +90,11 @@ def split_scores(
     return sums.result()
 
 
-def split_metrics(hypotheses: list[str], references: list[str], raw_split) -> dict:
-    """BLEU, chrF and exact match of a split's translations; for the embedded task, exact match first, and per
-    digit count."""
+def split_metrics(hypotheses: list[str], references: list[str], raw_split, target_lang: str) -> dict:
+    """BLEU, chrF and exact match of a split's translations into `target_lang`; for the embedded task, exact match
+    first, and per digit count."""
     groups = raw_split["digits"] if "digits" in raw_split.column_names else None
-    return MetricSums().add(hypotheses, references, groups).result()
+    return MetricSums(target_lang).add(hypotheses, references, groups).result()
 
 
 def summary(split: str, metrics: dict) -> str:

@@ -3,22 +3,37 @@
 metric's summed sufficient statistics (sacreBLEU's own: n-gram matches and totals, lengths), so that a split of any
 size is scored in bounded memory, to the same figures as the whole corpus at once."""
 
+import warnings
+
 import sacrebleu
 from sacrebleu.utils import sum_of_lists
 
 METRICS = {
-    "bleu": lambda: sacrebleu.metrics.BLEU(),
-    "bleu_lowercase": lambda: sacrebleu.metrics.BLEU(lowercase=True),
-    "chrf": lambda: sacrebleu.metrics.CHRF(),
-    "chrf_lowercase": lambda: sacrebleu.metrics.CHRF(lowercase=True),
+    "bleu": lambda language: bleu(language),
+    "bleu_lowercase": lambda language: bleu(language, lowercase=True),
+    "chrf": lambda language: sacrebleu.metrics.CHRF(),
+    "chrf_lowercase": lambda language: sacrebleu.metrics.CHRF(lowercase=True),
 }
 
 
-class MetricSums:
-    """BLEU, chrF and exact match over the parts given to `add`, in any number of parts."""
+def bleu(target_lang: str | None, lowercase: bool = False) -> sacrebleu.metrics.BLEU:
+    """sacreBLEU's BLEU with the tokenizer it chooses for the target language (as `sacrebleu -l SRC-TGT`: zh, and
+    MeCab's for ja and ko; 13a for the rest). Where MeCab is not installed, 13a, with a warning (its signature says
+    which tokenizer scored)."""
+    try:
+        return sacrebleu.metrics.BLEU(lowercase=lowercase, trg_lang=target_lang or "")
+    except (ImportError, RuntimeError):  # ja, ko: MeCab, which sacrebleu[ja] or sacrebleu[ko] installs
+        warnings.warn(f"BLEU of {target_lang} text is tokenised with 13a: its own tokenizer needs "
+                      f"sacrebleu[{target_lang}]", stacklevel=2)  # fmt: skip
+        return sacrebleu.metrics.BLEU(lowercase=lowercase, tokenize="13a")
 
-    def __init__(self):
-        self.metrics = {name: make() for name, make in METRICS.items()}
+
+class MetricSums:
+    """BLEU, chrF and exact match over the parts given to `add`, in any number of parts; BLEU tokenised for
+    `target_lang` (`bleu`)."""
+
+    def __init__(self, target_lang: str | None = None):
+        self.metrics = {name: make(target_lang) for name, make in METRICS.items()}
         self.sums: dict[str, list] = {}
         self.exact: dict = {}  # group (None: no groups) -> (exact matches, sentences)
 
@@ -54,6 +69,8 @@ class MetricSums:
         return round(metric._compute_score_from_stats(self.sums[name]).score, 2)
 
 
-def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
+def translation_metrics(
+    hypotheses: list[str], references: list[str], target_lang: str | None = None
+) -> dict[str, float | str]:
     """The scores of a whole corpus at once."""
-    return MetricSums().add(hypotheses, references).result()
+    return MetricSums(target_lang).add(hypotheses, references).result()

@@ -169,6 +169,19 @@ def state_problem(state: dict) -> str | None:
                 return f"{key} is {value!r:.60}; expected an object"
         elif isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)) or value < 0:
             return f"{key} is {value!r:.60}; expected {'a whole number' if kind is int else 'a number'}, at least 0"
+    return built_with_problem(state.get("built_with") or {})
+
+
+def built_with_problem(record: dict) -> str | None:
+    """What is wrong with a checkpoint's `built_with` record (resume_checks.py): a part of another kind."""
+    for key in ("model", "tokenizer"):
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            return f"built_with.{key} is {record[key]!r:.60}; expected an object"
+    languages = record.get("languages")
+    if languages is not None and not (
+        isinstance(languages, list) and len(languages) == 2 and all(isinstance(code, str) for code in languages)
+    ):
+        return f"built_with.languages is {languages!r:.60}; expected [source, target], two language codes"
     return None
 
 

@@ -33,6 +33,7 @@ def finish(run: Run) -> tuple:
         "train_steps": run.step,
         "train_seconds": round(run.train_seconds(), 3),  # to the millisecond: a tiny run's updates take under 0.1 s
         "processes": accelerator.num_processes,
+        "seed": run.sampler.seed,  # also what drew the embedded task's splits: evaluate draws its test split alike
         "engine": describe_engine(engine_record(accelerator)),
         "evaluated_on": describe(unwrapped.device, unwrapped.dtype),  # the training device, the float32 weights
     }

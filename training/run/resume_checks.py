@@ -129,6 +129,12 @@ def differing_tokenizer(old: dict, new: dict, checkpoint: str) -> str | None:
             return f"the checkpoint was trained {'with' if old.get('lowercase') else 'without'} --lowercase, " + (
                 f"this run asks for {'it' if new['lowercase'] else 'none'}; {ADVICE}"
             )
+    if old.get("size") != new["size"] and describe_tokenizer(old) == describe_tokenizer(new):
+        return (
+            f"this run's tokenizer ({describe_tokenizer(new)}) has {new['size']} tokens, the one the checkpoint was "
+            f"trained with {old.get('size')}: the same flags, but it was trained again or changed since; "
+            f"{tokenizer_advice(old, checkpoint)}"
+        )
     if old.get("size") != new["size"]:
         return (
             f"the checkpoint was trained with {describe_tokenizer(old)} (a vocabulary of {old.get('size')} tokens), "

@@ -57,6 +57,11 @@ class StudyArguments(Checked):
             raise ValueError(
                 f"--variants {' '.join(self.variants)}: none of them is a variant of --study {' '.join(self.study)}"
             )
+        studied = {variant.key for name in self.study for variant in STUDIES[name]}
+        outside = [key for key in self.variants if key not in studied]
+        if outside:  # a study's variants asked for under another --study: not a run would be trained for them
+            raise ValueError(f"--variants {' '.join(outside)}: not a variant of --study {' '.join(self.study)}; add "
+                             "their study to --study or leave them out")  # fmt: skip
 
     def studies(self) -> dict[str, tuple]:
         """The --study lists, {name: variants}: each cut to its base and its --variants, a study with none of them

@@ -5,6 +5,7 @@ import os
 import statistics
 
 from ...errors import MISSING_MATPLOTLIB, MissingDependencyError
+from ...folders import replacing
 
 
 def mean_curve(curves: list[list]) -> tuple[list, list]:
@@ -21,7 +22,9 @@ def draw_study(axes, rows: list[dict], runs: dict[str, list[dict]], metric: str,
     """One study's three panels: the test score per variant (each seed a dot, the mean a bar), the training loss and
     the validation score curves (mean over seeds)."""
     scores, losses, validation = axes
-    shown = {"exact_match": "test exact match (%)", "bleu": "test BLEU"}[metric]
+    shown = {"exact_match": "test exact match (%)", "bleu": "test BLEU", "bleu_lowercase": "test BLEU (lowercased)"}[
+        metric
+    ]
     for index, row in enumerate(rows):
         values = [run.get(f"test_{metric}") for run in runs[row["variant"]]]
         values = [value for value in values if value is not None]
@@ -60,8 +63,11 @@ def draw_studies(study_dir: str, tables: dict[str, list[dict]], runs: dict[str, 
         draw_study(line, rows, runs, metric, study)
     figure.tight_layout()
     path = os.path.join(study_dir, "results.png")
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with replacing(path, binary=True) as handle:  # the old figure or the new one whole
+            figure.savefig(handle, dpi=110, format="png")
+    finally:
+        plt.close(figure)
     return path
 
 

@@ -7,7 +7,7 @@ import math
 import os
 import statistics
 
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from ...folders import replacing
 from ..report.plots import read_metrics
@@ -18,14 +18,35 @@ GRADIENT_NAMES = ("encoder_first", "encoder_last", "decoder_first", "decoder_las
 
 def main_metric(options: dict) -> str:
     """The score a study compares, from its runs' options: exact match for the embedded task (whose one-word outputs
-    BLEU cannot score), else BLEU."""
-    return "bleu" if options["dataset_name"] or options["train_file"] else "exact_match"
+    BLEU cannot score), else BLEU (lowercased for a lowercasing tokenizer, as train reports it)."""
+    if not (options["dataset_name"] or options["train_file"]):
+        return "exact_match"
+    return "bleu_lowercase" if options.get("lowercase") else "bleu"
 
 
-def parameter_count(folder: str) -> int:
-    """The model's parameters, each shared matrix once (as its safetensors file holds them)."""
-    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as weights:
-        return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+def parameter_count(folder: str) -> int | None:
+    """The model's parameters, each shared matrix once (as its safetensors file holds them); None where the file is
+    gone (removed to save room: the run's scores still count) or cannot be read."""
+    try:
+        with safe_open(os.path.join(folder, "model.safetensors"), "pt") as weights:
+            return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    except (OSError, SafetensorError):
+        return None
+
+
+def read_results(folder: str) -> dict:
+    """A finished run's eval_results.json; a ValueError naming the run where it is gone or cannot be read."""
+    path = os.path.join(folder, "eval_results.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            results = json.load(handle)
+    except (OSError, ValueError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not a JSON record"
+        raise ValueError(f"{path}: {why}; the run finished without it is not counted: remove {folder} and run the "
+                         "study again to train it anew") from None  # fmt: skip
+    if not isinstance(results, dict):
+        raise ValueError(f"{path}: not a record of scores; remove {folder} and run the study again to train it anew")
+    return results
 
 
 def run_figures(run: PlannedRun, metric: str) -> dict:
@@ -37,8 +58,7 @@ def run_figures(run: PlannedRun, metric: str) -> dict:
     records = read_metrics(run.folder) if os.path.isfile(os.path.join(run.folder, "metrics.jsonl")) else []
     figures = {"key": run.key, "seed": run.seed, "status": record["status"], "command": record["command"]}
     if record["status"] == "finished":
-        with open(os.path.join(run.folder, "eval_results.json")) as handle:
-            results = json.load(handle)
+        results = read_results(run.folder)
         for split in ("validation", "test"):
             for name in (metric, "chrf", "cross_entropy"):
                 figures[f"{split}_{name}"] = results.get(split, {}).get(name)
@@ -117,7 +137,7 @@ def format_figure(figure: dict | None, decimals: int) -> str:
 
 
 def headings(metric: str, threshold: float | None) -> list[str]:
-    shown = {"exact_match": "exact match %", "bleu": "BLEU"}[metric]
+    shown = {"exact_match": "exact match %", "bleu": "BLEU", "bleu_lowercase": "BLEU (lowercased)"}[metric]
     reach = f"{threshold:g} {shown}" if threshold is not None else "threshold"
     return [heading.format(metric=shown, threshold=reach) for _, heading, _ in COLUMNS]
 

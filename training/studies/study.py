@@ -86,8 +86,15 @@ def tabulate(planned: dict, study: StudyArguments) -> list[str]:
                 variant = dataclasses.replace(variant, label=f"{variant.label} (the base)")
             by_variant[variant.key] = [figures[run.folder] for run in seeded]
             tables[name].append(variant_row(name, variant, by_variant[variant.key]))
-    paths = write_results(study.study_dir, tables, metric, threshold)
-    return paths + [draw_studies(study.study_dir, tables, by_variant, metric)]
+    try:
+        paths = write_results(study.study_dir, tables, metric, threshold)
+        return paths + [draw_studies(study.study_dir, tables, by_variant, metric)]
+    except OSError as error:  # a full disk, a folder in a table's place: the runs stay, and tabulate again
+        where = error.filename2 or error.filename  # a rename's target, else the file
+        raise RuntimeError(
+            f"--study-dir {study.study_dir}: its results cannot be written ({where}: "
+            f"{error.strerror}); the runs are kept: run the same command again"
+        ) from error
 
 
 __all__ = ["run_study", "tabulate", "Progress"]

@@ -39,14 +39,17 @@ def fixed(**options) -> Callable[[dict], dict]:
     return lambda base: dict(options)
 
 
+RATES = ("dropout", "label_smoothing")  # probabilities: below 1
+
+
 def scaled(name: str, factor: float) -> Callable[[dict], dict | None]:
-    """A change of one size or rate by `factor` (halved, doubled), or None where it does not apply (a rate of 0, a
-    d_model that the heads do not divide)."""
+    """A change of one size or rate by `factor` (halved, doubled), or None where it does not apply (a rate of 0, or
+    one that would reach 1; a d_model that the heads do not divide)."""
 
     def change(base: dict) -> dict | None:
         value = base[name] * factor
         value = int(value) if isinstance(base[name], int) else round(value, 6)
-        if name == "d_model" and value % base["num_heads"]:
+        if (name == "d_model" and value % base["num_heads"]) or (name in RATES and value >= 1):
             return None
         return {name: value} if value != base[name] and value > 0 else None
 

@@ -22,6 +22,8 @@ NOT_FOR_A_STUDY = {  # train's options a study sets for each run itself, and wha
     "resume_from": "ablate again with the same --study-dir (finished runs are kept)",
     "overwrite_output_dir": "another --study-dir",
     "push_to_hub": "vanilla-transformer train --push-to-hub for the run you want to share",
+    "report_to": "each run's metrics.jsonl, which the study reads (its runs log to no tracker)",
+    "show_samples": "vanilla-transformer translate on a run's folder (its runs show none)",
 }
 STUDY_LAYER_GRADIENTS = 50  # the early updates whose layer gradient norms a study reports, unless --layer-gradients
 
@@ -88,10 +90,19 @@ def usable_workers() -> int:
     return max(usable_cores(), torch.cuda.device_count())
 
 
+RESULT_FILES = ("results.md", "results.csv", "results.json", "results.png")  # what a study writes beside runs/
+
+
 def check_study_folder(study_dir: str) -> None:
     """The study's folder can be written and is no model folder, nor inside one: the study would write its runs and
-    tables among the model's files. Raises `ValueError` naming it."""
+    tables among the model's files. A folder with files under the names of a study's tables but no study's runs/
+    holds files of the user's, which the tables would replace. Raises `ValueError` naming it."""
     check_output_folder("--study-dir", study_dir)
+    if not os.path.isdir(os.path.join(study_dir, "runs")):
+        taken = [name for name in RESULT_FILES if os.path.lexists(os.path.join(study_dir, name))]
+        if taken:
+            raise ValueError(f"--study-dir {study_dir} holds {', '.join(taken)} but no study's runs/: a study would "
+                             "replace them; give a folder of the study's own")  # fmt: skip
     folder = os.path.abspath(study_dir)
     while True:
         if is_model_folder(folder):

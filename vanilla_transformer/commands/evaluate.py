@@ -16,13 +16,15 @@ from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..model_folder import card_languages
-from ..training.options.arguments import DataArguments, GenerationArguments
+from ..training.options.arguments import DataArguments, GenerationArguments, RunArguments
 from .corpus import add_read_window, check_outside_model, file_or_stdout
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
 from .failures import reported_as
 
 if TYPE_CHECKING:
     import datasets
+
+DEFAULT_SEED = RunArguments.seed  # train's
 
 
 def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
@@ -33,7 +35,9 @@ def evaluate_command_parser(subparsers) -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--model", required=True, help="a model folder (or Hub name)")
     evaluate.add_argument("--split", default="test", help="the split to score")
-    evaluate.add_argument("--seed", type=int, default=42, help="seed of the embedded task")
+    evaluate.add_argument(
+        "--seed", type=int, help="the seed that draws the embedded task's splits (default: the model's own, else 42)"
+    )
     evaluate.add_argument(
         "--output", type=file_or_stdout, help="write the results as JSON here too (-: stdout only, the default)"
     )
@@ -53,23 +57,69 @@ def evaluate_command(args: argparse.Namespace) -> int:
         raise CommandError(str(error), exit_code=2) from error
     if data.source_lang == data.target_lang:  # as train refuses it: every pair would be scored against itself
         raise CommandError(f"--source-lang and --target-lang are both {data.source_lang!r}", exit_code=2)
-    if data.streaming:  # train's flag for its training split: evaluate reads one split whole
-        raise CommandError("--streaming streams train's training split; evaluate reads --split whole", exit_code=2)
+    check_evaluated_data(data)
     if args.output is not None:
         check_results_file(args.output, data, args.model)
     warn_of_other_languages(args.model, data)
+    seed = task_seed(args.model, data, args.seed)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
-            metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
+            metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, seed), data, generation)
         else:
             translator = translator_for(args)
-            split = split_of(data, args.split, args.seed)
+            split = split_of(data, args.split, seed)
             metrics = evaluate_exported(translator, split, data, generation, args.read_window)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
         if args.output is not None:
             write_results(args.output, json.dumps(metrics, indent=2))
     return 0
+
+
+def check_evaluated_data(data: DataArguments) -> None:
+    """train's data flags that say nothing to evaluate, or that go together with another source of data, named."""
+    if data.streaming:  # train's flag for its training split: evaluate reads one split whole
+        raise CommandError("--streaming streams train's training split; evaluate reads --split whole", exit_code=2)
+    if data.max_source_length is not None:
+        raise CommandError(
+            "--max-source-length drops train's longer training pairs; evaluate scores every pair of "
+            "--split (a source past a model's learned positions is cut, with a warning)",
+            exit_code=2,
+        )
+    if data.dataset_name and (data.train_file or data.validation_file or data.test_file):
+        raise CommandError("--dataset-name and --train-file/--validation-file/--test-file are mutually exclusive: "
+                           "give one source of data", exit_code=2)  # fmt: skip
+    if data.dataset_config and not data.dataset_name:
+        raise CommandError("--dataset-config needs --dataset-name", exit_code=2)
+
+
+def task_seed(model: str, data: DataArguments, given: int | None) -> int:
+    """The seed that draws the embedded task's splits: `given` (--seed), else the one the model was trained with
+    (its eval_results.json records it), else 42, train's default. Another seed than the model's draws test numbers
+    that the model may have trained on: a warning says so."""
+    if data.dataset_name or data.train_file or data.validation_file or data.test_file:  # not the embedded task
+        return DEFAULT_SEED if given is None else given
+    recorded = recorded_seed(model)
+    if given is None and recorded is None:
+        print(
+            f"warning: --model {model} records no seed; the embedded task's splits are drawn with --seed "
+            f"{DEFAULT_SEED}, and hold numbers it trained on if it was trained with another",
+            file=sys.stderr,
+        )
+    elif given is not None and recorded is not None and given != recorded:
+        print(f"warning: --model {model} was trained with --seed {recorded}: the splits of --seed {given} hold "
+              "numbers it trained on, and score higher than its own test split", file=sys.stderr)  # fmt: skip
+    return given if given is not None else DEFAULT_SEED if recorded is None else recorded
+
+
+def recorded_seed(model: str) -> int | None:
+    """The seed a model folder's eval_results.json records (`train` writes it); None where none is recorded."""
+    try:
+        with open(os.path.join(model, "eval_results.json"), encoding="utf-8") as handle:
+            seed = json.load(handle).get("seed")
+    except (OSError, ValueError, AttributeError):  # no such file (a Hub name, an export), or not a record
+        return None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def warn_of_other_languages(model: str, data: DataArguments) -> None:
@@ -147,7 +197,8 @@ def evaluate_pytorch(
         torch.set_num_threads(placement.threads)
     split = split_of(data, *where)
     max_new_tokens = data.max_target_length or model.generation_config.max_new_tokens or 256
-    tokenized = tokenize_pairs(split, tokenizer, data, max_length=position_limit(model.config))
+    limit = position_limit(model.config)
+    tokenized = tokenize_pairs(split, tokenizer, data, max_length=limit, num_proc=data.preprocessing_num_workers)
     device = placement.torch_device()
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
@@ -177,7 +228,7 @@ def evaluate_exported(
     max_length = data.max_target_length or translator.generation_config.max_new_tokens or 256
     search = SearchOptions(num_beams=generation.num_beams, length_penalty=generation.length_penalty,
                            max_length=max_length, batch_size=generation.eval_batch_size)  # fmt: skip
-    sums, total, tokens, words = MetricSums(), 0.0, 0, 0
+    sums, total, tokens, words = MetricSums(data.target_lang), 0.0, 0, 0
     for rows in split.iter(batch_size=window):
         sources = [pair[data.source_lang] for pair in rows["translation"]]
         references = [pair[data.target_lang] for pair in rows["translation"]]

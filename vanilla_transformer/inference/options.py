@@ -28,7 +28,7 @@ class Translation:
     text: str
     score: float | None  # what beam search ranks by (see the module's docstring); None where not computed
     at_limit: bool = False  # the search stopped it at its length limit, before its end of sentence
-    tokens: tuple[int, ...] | None = field(default=None, compare=False)  # the target tokens the search wrote
+    tokens: tuple[int, ...] | None = field(default=None, compare=False)  # the target ids written, </s> last if any
     alignment: object = field(default=None, compare=False)  # its `Alignment` (alignment.py), when asked for
 
 

@@ -350,7 +350,7 @@ class CTranslate2Translator(Translator):
                         **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in tokens], max_length)
         given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
-        results = [None] * len(tokens)
+        results, eos = [None] * len(tokens), self.tokenizer.eos_token_id  # written, as the torch engine's tokens
         for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
             longest = min(limits[indices[0]] + given[indices[0]], self.max_positions or 1 << 62)  # prefix, then new
             found = self.translator.translate_batch(
@@ -366,7 +366,7 @@ class CTranslate2Translator(Translator):
             texts = iter(self.texts([row for rows in ids for row in rows]))
             for i, r, rows in zip(indices, found, ids):
                 ends = [len(t) >= longest for t in r.hypotheses]  # stopped at the limit, the prefix's tokens counted
-                results[i] = [Translation(next(texts), score, end, tuple(row))
+                results[i] = [Translation(next(texts), score, end, tuple(row if end else row + [eos]))
                               for row, score, end in zip(rows, r.scores, ends)]  # fmt: skip
         return distinct_texts(results, options.n_best) if options.distinct else results
 
