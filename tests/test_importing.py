@@ -339,10 +339,15 @@ def test_source_files_cut_short_or_not_utf8_are_named_in_one_line(tmp_path):
     assert not (tmp_path / "m").exists() and not (tmp_path / "f").exists()
 
 
-@pytest.mark.parametrize("kind, lacking", [("marian", "source.spm"), ("fsmt", "merges.txt")])
+@pytest.mark.parametrize(
+    "kind, lacking", [("marian", "source.spm"), ("fsmt", "merges.txt"), ("marian", "target_vocab.json")]
+)
 def test_a_source_folder_lacking_a_tokenizer_file_is_named_with_the_file(tmp_path, kind, lacking):
     folder = tmp_path / kind
-    (sources.marian_folder if kind == "marian" else sources.fsmt_folder)(folder)
+    if kind == "marian":  # target_vocab.json: a separate target vocabulary's
+        sources.marian_folder(folder, separate_vocabs=lacking == "target_vocab.json")
+    else:
+        sources.fsmt_folder(folder)
     (folder / lacking).unlink()
     with pytest.raises(
         CheckpointImportError, match=f"^{folder}: its tokenizer needs {lacking}, which the folder lacks"
@@ -578,6 +583,21 @@ def test_an_import_never_replaces_the_folder_it_reads_even_with_overwrite(tmp_pa
     assert (source / "config.json").read_text() == "{}" and (checkpoint.parent / "dict.en.txt").read_text() == "a 1\n"
 
 
+@pytest.mark.parametrize("kind", ["marian", "fsmt"])
+def test_a_half_precision_source_and_one_whose_config_names_half_precision_import_their_exact_values(tmp_path, kind):
+    make = {"marian": sources.marian_folder, "fsmt": sources.fsmt_folder}[kind]
+    half, _ = make(tmp_path / "half")
+    half.half().save_pretrained(tmp_path / "half")  # its sinusoids too, rounded to float16
+    model, _ = import_checkpoint(tmp_path / "half", kind)
+    weight = model.model.encoder.layers[0].ffn.w_1.weight
+    assert weight.dtype == torch.float32 and torch.equal(weight, half.model.encoder.layers[0].fc1.weight.float())
+    full, _ = make(tmp_path / "named")
+    config = json.loads((tmp_path / "named" / "config.json").read_text())
+    (tmp_path / "named" / "config.json").write_text(json.dumps({**config, "dtype": "float16"}))
+    model, _ = import_checkpoint(tmp_path / "named", kind)  # float32 weights: not rounded to the config's float16
+    assert torch.equal(model.model.encoder.layers[0].ffn.w_1.weight, full.model.encoder.layers[0].fc1.weight)
+
+
 @pytest.mark.parametrize("change", ["drop", "add"])
 def test_an_import_whose_weights_do_not_match_its_config_one_for_one_is_refused(tmp_path, change):
     from safetensors.torch import load_file, save_file
@@ -597,3 +617,74 @@ def test_an_import_whose_weights_do_not_match_its_config_one_for_one_is_refused(
     with pytest.raises(CheckpointImportError, match=f"{message}; every weight must find its place"):
         import_checkpoint(source, "marian", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dictionary_is_read_as_fairseqs_add_from_file_reads_it(tmp_path):
+    from vanilla_transformer.importers.fairseq import SPECIALS, read_dictionary
+
+    path = tmp_path / "dict.en.txt"
+    # trailing white space dropped; an overwritten symbol takes a row of its own, and the ids after it move on
+    path.write_text("w4 100 \nw5 99\r\n<unk> 1 #fairseq:overwrite\nw 6 98\n", newline="")
+    assert read_dictionary(str(path)) == [*SPECIALS, "w4", "w5", "<unk>", "w 6"]
+    for text, message in (
+        ("w4 many\n", r"dict.en.txt:1: expected '<symbol> <count>' \(a whole count\), got 'w4 many'"),
+        ("w4\n", r"dict.en.txt:1: expected '<symbol> <count>' \(a whole count\), got 'w4'"),
+        ("w4 1\nw4 2\n", r"dict.en.txt:2: 'w4' is in the dictionary already; fairseq takes a second row only with"),
+        ("<pad> 1\n", r"dict.en.txt:1: '<pad>' is in the dictionary already"),
+    ):
+        path.write_text(text)
+        with pytest.raises(CheckpointImportError, match=message):
+            read_dictionary(str(path))
+
+
+def test_an_fsmt_import_keeps_the_longest_input_its_tokenizer_truncates_to(tmp_path):
+    sources.fsmt_folder(tmp_path / "fsmt")
+    settings = json.loads((tmp_path / "fsmt" / "tokenizer_config.json").read_text())
+    (tmp_path / "fsmt" / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": 1024}))
+    _, tokenizer = import_checkpoint(tmp_path / "fsmt", "fsmt", out=tmp_path / "out")
+    assert tokenizer.model_max_length == 1024
+    assert AutoTokenizer.from_pretrained(tmp_path / "out").model_max_length == 1024
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"decoder_start_token_id": None}, "decoder_start_token_id must be set"),
+        ({"decoder_start_token_id": 500}, r"decoder_start_token_id must be a token id in \[0, vocab_size=\d+\), got 500"),
+        ({"pad_token_id": None}, "could not load it as FSMTForConditionalGeneration: unsupported operand"),
+    ],
+    ids=["no start", "a start past the vocabulary", "no padding"],
+)
+def test_a_source_setting_the_model_cannot_take_is_named_in_one_line(tmp_path, capsys, change, message):
+    sources.fsmt_folder(tmp_path / "fsmt")
+    config = json.loads((tmp_path / "fsmt" / "config.json").read_text())
+    (tmp_path / "fsmt" / "config.json").write_text(json.dumps({**config, **change}))
+    assert main(["import", "--from", "fsmt", str(tmp_path / "fsmt"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert re.search(f"error: import --from fsmt: {tmp_path / 'fsmt'}: .*{message}", error), error
+    assert "Traceback" not in error and "--trust-pickle" not in error and not (tmp_path / "out").exists()
+
+
+def test_only_a_source_whose_weights_are_a_pickle_is_told_of_trust_pickle(tmp_path):
+    sources.marian_folder(tmp_path / "marian")
+    torch.save(load_file(tmp_path / "marian" / "model.safetensors"), tmp_path / "marian" / "pytorch_model.bin")
+    (tmp_path / "marian" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointImportError, match=r"weights are read from safetensors only; pass --trust-pickle"):
+        import_checkpoint(tmp_path / "marian", "marian")
+    model, _ = import_checkpoint(tmp_path / "marian", "marian", trust_pickle=True)
+    assert model.config.vocab_size > 0
+
+
+def test_a_marian_vocabulary_without_unk_and_a_checkpoint_file_for_a_folder_importer_are_named(tmp_path):
+    sources.marian_folder(tmp_path / "marian")
+    vocabulary = json.loads((tmp_path / "marian" / "vocab.json").read_text())
+    del vocabulary["<unk>"]
+    (tmp_path / "marian" / "vocab.json").write_text(json.dumps(vocabulary))
+    with pytest.raises(CheckpointImportError, match=r"marian: could not load its tokenizer: KeyError\('<unk> token"):
+        import_checkpoint(tmp_path / "marian", "marian")
+    checkpoint = tmp_path / "checkpoint_best.pt"
+    checkpoint.write_bytes(b"weights")
+    for kind in ("marian", "fsmt"):
+        with pytest.raises(CheckpointImportError, match=f"a file; --from {kind} reads a model folder .* and --from "
+                           "fairseq a checkpoint file"):  # fmt: skip
+            import_checkpoint(checkpoint, kind)

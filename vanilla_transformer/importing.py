@@ -26,7 +26,7 @@ from huggingface_hub.errors import HFValidationError, StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
 
 from .configuration import VanillaTransformerConfig, check_tokenizer_matches
-from .errors import one_line
+from .errors import CommandError, one_line
 from .folders import check_writable, staged_folder
 from .importers import IMPORTERS, KINDS, CheckpointImportError
 from .modeling.hub_vanilla_transformer import weights_fingerprint
@@ -61,13 +61,30 @@ def check_source_present(source: str, kind: str) -> None:
         except HFValidationError:
             hub = " (nor a Hub id: NAME or OWNER/NAME)" if importer.hub_base_model else ""
             raise CheckpointImportError(f"{source}: no such file or folder{hub}") from None
+    elif os.path.isfile(source) and importer.hub_base_model:  # a fairseq checkpoint, most likely
+        others = [name for name, other in IMPORTERS.items() if not other.hub_base_model]
+        raise CheckpointImportError(f"{source}: a file; --from {kind} reads a model folder (or a Hub id), and "
+                                    f"--from {others[0]} a checkpoint file")  # fmt: skip
     elif os.path.isdir(source) and not os.path.isfile(os.path.join(source, "tokenizer.json")):  # a fast one reads that
-        missing = [name for name in importer.tokenizer_files if not os.path.isfile(os.path.join(source, name))]
+        files = importer.tokenizer_files + tuple(
+            name for setting, name in importer.tokenizer_files_when if tokenizer_setting(source, setting)
+        )
+        missing = [name for name in files if not os.path.isfile(os.path.join(source, name))]
         if missing:
-            needed = ", ".join(importer.tokenizer_files)
             raise CheckpointImportError(
-                f"{source}: its tokenizer needs {', '.join(missing)}, which the folder lacks ({kind} reads {needed})"
+                f"{source}: its tokenizer needs {', '.join(missing)}, which the folder lacks ({kind} reads "
+                f"{', '.join(files)})"
             )
+
+
+def tokenizer_setting(folder: str, setting: str):
+    """A setting of the folder's tokenizer_config.json (None where it has none, or none that can be read)."""
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
+            settings = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return settings.get(setting) if isinstance(settings, dict) else None
 
 
 def check_source_type(source: str, kind: str) -> None:
@@ -114,6 +131,10 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
     except UnicodeDecodeError as error:  # a vocabulary or BPE file of the source's
         raise CheckpointImportError(f"{source}: a file of it is not UTF-8 text ({error.reason} at byte "
                                     f"{error.start}); save it as UTF-8") from error  # fmt: skip
+    except (CheckpointImportError, CommandError):
+        raise
+    except ValueError as error:  # a setting the model's config refuses: a token id outside its vocabulary, none
+        raise CheckpointImportError(f"{source}: {one_line(error)}") from error
     try:
         check_tokenizer_matches(model.config, tokenizer, source)
     except ValueError as error:

@@ -50,11 +50,17 @@ class FairseqTokenizer(FSMTTokenizer):
 
     @classmethod
     def from_fsmt(cls, tokenizer: FSMTTokenizer) -> "FairseqTokenizer":
-        """The same tokenizer (languages, dictionaries, BPE codes, lowercasing) with its target side."""
+        """The same tokenizer (languages, dictionaries, BPE codes, lowercasing, special tokens, the longest input it
+        truncates to) with its target side."""
         return cls(
             langs=[tokenizer.src_lang, tokenizer.tgt_lang],
             src_vocab_file=tokenizer.src_vocab_file,
             tgt_vocab_file=tokenizer.tgt_vocab_file,
             merges_file=tokenizer.merges_file,
             do_lower_case=tokenizer.do_lower_case,
+            unk_token=tokenizer.unk_token,
+            bos_token=tokenizer.bos_token,
+            sep_token=tokenizer.sep_token,
+            pad_token=tokenizer.pad_token,
+            model_max_length=tokenizer.model_max_length,
         )

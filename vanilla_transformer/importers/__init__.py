@@ -19,7 +19,8 @@ class Importer(NamedTuple):
     `model_type` is the `model_type` of a model folder that this importer brings in (None: the source is no model
     folder); `takes_languages`: `read` also takes `languages`, (source, target), for a source that may not name them;
     `tokenizer_files`: the files a source folder's tokenizer cannot load without (named before it is read), unless
-    the folder holds a fast tokenizer's `tokenizer.json`."""
+    the folder holds a fast tokenizer's `tokenizer.json`; `tokenizer_files_when`, those it needs where its
+    tokenizer_config.json sets a setting."""
 
     read: Callable
     description: str
@@ -27,6 +28,7 @@ class Importer(NamedTuple):
     model_type: str | None
     takes_languages: bool = False
     tokenizer_files: tuple[str, ...] = ()
+    tokenizer_files_when: tuple[tuple[str, str], ...] = ()  # (setting, file): the file needed where the setting is on
 
 
 IMPORTERS = {
@@ -36,6 +38,7 @@ IMPORTERS = {
         hub_base_model=True,
         model_type="marian",
         tokenizer_files=("source.spm", "target.spm", "vocab.json"),
+        tokenizer_files_when=(("separate_vocabs", "target_vocab.json"),),
     ),
     "fsmt": Importer(
         import_fsmt,

@@ -16,6 +16,7 @@ prepared otherwise keeps its ids and weights exactly, but needs its own preproce
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -188,22 +189,33 @@ def check_settings(settings: dict, where: str) -> None:
 
 
 def read_dictionary(path: str) -> list[str]:
-    """fairseq's Dictionary: the four special symbols, then the first field of each line (a count follows)."""
+    """fairseq's Dictionary, read as its `add_from_file` reads it: the four special symbols, then a row per line,
+    `<symbol> <count>` (the line's trailing white space dropped); a symbol already there takes a new row only with
+    the `#fairseq:overwrite` flag (CamemBERT's dictionaries re-add the special symbols so), which then names it."""
     if not os.path.isfile(path):
         raise CheckpointImportError(f"{path}: the dictionary is missing; it is written by fairseq-preprocess.")
-    symbols = list(SPECIALS)
+    symbols, known = list(SPECIALS), set(SPECIALS)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            fields = line.rstrip("\n").split(" ")
-            if fields[-1] == "#fairseq:overwrite":
-                fields = fields[:-1]
-            if len(fields) < 2:
-                raise CheckpointImportError(f"{path}:{number}: expected '<symbol> <count>', got {line.strip()!r}.")
-            symbol = " ".join(fields[:-1])
-            if symbol in SPECIALS:
-                continue
+            symbol, overwrite = dictionary_row(line, f"{path}:{number}")
+            if symbol in known and not overwrite:
+                raise CheckpointImportError(f"{path}:{number}: {symbol!r} is in the dictionary already; fairseq takes "
+                                            "a second row only with the #fairseq:overwrite flag.")  # fmt: skip
             symbols.append(symbol)
+            known.add(symbol)
     return symbols
+
+
+def dictionary_row(line: str, where: str) -> tuple[str, bool]:
+    """A dictionary line's symbol and whether it has the overwrite flag; a `CheckpointImportError` naming `where`
+    for a line that is not `<symbol> <count> [#fairseq:overwrite]`."""
+    fields = line.rstrip().rsplit(" ", 1)
+    overwrite = len(fields) == 2 and fields[1] == "#fairseq:overwrite"
+    if overwrite:
+        fields = fields[0].rsplit(" ", 1)
+    if len(fields) != 2 or not re.fullmatch(r"[+-]?\d+", fields[1].strip()):
+        raise CheckpointImportError(f"{where}: expected '<symbol> <count>' (a whole count), got {line.strip()!r}.")
+    return fields[0], overwrite
 
 
 def import_fairseq(source: str, trust_pickle: bool = False, languages: tuple[str, str] | None = None):

@@ -3,6 +3,8 @@ mapping onto the model's names (attention, the layers of a stack, embeddings and
 settings the model has once, the model built from the mapped tensors (`model_from_state`), and the loading of a
 source that transformers implements (its model, its tokenizer, its sizes in this model's configuration fields)."""
 
+import os
+
 import torch
 
 from ..configuration import VanillaTransformerConfig
@@ -101,6 +103,15 @@ def embeddings_and_output(source: torch.Tensor, target: torch.Tensor, output: to
     return found
 
 
+def stored_rounding(table: torch.Tensor) -> float:
+    """How far a table of values in [-1, 1] may be from the float32 one: a table saved in bfloat16 or float16 (each
+    value exactly one of that type's) carries that type's rounding, a float32 one next to none."""
+    for dtype in (torch.bfloat16, torch.float16):
+        if torch.equal(table, table.to(dtype).float()):
+            return torch.finfo(dtype).eps
+    return 1e-5
+
+
 def check_sinusoids(weights: SourceWeights, name: str, config: VanillaTransformerConfig, rows: slice) -> None:
     """A source that saves its sinusoidal table must hold the table the model computes (`position_layout`)."""
     if name not in weights:
@@ -108,7 +119,7 @@ def check_sinusoids(weights: SourceWeights, name: str, config: VanillaTransforme
     table = weights.take(name)[rows]
     offset = rows.start or 0  # fairseq's rows before padding_idx + 1 encode no position
     expected = SinusoidalPositionalEncoding(0, config.d_model, config.position_layout, offset).table(table.shape[0])
-    if not torch.allclose(table, expected, atol=1e-5):
+    if not torch.allclose(table, expected, atol=stored_rounding(table)):
         raise CheckpointImportError(
             f"{weights.where}: {name} is not the sinusoidal table of position_layout={config.position_layout!r}; "
             "the model has no other fixed positions."
@@ -170,17 +181,28 @@ def load_source_model(model_class, source: str, trust_pickle: bool):
 
     with HeldLog("transformers.modeling_utils") as report:  # the library's loading report, shown if it is whole
         try:
-            model, info = model_class.from_pretrained(
-                source, use_safetensors=None if trust_pickle else True, output_loading_info=True
+            model, info = model_class.from_pretrained(  # in float32: a half-precision source's values exactly, and
+                source,  # a float32 one's never rounded to the precision its config names
+                dtype=torch.float32,
+                use_safetensors=None if trust_pickle else True,
+                output_loading_info=True,
             )
-        except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # weights cut short or of other sizes
+        except (OSError, ValueError, TypeError, RuntimeError, SafetensorError) as error:  # cut short, other sizes
             pickle = " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
-            hint = "" if trust_pickle or isinstance(error, SafetensorError) else pickle  # not for a file cut short
+            hint = pickle if not trust_pickle and pickled_only(source) else ""
             message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
             raise CheckpointImportError(message) from error
         check_loaded_whole(source, info)
         report.release()
     return model.eval()
+
+
+def pickled_only(source: str) -> bool:
+    """Whether a source folder holds its weights as a pickle (pytorch_model.bin) and not in safetensors."""
+    if not os.path.isdir(source):
+        return False
+    names = os.listdir(source)
+    return any(name.startswith("pytorch_model") for name in names) and not any(n.endswith(".safetensors") for n in names)
 
 
 def check_loaded_whole(source: str, info: dict) -> None:
@@ -202,8 +224,9 @@ def source_tokenizer(source: str):
         return AutoTokenizer.from_pretrained(source)
     except ImportError as error:
         raise MissingDependencyError(f"{MISSING_TOKENIZER_PACKAGES} ({error})") from error
-    # AssertionError: Marian's, on a file it lacks; RuntimeError: sentencepiece's, on a model file cut short
-    except (OSError, ValueError, TypeError, AssertionError, RuntimeError) as error:
+    # AssertionError: Marian's, on a file it lacks; RuntimeError: sentencepiece's, on a model file cut short;
+    # KeyError: Marian's, on a vocabulary without <unk>
+    except (OSError, ValueError, TypeError, AssertionError, RuntimeError, KeyError) as error:
         raise CheckpointImportError(f"{source}: could not load its tokenizer: {error!r}") from error
 
 
