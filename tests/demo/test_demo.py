@@ -18,6 +18,7 @@ from vanilla_transformer.demo.app import (
     MAX_SOURCE_TOKENS,
     MISSING_GRADIO,
     Demo,
+    build_app,
     import_gradio,
     run_translation,
 )
@@ -67,6 +68,42 @@ def test_half_a_character_or_a_text_too_long_to_draw_is_a_message_for_the_user(d
         run_translation(demo, gr, sentence, 2)
 
 
+def test_a_sentence_past_a_models_learned_positions_is_a_message_for_the_user(learned_folder):
+    demo = Demo(*load_model_folder(str(learned_folder)))  # 18 learned positions
+    sentence = " ".join(["forty-two"] * 8)
+    tokens = len(demo.tokenizer(sentence)["input_ids"])
+    assert 18 < tokens <= MAX_SOURCE_TOKENS
+    with pytest.raises(gr.Error, match=f"at most 18 tokens and .* characters; this one has {tokens} tokens"):
+        run_translation(demo, gr, sentence, 2)
+
+
+def test_dollar_signs_and_braces_in_a_sentence_are_drawn_as_they_are():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import tiny_model
+
+    words = ["<pad>", "<s>", "</s>", "<unk>", "$", "{"] + [f"w{i}" for i in range(6, 50)]
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    demo = Demo(tiny_model(), tokenizer)
+    for sentence in ("w7 $ w8 $ w9", "w7 $ { w8 $ w9"):  # two dollars: matplotlib's math notation, a brace its error
+        pictures = [value for value in run_translation(demo, gr, sentence, 1) if isinstance(value, np.ndarray)]
+        assert len(pictures) == 6
+
+
+def test_the_beam_slider_reaches_the_models_own_beam(trained_folder):
+    model, tokenizer = load_model_folder(str(trained_folder))
+    model.generation_config.num_beams = 10
+    app = build_app(model, tokenizer)
+    [slider] = [block for block in app.blocks.values() if getattr(block, "elem_id", None) == "beams"]
+    assert slider.value == 10 and slider.maximum == 10 and slider.preprocess(10) == 10
+
+
 def test_without_gradio_the_demo_names_the_extra_to_install(monkeypatch, trained_folder, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)
     with pytest.raises(ImportError, match="vanilla-transformer\\[demo\\]"):
@@ -107,6 +144,19 @@ def test_the_exported_space_serves_translations_over_gradios_api(trained_folder,
         result = Client(url, verbose=False).predict(SOURCE, 2, api_name="/translate")
     expected = PyTorchTranslator.from_folder(str(trained_folder)).translate([SOURCE], num_beams=2)[0][0].text
     assert result[0] == expected
+
+
+def test_a_space_of_a_model_with_a_python_tokenizer_requires_that_tokenizers_packages(trained_folder, tmp_path):
+    from tests import importing_sources as sources
+    from vanilla_transformer import import_checkpoint
+    from vanilla_transformer.exports.space import export_space
+
+    sources.marian_folder(tmp_path / "marian")
+    import_checkpoint(tmp_path / "marian", "marian", out=tmp_path / "imported")  # MarianTokenizer: sentencepiece
+    export_space(str(tmp_path / "imported"), str(tmp_path / "space"))
+    assert {"sentencepiece", "sacremoses"} <= set((tmp_path / "space" / "requirements.txt").read_text().split())
+    export_space(str(trained_folder), str(tmp_path / "fast"))  # tokenizer.json: no more packages
+    assert "sentencepiece" not in (tmp_path / "fast" / "requirements.txt").read_text()
 
 
 def test_export_to_space_keeps_a_folder_with_files_and_rejects_quantization(trained_folder, tmp_path, capsys):

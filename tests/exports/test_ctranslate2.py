@@ -158,6 +158,9 @@ def test_the_model_is_not_changed_by_exporting_it(tmp_path):
     export_ctranslate2(model, tmp_path / "int8", tokenizer=tokenizer, quantization="int8")
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
+    half = tiny_model(2).to(torch.bfloat16).train()  # a model in training, in half precision: it stays so
+    export_ctranslate2(half, tmp_path / "half", tokenizer=tokenizer)
+    assert half.training and {p.dtype for p in half.parameters()} == {torch.bfloat16}
 
 
 def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
@@ -265,6 +268,10 @@ def test_what_cannot_be_exported_is_named():
     for rows in (-5, 0, 1.5, True):
         with pytest.raises(ExportError, match=f"max_positions {rows!r}: expected a positive integer, or None"):
             export_ctranslate2(tiny_model(), "unused", tokenizer=tokenizer, max_positions=rows)
+    no_unknown = word_tokenizer()
+    no_unknown.unk_token = None
+    with pytest.raises(ExportError, match=r"the tokenizer has no unknown token \(unk_token\); ctranslate2 needs one"):
+        export_ctranslate2(tiny_model(), "unused", tokenizer=no_unknown)
     without_residuals = tiny_model(residual=False)  # a study's switch: ctranslate2 would run it with residuals
     with pytest.raises(ExportError, match=r"changes the architecture \(\{'residual': False\}"):
         export_ctranslate2(without_residuals, "unused", tokenizer=tokenizer)

@@ -13,7 +13,7 @@ Needs Gradio and matplotlib: `pip install "vanilla-transformer[demo]"`.
 import os
 import time
 
-from ..configuration import changed_switches
+from ..configuration import changed_switches, position_limit
 from ..errors import MissingDependencyError, ModelFolderError
 from ..inference.checks import is_blank
 from ..inference.devices import DEFAULT_PLACEMENT, Placement
@@ -145,10 +145,11 @@ def check_source(demo: Demo, gr, source: str) -> None:
         code = f"U+{ord(source[error.start]):04X}"
         raise gr.Error(f"Character {error.start + 1} is half a character ({code}): type or paste it again.") from None
     tokens = 0 if len(source) > MAX_SOURCE_CHARACTERS else len(demo.tokenizer(source)["input_ids"])
-    if len(source) > MAX_SOURCE_CHARACTERS or tokens > MAX_SOURCE_TOKENS:
+    most = min(MAX_SOURCE_TOKENS, position_limit(demo.model.config) or MAX_SOURCE_TOKENS)  # learned positions: fewer
+    if len(source) > MAX_SOURCE_CHARACTERS or tokens > most:
         has = f"{tokens} tokens" if tokens else f"{len(source)} characters"
         raise gr.Error(
-            f"The demo draws sentences of at most {MAX_SOURCE_TOKENS} tokens and {MAX_SOURCE_CHARACTERS} characters; "
+            f"The demo draws sentences of at most {most} tokens and {MAX_SOURCE_CHARACTERS} characters; "
             f"this one has {has}. Translate longer texts with `vanilla-transformer translate`."
         )
 
@@ -191,7 +192,9 @@ def build_app(model, tokenizer, title: str = "vanilla-transformer"):
         stages = gr.State(None)
         with gr.Row():
             source = gr.Textbox(label="Source sentence", elem_id="source", scale=4, max_length=MAX_SOURCE_CHARACTERS)
-            beams = gr.Slider(1, 8, value=num_beams, step=1, label="Beam size", elem_id="beams", scale=1)
+            beams = gr.Slider(  # up to the model's own beam, where it searches wider than 8
+                1, max(8, num_beams), value=num_beams, step=1, label="Beam size", elem_id="beams", scale=1
+            )
         translate = gr.Button("Translate", variant="primary", elem_id="translate")
         translation = gr.Textbox(label="Translation", elem_id="translation", interactive=False)
         nbest = gr.Dataframe(headers=["rank", "translation", "score"], label="n-best", elem_id="nbest")

@@ -98,10 +98,16 @@ def forced_target(tokenizer, target: str) -> torch.Tensor:
     return ids
 
 
+def literal(texts: list[str]) -> list[str]:
+    """Tokens as matplotlib shows them as they are: each `$` escaped (two would start its math notation, and an
+    unmatched brace between them fail to draw)."""
+    return [text.replace("$", r"\$") for text in texts]
+
+
 def draw_heatmap(ax, matrix, rows, columns, title):
     ax.imshow(matrix.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xticks(range(len(columns)), literal(columns), rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)), literal(rows), fontsize=7)
     ax.set_title(title, fontsize=9)
 
 

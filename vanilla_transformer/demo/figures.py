@@ -8,7 +8,7 @@ zero units.
 import numpy as np
 import torch
 
-from .attention_maps import draw_heatmap
+from .attention_maps import draw_heatmap, literal
 from .stages import Stages, position_stats, zero_share
 
 KINDS = {  # attention kind -> (title, rows, columns)
@@ -78,9 +78,9 @@ def embedding_figure(stages: Stages, stack: str = "encoder"):
         image = ax.imshow(values.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("dimension of d_model")
-    axes[0].set_yticks(range(len(tokens)), tokens, fontsize=7)
+    axes[0].set_yticks(range(len(tokens)), literal(tokens), fontsize=7)
     fig.colorbar(image, ax=axes, fraction=0.02)
-    fig.suptitle(f"{stack.capitalize()} input: {' '.join(tokens)}", fontsize=10)
+    fig.suptitle(f"{stack.capitalize()} input: {' '.join(literal(tokens))}", fontsize=10)
     return to_image(fig)
 
 
@@ -105,7 +105,7 @@ def sublayer_figure(stages: Stages, index: int = 0):
     for ax, (values, title) in zip(axes, panels):
         ax.imshow(values.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
         ax.set_title(title, fontsize=8)
-        ax.set_yticks(range(len(tokens)), tokens if ax is axes[0] else [""] * len(tokens), fontsize=7)
+        ax.set_yticks(range(len(tokens)), literal(tokens) if ax is axes[0] else [""] * len(tokens), fontsize=7)
     before_mean, before_std = position_stats(record.norm_input)
     after_mean, after_std = position_stats(record.normalised)
     positions = np.arange(len(tokens))

@@ -84,7 +84,7 @@ def export_ctranslate2(
 
 
 def model_and_tokenizer(model_or_folder, tokenizer):
-    """The model in float32 evaluation mode and its tokenizer, from a model object or a folder / Hub name."""
+    """The model and its tokenizer, from a model object or a folder / Hub name."""
     if isinstance(model_or_folder, (str, os.PathLike)):
         model, folder_tokenizer = load_model_folder(str(model_or_folder))
         tokenizer = tokenizer or folder_tokenizer
@@ -101,7 +101,7 @@ def model_and_tokenizer(model_or_folder, tokenizer):
         check_tokenizer_matches(model.config, tokenizer)  # the rule of every loader: at most vocab_size tokens
     except ValueError as error:
         raise ExportError(str(error)) from error
-    return model.float().eval(), tokenizer
+    return model, tokenizer  # read weight by weight into float32 copies (`array`): the caller's model unchanged
 
 
 def transformer_spec(model, tokenizer, rows: int):
@@ -141,6 +141,8 @@ def transformer_spec(model, tokenizer, rows: int):
     spec.register_source_vocabulary(vocabulary(tokenizer, config.vocab_size))
     tokens = vocabulary(tokenizer, target_vocabulary_size(config), target=True)
     spec.register_target_vocabulary(tokens)
+    if tokenizer.unk_token is None:  # ctranslate2 reads every text through a vocabulary with one
+        raise ExportError("the tokenizer has no unknown token (unk_token); ctranslate2 needs one in the vocabulary.")
     spec.config.unk_token = tokenizer.unk_token
     # a tokenizer without <s> (Marian's): the decoder start token stands in; no source gets one (add_source_bos)
     spec.config.bos_token = tokenizer.bos_token or tokens[config.decoder_start_token_id]
@@ -196,7 +198,8 @@ def set_stack(spec, stack, rows: int) -> None:
     if isinstance(positions, torch.nn.Embedding):  # learned
         spec.position_encodings.encodings = array(positions.weight[:rows])
     else:  # the model's own sinusoids, written out: ctranslate2's built-in ones are fairseq's, the rows from 0
-        table = positions.pe if positions.pe.shape[0] >= rows else positions.table(rows)  # in its layout
+        kept = positions.pe.shape[0] >= rows and positions.pe.dtype == torch.float32  # not a half-precision copy
+        table = positions.pe if kept else positions.table(rows)  # in its layout
         spec.position_encodings.encodings = array(table[:rows])
     if stack.final_norm is not None:
         set_layer_norm(spec.layer_norm, stack.final_norm)

@@ -58,12 +58,15 @@ class SpaceExportError(ValueError):
     """The Space folder cannot be written; the message says why."""
 
 
-def requirements() -> list[str]:
-    """The package's own requirements and its demo extra's, without markers, from the installed metadata."""
+def requirements(tokenizer) -> list[str]:
+    """The package's own requirements and its demo extra's, without markers, from the installed metadata; with the
+    import extra's for a `tokenizer` of Python's (an imported Marian's needs sentencepiece, a fairseq one's
+    sacremoses), which a fast tokenizer's tokenizer.json does without."""
+    extras = ("demo",) if tokenizer.is_fast else ("demo", "import")
     lines = []
     for requirement in importlib.metadata.requires("vanilla-transformer") or []:
         spec, _, marker = requirement.partition(";")
-        if not marker or re.search(r"""extra\s*==\s*["']demo["']""", marker):
+        if not marker or any(re.search(rf"""extra\s*==\s*["']{extra}["']""", marker) for extra in extras):
             lines.append(spec.strip())
     return sorted(set(lines), key=str.lower)
 
@@ -119,7 +122,7 @@ def export_space(model_or_folder, out: str, tokenizer=None, title: str | None = 
         tokenizer.save_pretrained(os.path.join(staging, "model"))
         copy_package(staging)
         write(staging, "app.py", APP.format(title=title))
-        write(staging, "requirements.txt", "\n".join(requirements()) + "\n")
+        write(staging, "requirements.txt", "\n".join(requirements(tokenizer)) + "\n")
         quoted = json.dumps(title, ensure_ascii=False)  # YAML's double-quoted string: a title of any characters
         write(staging, "README.md", SPACE_README.format(title=title, quoted_title=quoted, version=gradio.__version__))
     return out

@@ -202,7 +202,8 @@ def pickled_only(source: str) -> bool:
     if not os.path.isdir(source):
         return False
     names = os.listdir(source)
-    return any(name.startswith("pytorch_model") for name in names) and not any(n.endswith(".safetensors") for n in names)
+    pickled = any(name.startswith("pytorch_model") for name in names)
+    return pickled and not any(name.endswith(".safetensors") for name in names)
 
 
 def check_loaded_whole(source: str, info: dict) -> None:
