@@ -105,3 +105,29 @@ def test_curves_that_cannot_be_written_in_the_run_folder_are_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run / 'training_curves.png'}: could not be written: ") and "Traceback" not in err
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "training_curves.png"]  # no temporary left
+
+
+def test_the_embedded_tasks_curve_is_exact_match_and_a_corpuss_bleu(tmp_path):
+    """Every output of the embedded task is one word: its BLEU is 0 however right, so its curve is exact match."""
+    run = write_run(tmp_path / "run", steps=10)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    numbers = write_run(tmp_path / "numbers", steps=10)
+    (numbers / "metrics.jsonl").write_text("".join(
+        json.dumps({**r, "validation_bleu": 0.0, "validation_exact_match": 9.0 * r["step"]} if "validation_bleu" in r
+                   else r) + "\n" for r in records
+    ))  # fmt: skip
+    for folder, title in ((run, "Validation BLEU (greedy)"), (numbers, "Validation exact match (greedy)")):
+        assert main(["plot", str(folder), "--out", str(folder / "curves.svg")]) == 0
+        assert f"<!-- {title} -->" in (folder / "curves.svg").read_text()
+
+
+def test_plot_without_matplotlib_names_the_extra_whatever_the_flags(tmp_path, monkeypatch, capsys):
+    import sys
+
+    run = write_run(tmp_path / "run", steps=5)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of matplotlib now fails
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    for flags in ([], ["--out", str(tmp_path / "curves.png")]):
+        assert main(["plot", str(run), *flags]) == 1
+        error = capsys.readouterr().err
+        assert "matplotlib" in error and "Traceback" not in error and error.count("\n") == 1

@@ -97,3 +97,12 @@ def test_a_study_folder_in_a_model_folder_and_more_jobs_than_workers_are_refused
         assert stopped.value.code == 2
         assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and os.listdir(model) == ["config.json"]
+
+
+def test_a_study_without_matplotlib_is_refused_before_any_run_trains(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of matplotlib now fails
+    assert main(["ablate", "--study-dir", str(tmp_path / "study")]) == 1
+    assert "error: the study's figure (results.png): plots need matplotlib: pip install" in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()

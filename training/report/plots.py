@@ -10,7 +10,7 @@ from ...folders import replacing
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
 RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
 # what an evaluation's record adds, which the curves draw too
-VALIDATION_FIELDS = ("validation_bleu", "validation_bleu_lowercase", "validation_cross_entropy")
+VALIDATION_FIELDS = ("validation_bleu", "validation_bleu_lowercase", "validation_exact_match", "validation_cross_entropy")
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -83,16 +83,7 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
         )
     axes[0].set(title="Loss", xlabel="step", ylabel="nats per target token")
     axes[0].legend()
-    axes[1].plot([r["step"] for r in evals], [r["validation_bleu"] for r in evals], marker="o", label="cased")
-    if any("validation_bleu_lowercase" in r for r in evals):
-        axes[1].plot(
-            [r["step"] for r in evals],
-            [r.get("validation_bleu_lowercase") for r in evals],
-            marker="o",
-            label="lowercased",
-        )
-        axes[1].legend()
-    axes[1].set(title="Validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
+    draw_validation_score(axes[1], evals)
     axes[2].plot(steps, [r["lr"] for r in records])
     axes[2].set(title="Learning rate", xlabel="step")
     for ax in axes:
@@ -109,11 +100,28 @@ def plot_run(run_dir: str, out: str | None = None, quiet: bool = False) -> str |
     return out
 
 
+def draw_validation_score(ax, evals: list[dict]) -> None:
+    """The greedy validation score by update: exact match for the embedded task (whose one-word outputs BLEU scores
+    0 however right), else BLEU, cased and lowercased."""
+    steps = [r["step"] for r in evals]
+    if any("validation_exact_match" in r for r in evals):
+        ax.plot(steps, [r.get("validation_exact_match") for r in evals], marker="o")
+        ax.set(title="Validation exact match (greedy)", xlabel="step", ylabel="% of sentences")
+        return
+    ax.plot(steps, [r["validation_bleu"] for r in evals], marker="o", label="cased")
+    if any("validation_bleu_lowercase" in r for r in evals):
+        ax.plot(steps, [r.get("validation_bleu_lowercase") for r in evals], marker="o", label="lowercased")
+        ax.legend()
+    ax.set(title="Validation BLEU (greedy)", xlabel="step", ylabel="BLEU")
+
+
 def check_image_name(out: str | None, where: str = "") -> None:
     """A ValueError, its message starting with `where` (the flag), unless `out` (None: the run folder's PNG) ends
     as an image format matplotlib writes."""
-    from matplotlib.figure import Figure
-
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError(MISSING_MATPLOTLIB) from None
     formats = Figure().canvas.get_supported_filetypes()
     if out is not None and os.path.splitext(out)[1].lower().lstrip(".") not in formats:
         raise ValueError(f"{where}{out}: expected an image file name ending in .{', .'.join(sorted(formats))}")

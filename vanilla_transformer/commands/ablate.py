@@ -11,6 +11,7 @@ import shlex
 import signal
 
 from ..corpus.output import check_output_folder
+from ..errors import MISSING_MATPLOTLIB, MissingDependencyError
 from ..processes import terminate, usable_cores
 from ..training.options.argument_types import MOST_SEED
 from ..training.options.arguments import TRAIN_ARGUMENT_GROUPS, TrainArguments, resolve
@@ -123,6 +124,14 @@ def is_model_folder(folder: str) -> bool:
     return isinstance(config, dict) and "model_type" in config
 
 
+def check_matplotlib() -> None:
+    """The study ends in its figure: without matplotlib, say so before any run trains (not after the last)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(f"the study's figure (results.png): {MISSING_MATPLOTLIB}") from None
+
+
 def ablate_command(namespace: argparse.Namespace) -> int:
     """Resolve the flags (a bad combination: ablate's usage and status 2), then run the study: a run that fails
     for a reason other than its own training stopping ends the study with status 1."""
@@ -133,6 +142,7 @@ def ablate_command(namespace: argparse.Namespace) -> int:
         check_study_folder(study.study_dir)
     except ValueError as error:
         namespace.refuse(str(error))
+    check_matplotlib()
     from ..training.studies.study import run_study
 
     # stopped by SIGTERM (kill, a job scheduler), as by Ctrl-C, the study stops its runs ("ablate: terminated", status
