@@ -10,7 +10,12 @@ from ...folders import replacing
 # what every update's record holds (training/run/loop.py's `update_record`), and the curves draw
 RECORD_FIELDS = ("step", "loss", "nll_loss", "lr")
 # what an evaluation's record adds, which the curves draw too
-VALIDATION_FIELDS = ("validation_bleu", "validation_bleu_lowercase", "validation_exact_match", "validation_cross_entropy")
+VALIDATION_FIELDS = (
+    "validation_bleu",
+    "validation_bleu_lowercase",
+    "validation_exact_match",
+    "validation_cross_entropy",
+)
 
 
 def read_metrics(run_dir: str) -> list[dict]:
