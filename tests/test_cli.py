@@ -126,6 +126,17 @@ def test_an_empty_file_name_for_evaluate_is_one_line(capsys):
     )
 
 
+@pytest.mark.parametrize("command", ["train", "translate", "serve", "ablate", "evaluate"])
+def test_a_bad_flag_value_is_two_lines_whatever_the_length_of_the_commands_usage(capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--num-beams", "zz"] if command != "serve" else [command, "--max-batch-tokens", "zz"])
+    assert exited.value.code == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith(f"usage: vanilla-transformer {command} ") and error.startswith(
+        f"vanilla-transformer {command}: error: argument --"
+    )
+
+
 def test_train_flags_that_cannot_go_together_end_with_trains_usage(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["train", "--streaming"])

@@ -209,11 +209,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+SHORT_USAGE = 12  # lines: a longer usage is one line before an error
+
+
 class ArgumentParser(HfArgumentParser):
     """transformers' `HfArgumentParser`, with each dataclass field as one dashed option."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, formatter_class=kwargs.pop("formatter_class", HelpFormatter), **kwargs)
+
+    def error(self, message: str):
+        """argparse's usage and error, the usage cut to its first line where it is long (train's runs to some 80
+        lines, which push the one line that matters out of sight), and status 2."""
+        usage = self.format_usage()
+        if usage.count("\n") > SHORT_USAGE:
+            usage = f"usage: {self.prog} [options] ({self.prog} --help lists them)\n"
+        self.exit(2, f"{usage}{self.prog}: error: {message}\n")
 
     @staticmethod
     def _parse_dataclass_field(parser, field):
