@@ -300,12 +300,27 @@ def test_languages_are_given_for_a_fairseq_checkpoint_only(imported, tmp_path, c
         ({**PRE_NORM, "no_decoder_final_norm": True}, {}, "no_decoder_final_norm"),
         ({"encoder_ffn_embed_dim": 48, "decoder_ffn_embed_dim": 48}, {}, "a weight does not fit the model"),
         ({"encoder_layers": "2"}, {}, "encoder_layers"),
+        ({"task": "translation_multi_simple_epoch", "encoder_langtok": "src", "decoder_langtok": True}, {},
+         "encoder_langtok='src'; the model reads and writes language tokens, which the imported tokenizer cannot"),
     ],
-)
+)  # fmt: skip
 def test_a_variant_the_model_cannot_express_is_named(tmp_path, settings, extra, named):
     folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq", args_overrides=settings, extra=extra)
     with pytest.raises(CheckpointImportError, match=named):
         import_checkpoint(folder, "fairseq", trust_pickle=True)
+
+
+def test_learned_positions_of_two_sizes_are_cut_to_the_smaller_with_a_warning(tmp_path, capsys):
+    learned = {"encoder_learned_pos": True, "decoder_learned_pos": True}
+    sizes = {"max_source_positions": 40, "max_target_positions": 30}
+    tables = {f"{stack}.embed_positions.weight": torch.randn(rows + 2, 16) for stack, rows in (("encoder", 40),
+              ("decoder", 30))}  # fmt: skip
+    folder, _, _ = sources.fairseq_folder(tmp_path / "learned", args_overrides={**learned, **sizes}, extra=tables)
+    model, _ = import_checkpoint(folder, "fairseq", trust_pickle=True)
+    assert model.config.max_position_embeddings == 30
+    assert "learned positions for 40 source and 30 target tokens; the model has one table of 30" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_fairseq_checkpoint_leaving_out_what_its_weights_cannot_tell_is_warned_of(tmp_path, capsys):

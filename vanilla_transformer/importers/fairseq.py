@@ -168,6 +168,12 @@ def check_settings(settings: dict, where: str) -> None:
             raise CheckpointImportError(
                 f"{where}: {name}={value!r}; the model has no such variant of the architecture."
             )
+    tagged = [name for name in ("encoder_langtok", "decoder_langtok") if settings.get(name)]
+    if tagged:  # a multilingual task's: a language token (__de__) before each sentence, which fairseq adds itself
+        raise CheckpointImportError(
+            f"{where}: {tagged[0]}={settings[tagged[0]]!r}; the model reads and writes language tokens, which the "
+            "imported tokenizer cannot add (the import reads single-pair translation checkpoints)."
+        )
     if settings.get("decoder_normalize_before") and settings.get("no_decoder_final_norm"):
         raise CheckpointImportError(
             f"{where}: no_decoder_final_norm=True; the model's pre-norm decoder ends in a final LayerNorm."
@@ -229,7 +235,7 @@ def import_fairseq(source: str, trust_pickle: bool = False, languages: tuple[str
     vocabularies = [read_dictionary(os.path.join(folder, f"dict.{language}.txt")) for language in languages]
     weights = SourceWeights(tensors, path)
     matrices = fairseq_matrices(weights, vocabularies, path)
-    config = fairseq_config(settings, matrices)
+    config = fairseq_config(settings, matrices, path)
     state = embeddings_and_output(*matrices)
     state.update(layers(weights, "encoder", "model.encoder", settings["encoder_layers"], cross=False))
     state.update(layers(weights, "decoder", "model.decoder", settings["decoder_layers"], cross=True))
@@ -289,9 +295,13 @@ def fairseq_matrices(weights: SourceWeights, vocabularies: list[list[str]], wher
     return source, target, output
 
 
-def fairseq_config(settings: dict, matrices) -> VanillaTransformerConfig:
+def fairseq_config(settings: dict, matrices, where: str) -> VanillaTransformerConfig:
     source, target, _ = matrices
     learned = bool(settings["encoder_learned_pos"])
+    sides = settings["max_source_positions"], settings["max_target_positions"]
+    if learned and sides[0] != sides[1]:  # the model has one table size
+        print(f"warning: {where}: learned positions for {sides[0]} source and {sides[1]} target tokens; the model "
+              f"has one table of {min(sides)}: a longer source or translation is cut to it", file=sys.stderr)
     return VanillaTransformerConfig(
         vocab_size=source.shape[0],
         target_vocab_size=target.shape[0] if target.shape[0] != source.shape[0] else None,
