@@ -300,8 +300,11 @@ def fairseq_config(settings: dict, matrices, where: str) -> VanillaTransformerCo
     learned = bool(settings["encoder_learned_pos"])
     sides = settings["max_source_positions"], settings["max_target_positions"]
     if learned and sides[0] != sides[1]:  # the model has one table size
-        print(f"warning: {where}: learned positions for {sides[0]} source and {sides[1]} target tokens; the model "
-              f"has one table of {min(sides)}: a longer source or translation is cut to it", file=sys.stderr)
+        print(
+            f"warning: {where}: learned positions for {sides[0]} source and {sides[1]} target tokens; the model "
+            f"has one table of {min(sides)}: a longer source or translation is cut to it",
+            file=sys.stderr,
+        )
     return VanillaTransformerConfig(
         vocab_size=source.shape[0],
         target_vocab_size=target.shape[0] if target.shape[0] != source.shape[0] else None,
