@@ -24,7 +24,7 @@ def check_writable(out: str, overwrite: bool, error_type: type[Exception], readi
         if holds(folder, out) and os.path.exists(out) and (os.path.isdir(reading) or os.path.isfile(out)):
             raise error_type(f"{out} is inside {folder}, which is being read: write to another folder.")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not overwrite:
-        raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it.")
+        raise error_type(f"{out} exists and is not empty: choose a new folder, or overwrite it (--overwrite).")
     reason = why_unmakeable(os.path.dirname(os.path.abspath(out)))  # where the staging folder beside `out` goes
     if reason:
         raise error_type(f"{out} cannot be made, since {reason}.")

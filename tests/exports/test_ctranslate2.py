@@ -168,8 +168,10 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_asked(tmp_path):
     out = tmp_path / "ct2"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(ExportError, match="not empty"):
+    with pytest.raises(ExportError, match=r"not empty: choose a new folder, or overwrite it \(--overwrite\)"):
         export_ctranslate2(model, out, tokenizer=tokenizer)
+    with pytest.raises(ExportError, match="not empty"):  # before the folder's model loads
+        export_ctranslate2(str(tmp_path / "no-model-here"), out)
     assert (out / "notes.txt").read_text() == "mine" and sorted(os.listdir(out)) == ["notes.txt"]
     export_ctranslate2(model, out, tokenizer=tokenizer, overwrite=True)
     assert (out / "model.bin").is_file() and not (out / "notes.txt").exists()

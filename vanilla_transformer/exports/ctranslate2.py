@@ -62,8 +62,8 @@ def export_ctranslate2(
     ctranslate2 = import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r}: expected one of {', '.join(QUANTIZATIONS)}.")
+    check_writable(out, overwrite, ExportError, reading=model_or_folder)  # before the model loads
     model, tokenizer = model_and_tokenizer(model_or_folder, tokenizer)
-    check_writable(out, overwrite, ExportError, reading=model_or_folder)
     rows = positions_to_write(model.config, max_positions)
     spec = transformer_spec(model, tokenizer, rows)
     spec.validate()
