@@ -187,6 +187,29 @@ def test_an_imported_model_exports_to_ctranslate2_with_the_same_translations(imp
         torch.testing.assert_close(torch.tensor(scores), expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_engines_end_a_finished_translations_tokens_with_its_end_of_sentence(imported, kind, tmp_path):
+    """FSMT's and fairseq's tokenizers name their </s> only as sep_token: the id comes from the export's own."""
+    from vanilla_transformer.exports.ctranslate2 import export_ctranslate2
+    from vanilla_transformer.inference.translators import load_translator
+
+    case = imported[kind]
+    model = copy.deepcopy(case.model)
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        model.lm_head.weight[eos] = 3 * model.lm_head.weight[eos + 2]  # </s> soon
+    model.save_pretrained(tmp_path / "model")
+    case.tokenizer.save_pretrained(tmp_path / "model")
+    exported = export_ctranslate2(str(tmp_path / "model"), str(tmp_path / "ct2"))
+    texts = sources.sentences(8, seed=9)
+    pytorch, ctranslate2 = load_translator(str(tmp_path / "model")), load_translator(exported)
+    for translator in (pytorch, ctranslate2):
+        translator.generation_config.update(forced_eos_token_id=None)  # ctranslate2 has no rule for it
+    expected = [t[0].tokens for t in pytorch.translate(texts, num_beams=1, max_length=20)]
+    assert [t[0].tokens for t in ctranslate2.translate(texts, num_beams=1, max_length=20)] == expected
+    assert any(tokens[-1] == eos for tokens in expected)
+
+
 def test_an_fsmt_import_encodes_targets_with_the_target_vocabulary(tmp_path):
     """FSMT's own tokenizer encodes `text_target` with the source vocabulary; the import's gives the target
     vocabulary's ids (here the two order their words differently, so no id is shared by chance)."""
@@ -666,7 +689,7 @@ def test_an_fsmt_import_keeps_the_longest_input_its_tokenizer_truncates_to(tmp_p
     [
         ({"decoder_start_token_id": None}, "decoder_start_token_id must be set"),
         ({"decoder_start_token_id": 500}, r"decoder_start_token_id must be a token id in \[0, vocab_size=\d+\), got"),
-        ({"pad_token_id": None}, "could not load it as FSMTForConditionalGeneration: unsupported operand"),
+        ({"pad_token_id": None}, "config.json: pad_token_id is null; expected a token id"),
     ],
     ids=["no start", "a start past the vocabulary", "no padding"],
 )
@@ -703,3 +726,15 @@ def test_a_marian_vocabulary_without_unk_and_a_checkpoint_file_for_a_folder_impo
         with pytest.raises(CheckpointImportError, match=f"a file; --from {kind} reads a model folder .* and --from "
                            "fairseq a checkpoint file"):  # fmt: skip
             import_checkpoint(checkpoint, kind)
+
+
+def test_overwritten_special_symbols_keep_fairseqs_own_ids(tmp_path):
+    """fairseq appends eos_index (2) and maps unknown words to unk_index (3), whatever rows a dictionary adds."""
+    folder, _, _ = sources.fairseq_folder(tmp_path / "fairseq")
+    for language in ("en", "de"):
+        lines = (folder / f"dict.{language}.txt").read_text().splitlines()
+        lines[-2:] = ["<unk> 1 #fairseq:overwrite", "</s> 1 #fairseq:overwrite"]  # the same number of rows
+        (folder / f"dict.{language}.txt").write_text("\n".join(lines) + "\n")
+    _, tokenizer = import_checkpoint(folder / "checkpoint_best.pt", "fairseq", trust_pickle=True)
+    ids = tokenizer(["zzzz"])["input_ids"][0]
+    assert ids[-1] == 2 and set(ids[:-1]) == {3}

@@ -10,6 +10,8 @@ from .configuration import check_tokenizer_matches
 from .errors import HeldLog, ModelFolderError, first_few, one_line
 from .importers import IMPORTERS, KINDS
 
+EXPORT_INFO = "vanilla_transformer_export.json"  # what a CTranslate2 export adds: its settings and origin
+
 
 def load_model_folder(path: str, where: str | None = None):
     """The model (in evaluation mode) and tokenizer of a model folder or Hub name, checked against each other by
@@ -201,6 +203,20 @@ def encode_within(tokenizer, texts: list[str], limit: int | None, where="warning
 
 
 __all__ = ["load_model_folder", "encode_within", "truncation_warning", "vocabularies", "source_tokens"]
+
+
+def recorded_seed(folder: str) -> int | None:
+    """The seed a model was trained with: its folder's eval_results.json records it (`train` writes it), or the
+    `EXPORT_INFO` of its CTranslate2 export; None where neither does (a Hub name, an earlier version's folder)."""
+    for name, key in (("eval_results.json", "seed"), (EXPORT_INFO, "trained_with_seed")):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                seed = json.load(handle).get(key)
+        except (OSError, ValueError, AttributeError):  # no such file, or not a record
+            continue
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            return seed
+    return None
 
 
 def card_languages(folder: str) -> tuple[str, str] | None:

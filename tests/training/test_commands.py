@@ -121,7 +121,7 @@ def test_evaluate_names_a_split_the_data_does_not_have(trained_folder, capsys):
 
 
 def test_evaluate_draws_the_embedded_tasks_splits_with_the_seed_the_model_was_trained_with(
-    trained_folder, tmp_path, capsys
+    trained_folder, exported_folder, tmp_path, capsys
 ):
     """Another seed's test numbers are partly training numbers of the model's: its score there is not a test's."""
     assert json.loads((trained_folder / "eval_results.json").read_text())["seed"] == 42  # train records its --seed
@@ -141,6 +141,9 @@ def test_evaluate_draws_the_embedded_tasks_splits_with_the_seed_the_model_was_tr
     )
     assert task_seed(str(model), DataArguments(test_file="test.jsonl"), None) == 42  # files: the seed draws nothing
     assert capsys.readouterr().err == ""
+    exported = json.loads((exported_folder / "vanilla_transformer_export.json").read_text())
+    assert exported["trained_with_seed"] == 42 and task_seed(str(exported_folder), embedded, None) == 42
+    assert capsys.readouterr().err == ""  # an export of the folder: the seed it was trained with, recorded
 
 
 @pytest.mark.parametrize(
@@ -444,8 +447,11 @@ def test_export_keeps_a_folder_that_holds_files_and_names_the_problem(trained_fo
     assert "not empty" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
     assert main([*flags, "--quantization", "int8", "--overwrite"]) == 0
     assert "(int8)" in capsys.readouterr().out
-    assert main(["export", "--model", str(tmp_path / "nowhere"), "--to", "ctranslate2", "--out", str(out)]) == 1
-    assert "--model" in capsys.readouterr().err
+    assert main(["export", "--model", str(tmp_path / "nowhere"), "--to", "ctranslate2", "--out", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err  # --out first: before a model loads
+    new = str(tmp_path / "new")
+    assert main(["export", "--model", str(tmp_path / "nowhere"), "--to", "ctranslate2", "--out", new]) == 1
+    assert f"error: --model {tmp_path / 'nowhere'}: " in capsys.readouterr().err
 
 
 def test_export_without_ctranslate2_says_what_to_install(trained_folder, tmp_path):

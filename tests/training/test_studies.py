@@ -30,6 +30,7 @@ from vanilla_transformer.training.studies.study import run_study
 from vanilla_transformer.training.studies.variants import BASE, LESSONS, STUDIES, TABLE3
 
 from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.commands.ablate import base_options as ablate_base_options
 
 TINY = dict(  # a base run of a few seconds
     d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, max_tokens=512, max_steps=8,
@@ -197,6 +198,12 @@ def test_flags_that_a_study_sets_for_its_runs_are_refused(capsys, flags, instead
         main(["ablate", *flags])
     assert stopped.value.code == 2
     assert f"{flags[0]}: a study sets it for each of its runs; use {instead}" in capsys.readouterr().err
+
+
+def test_a_flag_given_the_value_a_study_sets_for_its_runs_is_no_change():
+    namespace = build_parser().parse_args(["ablate", "--report-to", "none", "--show-samples", "0"])
+    options = ablate_base_options(namespace, StudyArguments.from_namespace(namespace))
+    assert options["report_to"] == ["none"] and options["show_samples"] == 0
 
 
 def processes_with(text: str) -> list[str]:

@@ -49,8 +49,10 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
     Raises `ValueError` naming a flag a study sets, or flags that cannot go together in a study."""
     args = TrainArguments.from_namespace(namespace)
     defaults = TrainArguments().options()
-    for name, instead in NOT_FOR_A_STUDY.items():
-        if args.options()[name] != defaults[name]:
+    from ..training.studies.runs import RUN_OVERRIDES  # the command line's parsers load the flags alone
+
+    for name, instead in NOT_FOR_A_STUDY.items():  # the study's own value (--report-to none) is no change
+        if args.options()[name] not in (defaults[name], RUN_OVERRIDES.get(name, defaults[name])):
             raise ValueError(f"--{name.replace('_', '-')}: a study sets it for each of its runs; use {instead}")
     if args.data.train_file and not (args.data.validation_file and args.data.test_file):
         raise ValueError(

@@ -15,7 +15,7 @@ from ..folders import write_atomically
 from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
-from ..model_folder import card_languages
+from ..model_folder import card_languages, recorded_seed
 from ..training.options.arguments import DataArguments, GenerationArguments, RunArguments
 from .corpus import add_read_window, check_outside_model, file_or_stdout
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
@@ -110,16 +110,6 @@ def task_seed(model: str, data: DataArguments, given: int | None) -> int:
         print(f"warning: --model {model} was trained with --seed {recorded}: the splits of --seed {given} hold "
               "numbers it trained on, and score higher than its own test split", file=sys.stderr)  # fmt: skip
     return given if given is not None else DEFAULT_SEED if recorded is None else recorded
-
-
-def recorded_seed(model: str) -> int | None:
-    """The seed a model folder's eval_results.json records (`train` writes it); None where none is recorded."""
-    try:
-        with open(os.path.join(model, "eval_results.json"), encoding="utf-8") as handle:
-            seed = json.load(handle).get("seed")
-    except (OSError, ValueError, AttributeError):  # no such file (a Hub name, an export), or not a record
-        return None
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def warn_of_other_languages(model: str, data: DataArguments) -> None:

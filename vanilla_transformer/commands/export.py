@@ -7,7 +7,6 @@ import os
 from ..errors import CommandError, ModelFolderError, WriteError
 from ..exports.ctranslate2 import ExportError, export_ctranslate2
 from ..folders import holds
-from ..model_folder import load_model_folder
 from .corpus import check_outside_model
 
 
@@ -40,10 +39,10 @@ def export_command(args: argparse.Namespace) -> int:
     try:
         if args.to == "space":
             return export_space(args.model, args.out, args.quantization, args.overwrite)
-        model, tokenizer = load_model_folder(args.model, f"--model {args.model}")
-        out = export_ctranslate2(
-            model, args.out, quantization=args.quantization, tokenizer=tokenizer, overwrite=args.overwrite
-        )
+        # the folder, not its model: --out is checked before it loads, and the export records its training seed
+        out = export_ctranslate2(args.model, args.out, quantization=args.quantization, overwrite=args.overwrite)
+    except ModelFolderError as error:
+        raise CommandError(f"--model {error}", exit_code=error.exit_code) from error
     except ExportError as error:
         raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
     except WriteError as error:  # a full disk: the folder named by its flag

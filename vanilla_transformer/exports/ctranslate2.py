@@ -18,12 +18,11 @@ import torch
 from ..configuration import changed_switches, check_tokenizer_matches, target_vocabulary_size
 from ..errors import is_whole
 from ..folders import check_writable, staged_folder
-from ..model_folder import load_model_folder, vocabularies
+from ..model_folder import EXPORT_INFO, load_model_folder, recorded_seed, vocabularies
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 MISSING_CTRANSLATE2 = 'CTranslate2 export and translation need ctranslate2: pip install "vanilla-transformer[fast]"'
 # written beside the ctranslate2 model: what the export came from and the positions it holds
-EXPORT_INFO = "vanilla_transformer_export.json"
 # sinusoidal positions are defined everywhere, but a ctranslate2 model holds a table: at least this many rows
 MIN_SINUSOIDAL_POSITIONS = 1024
 
@@ -78,6 +77,9 @@ def export_ctranslate2(
             "max_positions": rows,
             "ctranslate2_version": ctranslate2.__version__,
         }
+        seed = recorded_seed(str(model_or_folder)) if isinstance(model_or_folder, (str, os.PathLike)) else None
+        if seed is not None:  # the embedded task's splits: evaluate draws the model's own test split
+            info["trained_with_seed"] = seed
         with open(os.path.join(staging, EXPORT_INFO), "w") as handle:
             json.dump(info, handle, indent=2)
     return out
@@ -266,6 +268,17 @@ def exported_positions(folder: str) -> int | None:
     if not isinstance(info, dict) or not (rows is None or (is_whole(rows) and rows >= 1)):
         raise ValueError(f"{path}: expected an object whose max_positions is a positive integer or null, got {info!r}")
     return rows
+
+
+def exported_end_token(folder: str) -> str:
+    """The end-of-sentence token an export named in its config.json ("</s>" where it names none)."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):  # ctranslate2 itself has read it, or refused the folder
+        return "</s>"
+    token = config.get("eos_token") if isinstance(config, dict) else None
+    return token if isinstance(token, str) else "</s>"
 
 
 def exported_vocabularies(folder: str) -> tuple[list[str], list[str]]:

@@ -359,6 +359,8 @@ def fsmt_vocabulary(symbols: list[str], size: int) -> dict[str, int]:
     dictionary (an embedding padded to a multiple of 8) get placeholder symbols."""
     vocabulary = {}
     for index, symbol in enumerate(symbols):
+        if symbol in SPECIALS and index >= len(SPECIALS):  # a #fairseq:overwrite row: fairseq's </s> and <unk> stay
+            continue  # at their own ids (eos_index, unk_index), which it appends and maps unknown words to
         if symbol in SPECIALS:
             vocabulary[symbol] = index
         else:

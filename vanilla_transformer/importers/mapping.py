@@ -3,6 +3,7 @@ mapping onto the model's names (attention, the layers of a stack, embeddings and
 settings the model has once, the model built from the mapped tensors (`model_from_state`), and the loading of a
 source that transformers implements (its model, its tokenizer, its sizes in this model's configuration fields)."""
 
+import json
 import os
 
 import torch
@@ -179,6 +180,7 @@ def load_source_model(model_class, source: str, trust_pickle: bool):
     """A transformers model in its own class: from safetensors, or from a pickled file only with `trust_pickle`."""
     from safetensors import SafetensorError
 
+    check_token_ids(source)
     with HeldLog("transformers.modeling_utils") as report:  # the library's loading report, shown if it is whole
         try:
             model, info = model_class.from_pretrained(  # in float32: a half-precision source's values exactly, and
@@ -189,12 +191,26 @@ def load_source_model(model_class, source: str, trust_pickle: bool):
             )
         except (OSError, ValueError, TypeError, RuntimeError, SafetensorError) as error:  # cut short, other sizes
             pickle = " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
-            hint = pickle if not trust_pickle and pickled_only(source) else ""
+            hint = pickle if not trust_pickle and (pickled_only(source) or not os.path.exists(source)) else ""
             message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
             raise CheckpointImportError(message) from error
         check_loaded_whole(source, info)
         report.release()
     return model.eval()
+
+
+def check_token_ids(source: str) -> None:
+    """A source folder's config.json must give the padding and end-of-sentence tokens ids (whole numbers): the
+    library fails on one of null deep in its loading (an `int + None`)."""
+    try:
+        with open(os.path.join(source, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):  # a Hub id, or a file the library names itself
+        return
+    for key in ("pad_token_id", "eos_token_id"):
+        value = config.get(key, 0) if isinstance(config, dict) else 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CheckpointImportError(f"{source}: config.json: {key} is {json.dumps(value)}; expected a token id")
 
 
 def pickled_only(source: str) -> bool:

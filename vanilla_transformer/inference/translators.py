@@ -14,14 +14,21 @@ included) divided by its length in tokens to the power `length_penalty`.
 """
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from ..configuration import position_limit
-from ..exports.ctranslate2 import exported_positions, exported_vocabularies, import_ctranslate2, is_ctranslate2_folder
+from ..exports.ctranslate2 import (
+    exported_end_token,
+    exported_positions,
+    exported_vocabularies,
+    import_ctranslate2,
+    is_ctranslate2_folder,
+)
 from ..model_folder import encode_within, load_model_folder, read_generation_config, vocabularies
 from .alignment import Alignment, align, align_tokens
+from .capabilities import CAPABILITY_NAMES, Capabilities, UnsupportedError
 from .checks import check_prefixes, check_terms
 from .decoding import decode
 from .devices import DEFAULT_PLACEMENT, Placement, runs_on_cuda
@@ -42,32 +49,6 @@ from .options import (
 )
 from .scoring import PairScore, pairs_given, score_pairs
 from .search import beam_search
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What an engine can do beyond translating (prefixes, n-best lists, guards and scores every engine has)."""
-
-    terms: bool  # lexically constrained search (`SearchOptions.terms`)
-    alignments: bool  # word alignments (`SearchOptions.alignment`, `align`)
-    scoring: bool  # forced decoding of given translations (`score`)
-    parallel_batches: bool  # several batches at once (`Placement.inter_threads`)
-
-
-CAPABILITY_NAMES = {
-    "terms": "lexically constrained search (terms)",
-    "alignments": "word alignments (they come from the torch model's cross-attention)",
-    "scoring": "scoring of given translations",
-    "parallel_batches": "batches in parallel (inter_threads)",
-}
-
-
-class UnsupportedError(ValueError):
-    """Asked of an engine what its `Capabilities` say it cannot do; `capability` names it."""
-
-    def __init__(self, message: str, capability: str):
-        super().__init__(message)
-        self.capability = capability
 
 
 class Translator:
@@ -303,6 +284,7 @@ class CTranslate2Translator(Translator):
         self.generation_config = read_generation_config(folder, folder)
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
         self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
+        self.end_id = self.target_ids.get(exported_end_token(folder))  # FSMT's tokenizer has no eos_token_id
         self.max_positions = exported_positions(folder)  # also the most tokens a source may have
 
     @property
@@ -350,7 +332,7 @@ class CTranslate2Translator(Translator):
                         **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in tokens], max_length)
         given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
-        results, eos = [None] * len(tokens), self.tokenizer.eos_token_id  # written, as the torch engine's tokens
+        results, eos = [None] * len(tokens), self.end_id  # written, as the torch engine's tokens end
         for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
             longest = min(limits[indices[0]] + given[indices[0]], self.max_positions or 1 << 62)  # prefix, then new
             found = self.translator.translate_batch(
