@@ -108,7 +108,7 @@ def task_seed(model: str, data: DataArguments, given: int | None) -> int:
         )
     elif given is not None and recorded is not None and given != recorded:
         print(f"warning: --model {model} was trained with --seed {recorded}: the splits of --seed {given} hold "
-              "numbers it trained on, and score higher than its own test split", file=sys.stderr)  # fmt: skip
+              "numbers it trained on (its own test split holds none)", file=sys.stderr)  # fmt: skip
     return given if given is not None else DEFAULT_SEED if recorded is None else recorded
 
 
