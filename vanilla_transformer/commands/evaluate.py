@@ -61,13 +61,12 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_results_file(args.output, data, args.model)
     warn_of_other_languages(args.model, data)
-    seed = task_seed(args.model, data, args.seed)
     with reported_as(2, DataError):
         if engine_for(args) == "torch":
-            metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, seed), data, generation)
+            metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
         else:
             translator = translator_for(args)
-            split = split_of(data, args.split, seed)
+            split = split_of(data, args.split, task_seed(args.model, data, args.seed))
             metrics = evaluate_exported(translator, split, data, generation, args.read_window)
     if metrics is not None:  # None on the processes other than the main one
         print(json.dumps(metrics, indent=2))
@@ -169,9 +168,13 @@ def evaluation_split(raw: "datasets.DatasetDict", split: str) -> "datasets.Datas
 
 
 def evaluate_pytorch(
-    model_name: str, placement: Placement, where: tuple[str, int], data: DataArguments, generation: GenerationArguments
+    model_name: str,
+    placement: Placement,
+    where: tuple[str, int | None],
+    data: DataArguments,
+    generation: GenerationArguments,
 ) -> dict | None:
-    """Scores of a model folder on a split (`where`: its name and the embedded task's seed) through `generate()`,
+    """Scores of a model folder on a split (`where`: its name and --seed, see `task_seed`) through `generate()`,
     data-parallel over the processes Accelerate starts, on the placement's device and in its precision (several
     processes: each on its own device, as Accelerate places them)."""
     import torch
@@ -185,7 +188,7 @@ def evaluate_pytorch(
     model, tokenizer = load_model_folder(model_name, f"--model {model_name}")
     if placement.threads:
         torch.set_num_threads(placement.threads)
-    split = split_of(data, *where)
+    split = split_of(data, where[0], task_seed(model_name, data, where[1]))  # once the model has loaded
     max_new_tokens = data.max_target_length or model.generation_config.max_new_tokens or 256
     limit = position_limit(model.config)
     tokenized = tokenize_pairs(split, tokenizer, data, max_length=limit, num_proc=data.preprocessing_num_workers)
