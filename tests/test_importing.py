@@ -208,6 +208,9 @@ def test_both_engines_end_a_finished_translations_tokens_with_its_end_of_sentenc
     expected = [t[0].tokens for t in pytorch.translate(texts, num_beams=1, max_length=20)]
     assert [t[0].tokens for t in ctranslate2.translate(texts, num_beams=1, max_length=20)] == expected
     assert any(tokens[-1] == eos for tokens in expected)
+    prefix = [sources.sentences(1, sources.TARGET_WORDS, seed=3)[0].split()[0]] * len(texts)  # its </s> left out
+    expected = [t[0].text for t in pytorch.translate(texts, prefix=prefix, num_beams=1, max_length=20)]
+    assert [t[0].text for t in ctranslate2.translate(texts, prefix=prefix, num_beams=1, max_length=20)] == expected
 
 
 def test_an_fsmt_import_encodes_targets_with_the_target_vocabulary(tmp_path):

@@ -146,6 +146,15 @@ def test_the_exported_space_serves_translations_over_gradios_api(trained_folder,
     assert result[0] == expected
 
 
+def test_a_folder_that_is_not_a_model_is_named_once_by_its_flag(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for to in ("space", "ctranslate2"):
+        out = str(tmp_path / f"out-{to}")
+        assert main(["export", "--model", str(tmp_path / "empty"), "--to", to, "--out", out]) in (1, 2)
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --model {tmp_path / 'empty'}: ") and error.count("--model") == 1, error
+
+
 def test_a_space_of_a_model_with_a_python_tokenizer_requires_that_tokenizers_packages(trained_folder, tmp_path):
     from tests import importing_sources as sources
     from vanilla_transformer import import_checkpoint

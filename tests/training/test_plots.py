@@ -111,10 +111,13 @@ def test_the_embedded_tasks_curve_is_exact_match_and_a_corpuss_bleu(tmp_path):
     """Every output of the embedded task is one word: its BLEU is 0 however right, so its curve is exact match."""
     run = write_run(tmp_path / "run", steps=10)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scored = {"validation_exact_match": 4.0}  # every evaluation's; the figures by digit count the embedded task's only
+    (run / "metrics.jsonl").write_text("".join(json.dumps({**r, **scored} if "validation_bleu" in r else r) + "\n"
+                                               for r in records))  # fmt: skip
+    by_digits = {"validation_bleu": 0.0, "validation_exact_match": 90.0, "validation_exact_match_by_digits": {"1": 90}}
     numbers = write_run(tmp_path / "numbers", steps=10)
     (numbers / "metrics.jsonl").write_text("".join(
-        json.dumps({**r, "validation_bleu": 0.0, "validation_exact_match": 9.0 * r["step"]} if "validation_bleu" in r
-                   else r) + "\n" for r in records
+        json.dumps({**r, **by_digits} if "validation_bleu" in r else r) + "\n" for r in records
     ))  # fmt: skip
     for folder, title in ((run, "Validation BLEU (greedy)"), (numbers, "Validation exact match (greedy)")):
         assert main(["plot", str(folder), "--out", str(folder / "curves.svg")]) == 0

@@ -204,6 +204,9 @@ def test_a_flag_given_the_value_a_study_sets_for_its_runs_is_no_change():
     namespace = build_parser().parse_args(["ablate", "--report-to", "none", "--show-samples", "0"])
     options = ablate_base_options(namespace, StudyArguments.from_namespace(namespace))
     assert options["report_to"] == ["none"] and options["show_samples"] == 0
+    namespace = build_parser().parse_args(["ablate", "--overwrite-output-dir"])  # what a study never does
+    with pytest.raises(ValueError, match="--overwrite-output-dir: a study sets it for each of its runs"):
+        ablate_base_options(namespace, StudyArguments.from_namespace(namespace))
 
 
 def processes_with(text: str) -> list[str]:

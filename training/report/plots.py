@@ -109,7 +109,7 @@ def draw_validation_score(ax, evals: list[dict]) -> None:
     """The greedy validation score by update: exact match for the embedded task (whose one-word outputs BLEU scores
     0 however right), else BLEU, cased and lowercased."""
     steps = [r["step"] for r in evals]
-    if any("validation_exact_match" in r for r in evals):
+    if any("validation_exact_match_by_digits" in r for r in evals):  # the embedded task's alone
         ax.plot(steps, [r.get("validation_exact_match") for r in evals], marker="o")
         ax.set(title="Validation exact match (greedy)", xlabel="step", ylabel="% of sentences")
         return

@@ -51,8 +51,9 @@ def base_options(namespace: argparse.Namespace, study: StudyArguments) -> dict:
     defaults = TrainArguments().options()
     from ..training.studies.runs import RUN_OVERRIDES  # the command line's parsers load the flags alone
 
-    for name, instead in NOT_FOR_A_STUDY.items():  # the study's own value (--report-to none) is no change
-        if args.options()[name] not in (defaults[name], RUN_OVERRIDES.get(name, defaults[name])):
+    for name, instead in NOT_FOR_A_STUDY.items():  # what a run shows: the study's own value is no change
+        quiet = RUN_OVERRIDES[name] if name in ("report_to", "show_samples") else defaults[name]
+        if args.options()[name] not in (defaults[name], quiet):
             raise ValueError(f"--{name.replace('_', '-')}: a study sets it for each of its runs; use {instead}")
     if args.data.train_file and not (args.data.validation_file and args.data.test_file):
         raise ValueError(

@@ -39,16 +39,22 @@ def export_command(args: argparse.Namespace) -> int:
     try:
         if args.to == "space":
             return export_space(args.model, args.out, args.quantization, args.overwrite)
-        # the folder, not its model: --out is checked before it loads, and the export records its training seed
-        out = export_ctranslate2(args.model, args.out, quantization=args.quantization, overwrite=args.overwrite)
-    except ModelFolderError as error:
-        raise CommandError(f"--model {error}", exit_code=error.exit_code) from error
+        out = ctranslate2_export(args)
     except ExportError as error:
         raise CommandError(f"export --to {args.to}: {error}", exit_code=2) from error
     except WriteError as error:  # a full disk: the folder named by its flag
         raise CommandError(f"--out {error}") from error
     print(f"Exported {args.model} to {args.to} in {out}" + (f" ({args.quantization})" if args.quantization else ""))
     return 0
+
+
+def ctranslate2_export(args: argparse.Namespace) -> str:
+    """`export --to ctranslate2` of the folder, not of its model: --out is checked before the model loads, and the
+    export records the seed the model was trained with."""
+    try:
+        return export_ctranslate2(args.model, args.out, quantization=args.quantization, overwrite=args.overwrite)
+    except ModelFolderError as error:  # named by its flag
+        raise CommandError(f"--model {error}", exit_code=error.exit_code) from error
 
 
 def export_space(model: str, out: str, quantization: str | None, overwrite: bool) -> int:

@@ -191,7 +191,8 @@ def load_source_model(model_class, source: str, trust_pickle: bool):
             )
         except (OSError, ValueError, TypeError, RuntimeError, SafetensorError) as error:  # cut short, other sizes
             pickle = " (weights are read from safetensors only; pass --trust-pickle to read a pickle)"
-            hint = pickle if not trust_pickle and (pickled_only(source) or not os.path.exists(source)) else ""
+            hub_pickle = not os.path.exists(source) and "safetensors" in str(error)  # a Hub model without them
+            hint = pickle if not trust_pickle and (pickled_only(source) or hub_pickle) else ""
             message = f"{source}: could not load it as {model_class.__name__}: {one_line(error)}{hint}"
             raise CheckpointImportError(message) from error
         check_loaded_whole(source, info)

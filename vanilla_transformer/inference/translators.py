@@ -358,7 +358,8 @@ class CTranslate2Translator(Translator):
         if prefix is None:
             return None
         rows = self.tokens(list(prefix), target=True, cut=False)
-        rows = [row[:-1] if row and row[-1] == self.tokenizer.eos_token else row for row in rows]
+        end = self.target_vocabulary[self.end_id] if self.end_id is not None else self.tokenizer.eos_token
+        rows = [row[:-1] if row and row[-1] == end else row for row in rows]  # FSMT's tokenizer: sep_token only
         specials = {token: token for token in self.tokenizer.all_special_tokens}
         check_prefixes(prefix, rows, self.tokenizer.unk_token, specials, self.max_positions)
         return [row or None for row in rows]
