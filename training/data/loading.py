@@ -33,18 +33,25 @@ def load_pairs(
     streaming = require_train and data.streaming  # the training split: see streaming.py
     if data.dataset_name:
         raw = load_hub_dataset(data, streaming)
-    elif data.train_file or (not require_train and (data.validation_file or data.test_file)):
+    elif draws_embedded_task(data, require_train):
+        raw = numbers_dataset(seed=seed)
+    else:
         train = None if streaming else data.train_file
         raw = load_files(
             {"train": train, "validation": data.validation_file, "test": data.test_file},
             data.source_lang,
             data.target_lang,
         )
-    else:
-        raw = numbers_dataset(seed=seed)
     check_translation_column(raw, data.source_lang, data.target_lang, require_train and not streaming)
     # evaluation scores every pair of its split, as sacreBLEU on the file would: there, a pair without text is refused
     return drop_pairs_without_text(raw, data.source_lang, data.target_lang, refuse=not require_train)
+
+
+def draws_embedded_task(data: DataArguments, require_train: bool = True) -> bool:
+    """Whether `load_pairs` draws the embedded task: no Hub dataset and no file (for evaluation, which needs no
+    training split, none of its splits' files)."""
+    files = data.train_file or (not require_train and (data.validation_file or data.test_file))
+    return not (data.dataset_name or files)
 
 
 def load_hub_dataset(data: DataArguments, streaming: bool = False) -> datasets.DatasetDict:

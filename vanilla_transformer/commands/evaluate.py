@@ -96,7 +96,9 @@ def task_seed(model: str, data: DataArguments, given: int | None) -> int:
     """The seed that draws the embedded task's splits: `given` (--seed), else the one the model was trained with
     (its eval_results.json records it), else 42, train's default. Another seed than the model's draws test numbers
     that the model may have trained on: a warning says so."""
-    if data.dataset_name or data.train_file or data.validation_file or data.test_file:  # not the embedded task
+    from ..training.data.loading import draws_embedded_task
+
+    if not draws_embedded_task(data, require_train=False):  # files or a Hub dataset: the seed draws nothing
         return DEFAULT_SEED if given is None else given
     recorded = recorded_seed(model)
     if given is None and recorded is None:

@@ -284,7 +284,7 @@ class CTranslate2Translator(Translator):
         self.generation_config = read_generation_config(folder, folder)
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
         self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
-        self.end_id = self.target_ids.get(exported_end_token(folder))  # FSMT's tokenizer has no eos_token_id
+        self.end_token = exported_end_token(folder)  # the export's own: FSMT's tokenizer names none eos_token
         self.max_positions = exported_positions(folder)  # also the most tokens a source may have
 
     @property
@@ -332,7 +332,7 @@ class CTranslate2Translator(Translator):
                         **options.guards.repetition(self.generation_config))  # fmt: skip
         limits = options.guards.limits([len(row) for row in tokens], max_length)
         given = [len(prefix or []) for prefix in prefixes]  # each its own `max_length` new tokens after its prefix
-        results, eos = [None] * len(tokens), self.end_id  # written, as the torch engine's tokens end
+        results, eos = [None] * len(tokens), self.target_ids.get(self.end_token)  # as the torch engine's tokens end
         for indices in key_groups(list(zip(given, limits))):  # ctranslate2 sorts a group by length, and batches it
             longest = min(limits[indices[0]] + given[indices[0]], self.max_positions or 1 << 62)  # prefix, then new
             found = self.translator.translate_batch(
@@ -358,8 +358,7 @@ class CTranslate2Translator(Translator):
         if prefix is None:
             return None
         rows = self.tokens(list(prefix), target=True, cut=False)
-        end = self.target_vocabulary[self.end_id] if self.end_id is not None else self.tokenizer.eos_token
-        rows = [row[:-1] if row and row[-1] == end else row for row in rows]  # FSMT's tokenizer: sep_token only
+        rows = [row[:-1] if row and row[-1] == self.end_token else row for row in rows]
         specials = {token: token for token in self.tokenizer.all_special_tokens}
         check_prefixes(prefix, rows, self.tokenizer.unk_token, specials, self.max_positions)
         return [row or None for row in rows]
