@@ -77,8 +77,25 @@ def burst(url: str, bodies: list[dict]) -> list[httpx.Response]:
     return asyncio.run(send())
 
 
-def offline(model, sentences: list[str], *flags: str) -> list[str]:
-    """`vanilla-transformer translate` on the same sentences, in a process of its own."""
+# each sentence's offline translation, by model and flags: one process translates every sentence not yet asked for
+TRANSLATED: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+
+def offline(model, sentences: list[str], *flags: str, per_line: bool = False) -> list[str]:
+    """`vanilla-transformer translate` on the same sentences, in a process of its own. A sentence's translation does
+    not depend on the sentences beside it (the server's answers are compared with these whatever it batched), so each
+    is translated once per model and flags; with `per_line` flags (a file read line by line beside the input) the
+    sentences are translated as given, every time."""
+    if per_line:
+        return translate_offline(model, sentences, flags)
+    known = TRANSLATED.setdefault((str(model), flags), {})
+    missing = [sentence for sentence in dict.fromkeys(sentences) if sentence not in known]
+    if missing:
+        known.update(zip(missing, translate_offline(model, missing, flags), strict=True))
+    return [known[sentence] for sentence in sentences]
+
+
+def translate_offline(model, sentences: list[str], flags: tuple[str, ...]) -> list[str]:
     command = [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", str(model), *flags]
     done = subprocess.run(
         command, input="\n".join(sentences) + "\n", capture_output=True, text=True, timeout=300,

@@ -140,7 +140,7 @@ def test_a_bad_score_request_gets_its_status_and_an_error_naming_the_field(serve
 
 def offline_with_terms(model, sentences: list[str], terms: list[list[str]], tmp_path) -> list[str]:
     (tmp_path / "terms.txt").write_text("".join("\t".join(row) + "\n" for row in terms), encoding="utf-8")
-    return offline(model, sentences, *BEAMS, "--constraints-file", str(tmp_path / "terms.txt"))
+    return offline(model, sentences, *BEAMS, "--constraints-file", str(tmp_path / "terms.txt"), per_line=True)
 
 
 def test_terms_are_in_the_translations_as_offline(server, tmp_path):
