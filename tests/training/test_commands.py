@@ -146,6 +146,15 @@ def test_evaluate_draws_the_embedded_tasks_splits_with_the_seed_the_model_was_tr
     assert capsys.readouterr().err == ""  # an export of the folder: the seed it was trained with, recorded
 
 
+def test_evaluates_warnings_are_said_once_under_a_launcher_of_several_processes(tmp_path, monkeypatch, capsys):
+    """Each process of `accelerate launch evaluate` reads the flags; the first alone says what is wrong with them."""
+    monkeypatch.setenv("RANK", "1")
+    assert task_seed(str(tmp_path), DataArguments(), None) == 42 and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert task_seed(str(tmp_path), DataArguments(), None) == 42
+    assert capsys.readouterr().err.startswith(f"warning: --model {tmp_path} records no seed")
+
+
 @pytest.mark.parametrize(
     "output, message",
     [

@@ -102,14 +102,11 @@ def task_seed(model: str, data: DataArguments, given: int | None) -> int:
         return DEFAULT_SEED if given is None else given
     recorded = recorded_seed(model)
     if given is None and recorded is None:
-        print(
-            f"warning: --model {model} records no seed; the embedded task's splits are drawn with --seed "
-            f"{DEFAULT_SEED}, and hold numbers it trained on if it was trained with another",
-            file=sys.stderr,
-        )
+        warn(f"--model {model} records no seed; the embedded task's splits are drawn with --seed {DEFAULT_SEED}, and "
+             "hold numbers it trained on if it was trained with another")  # fmt: skip
     elif given is not None and recorded is not None and given != recorded:
-        print(f"warning: --model {model} was trained with --seed {recorded}: the splits of --seed {given} hold "
-              "numbers it trained on (its own test split holds none)", file=sys.stderr)  # fmt: skip
+        warn(f"--model {model} was trained with --seed {recorded}: the splits of --seed {given} hold numbers it "
+             "trained on (its own test split holds none)")  # fmt: skip
     return given if given is not None else DEFAULT_SEED if recorded is None else recorded
 
 
@@ -118,8 +115,15 @@ def warn_of_other_languages(model: str, data: DataArguments) -> None:
     was not trained on (a model can be scored so; the flags may be the mistake)."""
     card = card_languages(model) if os.path.isdir(model) else None
     if card and tuple(card) != (data.source_lang, data.target_lang):
-        print(f"warning: --model {model} translates {card[0]} to {card[1]} (its card); evaluating "
-              f"{data.source_lang} to {data.target_lang} (--source-lang, --target-lang)", file=sys.stderr)  # fmt: skip
+        warn(f"--model {model} translates {card[0]} to {card[1]} (its card); evaluating {data.source_lang} to "
+             f"{data.target_lang} (--source-lang, --target-lang)")  # fmt: skip
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, said once: under a launcher of several processes (`accelerate launch`, `torchrun`), by
+    the first (RANK 0) alone, as the scores are printed by it alone."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"warning: {message}", file=sys.stderr)
 
 
 def is_stream(path: str) -> bool:
