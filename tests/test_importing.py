@@ -159,6 +159,18 @@ def test_an_imported_folder_reloads_through_the_auto_classes_with_and_without_th
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_an_imported_tokenizer_reads_a_special_tokens_text_as_text_as_its_source_does(imported, kind):
+    """marian-nmt's SentencePiece and fairseq's Moses tokenizer read a `</s>` or `<pad>` in a sentence as text, not
+    as the token: so does the imported folder's tokenizer, wherever it is loaded (transformers' tokenizers would not,
+    unless told: the import saves `split_special_tokens`)."""
+    case = imported[kind]
+    tokenizer, pad = AutoTokenizer.from_pretrained(case.folder), case.model.config.pad_token_id
+    for text in ("one </s> two", "three <pad> four </s>"):
+        for ids in (tokenizer(text)["input_ids"], tokenizer(text_target=text)["input_ids"]):
+            assert ids[-1] not in ids[:-1] and pad not in ids, (text, ids)  # one end of sentence, the last
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_imported_model_exports_to_ctranslate2_with_the_same_translations(imported, kind, tmp_path):
     from vanilla_transformer.exports.ctranslate2 import export_ctranslate2
     from vanilla_transformer.inference.translators import load_translator

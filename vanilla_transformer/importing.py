@@ -29,6 +29,7 @@ from .configuration import VanillaTransformerConfig, check_tokenizer_matches
 from .errors import CommandError, one_line
 from .folders import check_writable, staged_folder
 from .importers import IMPORTERS, KINDS, CheckpointImportError
+from .model_folder import text_as_text
 from .modeling.hub_vanilla_transformer import weights_fingerprint
 
 
@@ -139,6 +140,7 @@ def import_checkpoint(source, kind: str, out=None, trust_pickle: bool = False, o
         check_tokenizer_matches(model.config, tokenizer, source)
     except ValueError as error:
         raise CheckpointImportError(str(error)) from error
+    tokenizer = text_as_text(tokenizer)  # and saved so: the source's own tools read such text as text
     model.generation_config = generation_settings(generation_config, model.config)
     model._model_card_text = import_card(model, source, kind)
     model._model_card_weights = weights_fingerprint(model)

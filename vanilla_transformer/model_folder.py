@@ -25,7 +25,7 @@ def load_model_folder(path: str, where: str | None = None):
     where = where or str(path)
     check_model_type(path, where)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = text_as_text(AutoTokenizer.from_pretrained(path))
     except (OSError, ValueError, StrictDataclassError) as error:
         raise ModelFolderError(f"{where}: {cannot_load(path)}{missing_tokenizer(path)}: {one_line(error)}") from error
     model = load_weights(AutoModelForSeq2SeqLM, path, where).eval()
@@ -34,6 +34,17 @@ def load_model_folder(path: str, where: str | None = None):
     except ValueError as error:
         raise ModelFolderError(str(error)) from error
     return model, tokenizer
+
+
+def text_as_text(tokenizer):
+    """The tokenizer, set to read the text of a special token in a sentence (`</s>`, `<pad>`, `<s>`) as text, as
+    the models' own tools do (SentencePiece in Marian's, the Moses tokenizer in fairseq's), not as that token: else
+    a `</s>` in a source would end it early, and a `<pad>` put padding inside it. The setting is saved with the
+    tokenizer (its `init_kwargs`, which `save_pretrained` writes), so that a folder written with it reads text alike
+    wherever it is loaded, `AutoTokenizer` included."""
+    tokenizer.split_special_tokens = True
+    tokenizer.init_kwargs["split_special_tokens"] = True
+    return tokenizer
 
 
 def load_weights(model_class, path: str, where: str, **overrides):
@@ -202,7 +213,7 @@ def encode_within(tokenizer, texts: list[str], limit: int | None, where="warning
     return ids
 
 
-__all__ = ["load_model_folder", "encode_within", "truncation_warning", "vocabularies", "source_tokens"]
+__all__ = ["load_model_folder", "text_as_text", "encode_within", "truncation_warning", "vocabularies", "source_tokens"]
 
 
 def recorded_seed(folder: str) -> int | None:

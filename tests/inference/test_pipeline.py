@@ -87,6 +87,16 @@ def test_translation_pipeline_takes_the_arguments_of_transformers_4s(trained_fol
     assert cut(SOURCES[0], clean_up_tokenization_spaces=True) == translate(SOURCES[0])
 
 
+def test_translation_pipeline_reads_a_special_tokens_text_as_text_on_a_trained_folder(trained_folder):
+    """The folder's tokenizer saves `split_special_tokens`, which `AutoTokenizer` reads: a `</s>` in a sentence is
+    the characters (here ones the vocabulary lacks, as `|` is), not the end of sentence."""
+    translate = pipeline("translation", model=str(trained_folder))
+    texts = ["seven </s> forty-two", "three <pad> thousand"]
+    alike = [text.replace("<", "|").replace("/", "|").replace(">", "|") for text in texts]
+    assert translate(texts, num_beams=2) == translate(alike, num_beams=2)
+    assert [translate.tokenizer(text)["input_ids"] for text in texts] == translate.tokenizer(alike)["input_ids"]
+
+
 def test_translation_pipeline_reads_a_sentence_far_longer_than_any_it_was_trained_on(trained_folder):
     translate = pipeline("translation", model=str(trained_folder))  # sinusoidal positions (§3.5): no limit
     expected = reference(trained_folder, [long_sentence()], max_new_tokens=40)

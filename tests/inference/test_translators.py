@@ -1,5 +1,6 @@
 """Translating through either engine: the same arguments, the same translations, the same n-best lists and scores."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -235,14 +236,29 @@ def test_sentences_must_be_a_list_of_strings(trained_folder, exported, engine):
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
-def test_a_prefix_with_a_token_the_vocabulary_lacks_or_a_special_token_is_named(trained_folder, exported, engine):
+def test_a_prefix_with_a_token_the_vocabulary_lacks_is_named(trained_folder, exported, engine):
     translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
     with pytest.raises(ValueError, match=r"sentence 2: the prefix '日本語' has a token the target vocabulary lacks"):
         translator.translate(["one", "two"], prefix=["eins", "日本語"])
-    for prefix, token in (("<pad>", "<pad>"), ("drei</s>vier", "</s>"), ("</s>", "</s>"), ("<s>", "<s>")):
-        # the search would go on from it as from no text: an empty translation, a prefix cut short, or no end
-        with pytest.raises(ValueError, match=f"sentence 1: the prefix '{prefix}' has the special token {token}, "):
+    for prefix in ("<pad>", "drei</s>vier", "</s>", "<s>"):
+        # a special token's text is text (here, characters the vocabulary lacks), not the token: the search would go
+        # on from that as from no text (an empty translation, a prefix cut short, or no end)
+        lacks = f"sentence 1: the prefix '{prefix}' has a token the target vocabulary lacks \\(<unk>\\)"
+        with pytest.raises(ValueError, match=lacks):
             translator.translate(["forty-two"], num_beams=2, prefix=[prefix])
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_special_tokens_text_in_a_sentence_is_read_as_text(trained_folder, exported, engine):
+    """As Marian's SentencePiece and fairseq's Moses tokenizer read it: a `</s>` in a source does not end it, nor does
+    a `<pad>` put padding inside it. Here their characters are ones the vocabulary lacks, as `|` is: each sentence
+    is translated as the same sentence with `|` in their place."""
+    translator = load_translator(str(exported if engine == "ctranslate2" else trained_folder))
+    sources = ["seven </s> forty-two", "three <pad> thousand", "<s> nine", "<unk>"]
+    alike = [re.sub("[</>]", "|", source) for source in sources]
+    found, expected = translator.translate(sources, num_beams=2), translator.translate(alike, num_beams=2)
+    assert [[t.text for t in n] for n in found] == [[t.text for t in n] for n in expected]
+    assert all(same(a, b) for n, m in zip(found, expected) for a, b in zip(n, m))
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

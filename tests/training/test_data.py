@@ -15,7 +15,7 @@ from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_toke
 from vanilla_transformer.training.data.loading import DataError, load_files, load_pairs, load_raw_datasets
 from vanilla_transformer.training.data.memory import release_file_pages
 from vanilla_transformer.training.data.streaming import train_stream_source
-from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs, tokenize_datasets
+from vanilla_transformer.training.data.tokenizing import BpeDropoutPairs, tokenize_datasets, tokenize_pairs
 from vanilla_transformer.training.optim.criterion import drop_words
 from vanilla_transformer.training.options.arguments import DataArguments
 from vanilla_transformer.training.tasks.numbers import EN_ONES, EN_TENS, english, german, numbers_dataset
@@ -330,6 +330,27 @@ def test_a_tokenizer_name_without_a_pad_token_is_named_by_its_flag(tmp_path):
     options = TokenizerArguments(tokenizer_name=str(tmp_path))
     with pytest.raises(ValueError, match=rf"^{tmp_path} \(--tokenizer-name, .*\): the tokenizer has no pad token, "):
         build_tokenizer(options, str(tmp_path / "run"), False, None, None)
+
+
+def test_a_special_tokens_text_in_the_data_is_text_not_the_token(tmp_path):
+    """As the models' own tools read it (`text_as_text`): a pair whose sides hold `</s>`, `<s>` or `<pad>` is trained
+    on those characters; read as the token, a `</s>` would end a sentence inside its labels. The BPE saves the
+    setting, and a tokenizer saved without it (--tokenizer-name) is loaded to read so too."""
+    raw = numbers_dataset(seed=0, train_size=200, eval_size=10, max_digits=3)
+    tokenizer = train_bpe_tokenizer(training_texts(raw, "en", "de"), vocab_size=100)
+    tokenizer.save_pretrained(tmp_path / "bpe")
+    assert json.loads((tmp_path / "bpe" / "tokenizer_config.json").read_text())["split_special_tokens"] is True
+    plain = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
+    plain.save_pretrained(tmp_path / "plain")
+    assert plain("seven </s> one")["input_ids"].count(plain.eos_token_id) == 2  # the library's default
+    pair = {"translation": {"en": "seven </s> one <pad>", "de": "sieben</s> <s>eins"}}
+    for folder in ("bpe", "plain"):
+        loaded = load_tokenizer(str(tmp_path / folder))
+        row = tokenize_pairs(datasets.Dataset.from_list([pair]), loaded, DataArguments())[0]
+        for ids in (row["input_ids"], row["labels"]):
+            assert ids[-1] == loaded.eos_token_id and not {0, 1, 2} & set(ids[:-1]), (folder, ids)
 
 
 def test_lowercase_tokenizer_lowercases_training_text_and_later_inputs(tmp_path):

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from ...errors import one_line
+from ...model_folder import text_as_text
 from ..options.arguments import DataArguments, TokenizerArguments
 from .streaming import stream_bpe_texts, stream_identity
 
@@ -30,7 +31,8 @@ def train_bpe_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """BPE over source and target text together. Ids: <pad>=0, <s>=1, </s>=2, <unk>=3.
 
-    Encoding appends </s>; the decoder's start token <s> is added by shifting the labels right. With `lowercase`
+    Encoding appends </s>; the decoder's start token <s> is added by shifting the labels right. The text of a special
+    token in a sentence is read as text (`text_as_text`, saved with the tokenizer). With `lowercase`
     the tokenizer's normalizer lowercases every text it encodes (training pairs and, later, inputs to translate).
     `length`, the number of texts, shows the training's progress when it is large (a million texts take minutes).
     """
@@ -52,7 +54,7 @@ def train_bpe_tokenizer(
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS)
+    return text_as_text(PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS))
 
 
 def bpe_cache_folder(train, settings: dict) -> str | None:
@@ -86,9 +88,10 @@ def save_whole(tokenizer, folder: str) -> bool:
 
 
 def load_tokenizer(name_or_path: str, what: str = "--tokenizer-name"):
-    """The tokenizer of a folder or Hub name; a `ValueError` naming `what` (the flag, or which tokenizer) if not."""
+    """The tokenizer of a folder or Hub name (reading a special token's text as text: `text_as_text`); a `ValueError`
+    naming `what` (the flag, or which tokenizer) if not."""
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return text_as_text(AutoTokenizer.from_pretrained(name_or_path))
     except Exception as error:
         where = "folder" if os.path.isdir(name_or_path) else "name"
         message = f"{what} {name_or_path!r}: could not load a tokenizer from this {where}: {one_line(error)}"

@@ -118,19 +118,14 @@ def sentences_given(sentences, name: str = "sentences") -> list[str]:
     return sentences
 
 
-def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int | None = None) -> None:
+def check_prefixes(prefix, rows: list[list], unknown, unknown_name: str, limit: int | None = None) -> None:
     """A `SentenceError` naming the first sentence whose target prefix, as `rows` of tokens (ids or strings, as
-    `unknown` is), has the unknown token (the search would write it, and the translation would not start with the
-    prefix), another special token (`specials`, each with its name: no translation goes on from one as from text),
-    or leaves no room in the model's `limit` learned positions."""
+    `unknown` is), has the unknown token (`unknown_name`: the search would write it, and the translation would not
+    start with the prefix), or leaves no room in the model's `limit` learned positions. (A special token's text in a
+    prefix is text: `text_as_text`.)"""
     for index, row in enumerate(rows):
         if unknown is not None and unknown in row:
-            name = specials.get(unknown, unknown)
-            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({name})"
-            raise SentenceError(index, reason)
-        written = [token for token in row if token in specials]
-        if written:
-            reason = f"the prefix {prefix[index]!r} has the special token {specials[written[0]]}, which is not text"
+            reason = f"the prefix {prefix[index]!r} has a token the target vocabulary lacks ({unknown_name})"
             raise SentenceError(index, reason)
         if limit is not None and len(row) >= limit:
             reason = (f"the prefix has {len(row)} tokens; the model writes at most {limit} (its learned positions), "
@@ -138,14 +133,13 @@ def check_prefixes(prefix, rows: list[list], unknown, specials: dict, limit: int
             raise SentenceError(index, reason)
 
 
-def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: dict, rooms: list[int] | None) -> None:
+def check_terms(terms, rows: list[list[list[int]]], tokenizer, rooms: list[int] | None) -> None:
     """A `SentenceError` naming the first sentence with a term of no text (blank), or whose token ids (`rows`) are
-    none, hold the unknown token, or another special token (`specials`, each id with its name: no translation
-    writes one as text, so the search would run to its length limit), or whose terms need more tokens than
-    `rooms[i]`, the most its translation may have."""
+    none or hold the unknown token, or whose terms need more tokens than `rooms[i]`, the most its translation may
+    have. (A special token's text in a term is text: `text_as_text`.)"""
     for index, (sentence_terms, sentence_rows) in enumerate(zip(terms, rows)):
         for term, row in zip(sentence_terms, sentence_rows):
-            problem = "no text" if is_blank(term) else term_problem(row, tokenizer, specials)
+            problem = "no text" if is_blank(term) else term_problem(row, tokenizer)
             if problem:
                 raise SentenceError(index, f"the term {term!r} has {problem}")
         needed = sum(map(len, sentence_rows))
@@ -155,13 +149,10 @@ def check_terms(terms, rows: list[list[list[int]]], tokenizer, specials: dict, r
             )
 
 
-def term_problem(row: list[int], tokenizer, specials: dict) -> str | None:
-    """What keeps a term's token ids from being written: none, the unknown token or another special token."""
+def term_problem(row: list[int], tokenizer) -> str | None:
+    """What keeps a term's token ids from being written: none, or the unknown token."""
     if not row:
         return "no tokens"
     if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in row:
         return f"a token the target vocabulary lacks ({tokenizer.unk_token})"
-    written = [token for token in row if token in specials]
-    if written:
-        return f"the special token {specials[written[0]]}, which is not text"
     return None

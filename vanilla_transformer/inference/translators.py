@@ -26,7 +26,7 @@ from ..exports.ctranslate2 import (
     import_ctranslate2,
     is_ctranslate2_folder,
 )
-from ..model_folder import encode_within, load_model_folder, read_generation_config, vocabularies
+from ..model_folder import encode_within, load_model_folder, read_generation_config, text_as_text
 from .alignment import Alignment, align, align_tokens
 from .capabilities import CAPABILITY_NAMES, Capabilities, UnsupportedError
 from .checks import check_prefixes, check_terms
@@ -80,8 +80,9 @@ class Translator:
 
 
 class PyTorchTranslator(Translator):
-    """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer, on
-    the device and in the precision of its `Placement` (None: where the model is)."""
+    """`generate()` on a `VanillaTransformerForConditionalGeneration` (or any seq2seq model) and its tokenizer (set
+    to read a special token's text as text: `text_as_text`), on the device and in the precision of its `Placement`
+    (None: where the model is)."""
 
     name = "torch"
     capabilities = Capabilities(terms=True, alignments=True, scoring=True, parallel_batches=False)
@@ -89,7 +90,7 @@ class PyTorchTranslator(Translator):
     def __init__(self, model, tokenizer, placement: Placement | None = None):
         if placement is not None:
             model = placement.place(model)
-        self.model, self.tokenizer = model.eval(), tokenizer
+        self.model, self.tokenizer = model.eval(), text_as_text(tokenizer)
 
     @classmethod
     def from_folder(cls, path: str, placement: Placement = DEFAULT_PLACEMENT) -> "PyTorchTranslator":
@@ -217,16 +218,8 @@ class PyTorchTranslator(Translator):
         have."""
         encoded = iter(self.target_ids([term for terms in constraints for term in terms], None))  # longer: refused
         found = [[next(encoded) for _ in terms] for terms in constraints]
-        check_terms(constraints, found, self.tokenizer, self.target_specials(), rooms)
+        check_terms(constraints, found, self.tokenizer, rooms)
         return found
-
-    def target_specials(self) -> dict[int, str]:
-        """The special tokens of the target vocabulary (a Marian tokenizer's own, where it has one: its special ids
-        are the source's), with the model's end of sentence and padding, each id with its token."""
-        config, vocabulary = self.model.config, vocabularies(self.tokenizer)[1] or self.tokenizer.get_vocab()
-        special = {vocabulary[token] for token in self.tokenizer.all_special_tokens if token in vocabulary}
-        ids = sorted(special | {config.eos_token_id, config.pad_token_id} - {None})
-        return dict(zip(ids, self.tokenizer.convert_ids_to_tokens(ids)))
 
     def target_ids(self, texts: list[str], limit: int | None) -> list[list[int]]:
         """Each text as target token ids without the end of sentence (the model's id: not every tokenizer, fairseq's
@@ -240,7 +233,7 @@ class PyTorchTranslator(Translator):
         """Each sentence's target prefix as token ids, without the end of sentence ("": none); checked by
         `check_prefixes` against the vocabulary and the model's positions (`limit`)."""
         rows = self.target_ids(list(prefix), None)
-        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.target_specials(), limit)
+        check_prefixes(prefix, rows, self.tokenizer.unk_token_id, self.tokenizer.unk_token, limit)
         return rows
 
     def score(self, sources, targets, batch_size=32) -> list[PairScore]:
@@ -280,7 +273,7 @@ class CTranslate2Translator(Translator):
         if device == "cuda":
             runs_on_cuda(self.translator, placement, ctranslate2.__version__)
         self.inter_threads = placement.inter_threads
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = text_as_text(AutoTokenizer.from_pretrained(folder))
         self.generation_config = read_generation_config(folder, folder)
         self.source_vocabulary, self.target_vocabulary = exported_vocabularies(folder)
         self.target_ids = {token: i for i, token in enumerate(self.target_vocabulary)}
@@ -359,8 +352,7 @@ class CTranslate2Translator(Translator):
             return None
         rows = self.tokens(list(prefix), target=True, cut=False)
         rows = [row[:-1] if row and row[-1] == self.end_token else row for row in rows]
-        specials = {token: token for token in self.tokenizer.all_special_tokens}
-        check_prefixes(prefix, rows, self.tokenizer.unk_token, specials, self.max_positions)
+        check_prefixes(prefix, rows, self.tokenizer.unk_token, self.tokenizer.unk_token, self.max_positions)
         return [row or None for row in rows]
 
     def batching(self, count: int, options: SearchOptions) -> dict:
