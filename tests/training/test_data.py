@@ -154,11 +154,12 @@ def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(t
     )
     cells = [json.dumps({"en": "one", "de": "eins"}), "{'en': 'two'}"]
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "b.csv", index=False)
-    with pytest.raises(DataError, match=r"--train-file .*b.csv, row 1: the 'translation' cell .* is not a JSON "):
+    cell = r"row 1 \(counting from 0\): the 'translation' cell .* is not a JSON object"
+    with pytest.raises(DataError, match=rf"--train-file .*b.csv, {cell} of texts such as"):
         load_raw_datasets(data_args(train_file=str(tmp_path / "b.csv")), SEED)
     cells[1] = json.dumps({"en": ["two"], "de": "zwei"})
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "c.csv", index=False)
-    with pytest.raises(DataError, match=r"c.csv, row 1: the 'translation' cell .* is not a JSON object of texts"):
+    with pytest.raises(DataError, match=rf"c.csv, {cell} of texts"):
         load_raw_datasets(data_args(train_file=str(tmp_path / "c.csv")), SEED)
 
 
@@ -266,6 +267,8 @@ def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_p
         "fieldless.jsonl": ("{}\n{}\n", "the file holds no rows with fields."),
         "deep.jsonl": ('{"en": "one", "de": "eins"}\n' + "[" * 100_000 + "\n", "line 2 is not valid JSON (nested too"),
         "deep.json": ("[" * 100_000 + "\n", "not valid JSON (nested too deeply)"),
+        # datasets reads it as one object of columns, its texts a 'translation' column of rows "one" and "eins"
+        "comma.jsonl": ('{"translation": {"en": "one", "de": "eins"},}\n', "line 1 is not valid JSON"),
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)

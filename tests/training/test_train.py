@@ -532,7 +532,12 @@ def test_a_resume_from_another_folder_whose_name_starts_alike_is_refused(tmp_pat
 
 def test_resume_from_something_that_is_not_a_checkpoint(tmp_path, data_files, capsys):
     (tmp_path / "empty").mkdir()
-    for target, message in ((tmp_path / "empty", "not a checkpoint"), (tmp_path / "missing", "no such folder")):
+    (tmp_path / "trainer_state.json").write_text("{}")  # a checkpoint's file, not its folder
+    for target, message in (
+        (tmp_path / "empty", "not a checkpoint"),
+        (tmp_path / "missing", "no such folder"),
+        (tmp_path / "trainer_state.json", "a file; expected a checkpoint folder (checkpoints/checkpoint-N) or a run"),
+    ):
         code = main(
             [
                 "train",

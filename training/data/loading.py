@@ -97,8 +97,21 @@ def load_files(files: dict[str, str | None], source_lang: str, target_lang: str)
             raise DataError(f"{flag} {path}: {reason}") from error
         if len(splits[split]) == 0:
             raise DataError(f"{flag} {path}: the file holds no rows with fields.")
+        if reason := misread_json(splits[split], path, builder):
+            raise DataError(f"{flag} {path}: {reason}")
         splits[split] = to_translation_schema(splits[split], f"{flag} {path}", source_lang, target_lang)
     return datasets.DatasetDict(splits)
+
+
+def misread_json(dataset: datasets.Dataset, path: str, builder: str) -> str | None:
+    """The first bad line of a JSON file that `datasets` read otherwise than as rows: where pyarrow's reader fails (a
+    JSON line with a trailing comma, say), the library reads the file as one JSON object of columns, and a line's
+    'translation' object becomes a column of its texts. A JSON file's pairs are objects, never text (a CSV file's
+    cells are), so such a column is the sign; the file is read again only then."""
+    feature = dataset.features.get("translation")
+    if builder != "json" or not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        return None
+    return first_bad_line(path, builder)
 
 
 def to_translation_schema(
@@ -157,8 +170,8 @@ def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: l
             ):
                 example = json.dumps(dict(zip(languages, ("...", "..."))))
                 raise DataError(
-                    f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of "
-                    f"texts such as {example}; or give one column per language instead."
+                    f"{where}, row {row} (counting from 0): the 'translation' cell {cell!r:.200} is not a JSON object "
+                    f"of texts such as {example}; or give one column per language instead."
                 )
             pairs.append({lang: pair.get(lang) for lang in languages})
         return {"translation": pairs}

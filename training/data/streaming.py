@@ -92,7 +92,9 @@ def json_cell(cell, where: str, row: int) -> dict:
     except json.JSONDecodeError:
         pair = None
     if not isinstance(pair, dict):
-        raise DataError(f"{where}, row {row}: the 'translation' cell {cell!r:.200} is not a JSON object of texts.")
+        raise DataError(
+            f"{where}, row {row} (counting from 0): the 'translation' cell {cell!r:.200} is not a JSON object of texts."
+        )
     return pair
 
 

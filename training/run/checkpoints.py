@@ -122,6 +122,9 @@ def save_checkpoint(
 
 def resolve_resume(path: str) -> str:
     """`--resume-from` accepts a checkpoint folder or a run folder (its newest checkpoint is used)."""
+    if os.path.isfile(path):
+        raise ValueError(f"--resume-from {path}: a file; expected a checkpoint folder (checkpoints/checkpoint-N) or a "
+                         "run folder")  # fmt: skip
     if not os.path.isdir(path):
         raise ValueError(f"--resume-from {path}: no such folder.")
     if not os.path.isfile(os.path.join(path, STATE_FILE)):
