@@ -44,6 +44,8 @@ def text_as_text(tokenizer):
     wherever it is loaded, `AutoTokenizer` included."""
     tokenizer.split_special_tokens = True
     tokenizer.init_kwargs["split_special_tokens"] = True
+    if getattr(tokenizer, "backend_tokenizer", None) is not None:  # a fast tokenizer's, for those who encode with it
+        tokenizer.backend_tokenizer.encode_special_tokens = True
     return tokenizer
 
 

@@ -351,8 +351,11 @@ def test_a_special_tokens_text_in_the_data_is_text_not_the_token(tmp_path):
     pair = {"translation": {"en": "seven </s> one <pad>", "de": "sieben</s> <s>eins"}}
     for folder in ("bpe", "plain"):
         loaded = load_tokenizer(str(tmp_path / folder))
-        row = tokenize_pairs(datasets.Dataset.from_list([pair]), loaded, DataArguments())[0]
-        for ids in (row["input_ids"], row["labels"]):
+        data = data_args(max_source_length=64, max_target_length=64)
+        row = tokenize_pairs(datasets.Dataset.from_list([pair]), loaded, data)[0]
+        dropout = BpeDropoutPairs(datasets.Dataset.from_list([pair]), loaded, data, dropout=0.5)
+        dropout.resegment(0, Accelerator(cpu=True))  # the segmentation drawn each epoch, with its own copy of the BPE
+        for ids in (row["input_ids"], row["labels"], dropout.input_ids[0], dropout.labels[0]):
             assert ids[-1] == loaded.eos_token_id and not {0, 1, 2} & set(ids[:-1]), (folder, ids)
 
 

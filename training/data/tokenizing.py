@@ -166,6 +166,7 @@ class BpeDropoutPairs(torch.utils.data.Dataset):
             raise DataError(f"--bpe-dropout {dropout} needs a BPE tokenizer; this tokenizer's model is {kind}.")
         self.sampler = Tokenizer.from_str(backend.to_str())  # a copy: the saved tokenizer keeps no dropout
         self.sampler.model.dropout = dropout
+        self.sampler.encode_special_tokens = backend.encode_special_tokens  # not in the copy's text: `text_as_text`
         self.max_lengths = (data.max_source_length, data.max_target_length)
         pairs = raw_train["translation"]
         sources, targets = [p[data.source_lang] for p in pairs], [p[data.target_lang] for p in pairs]
