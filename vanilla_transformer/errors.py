@@ -4,6 +4,7 @@ refused, so that the refusal alone says what is wrong."""
 
 import logging
 import numbers
+import sys
 
 MISSING_MATPLOTLIB = "plots need matplotlib: pip install 'vanilla-transformer[plots]'"
 
@@ -16,6 +17,11 @@ def is_whole(value) -> bool:
 def one_line(error: BaseException) -> str:
     """A library's error message, which can run over several lines, on one: for an error this package names."""
     return " ".join(str(error).split())
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, as every command words one: `warning: <message>`."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def first_few(names: list[str], most: int = 3) -> str:

@@ -31,6 +31,12 @@ def end_processes() -> None:
         torch.distributed.destroy_process_group()
 
 
+def is_first_process() -> bool:
+    """Whether this process is the first of those a launcher started (RANK 0), or the only one: the one that says
+    what all of them would say alike."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity, where the system has one), at least 1."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 
 from ...folders import holds
+from ...processes import is_first_process
 from .checkpoints import CHECKPOINT_PATTERN, list_checkpoints, resolve_resume
 from .state import RUN_MARKERS
 
@@ -103,7 +104,7 @@ def removed_if_unstarted(output_dir: str):
         yield
     except BaseException:
         started = any(os.path.exists(os.path.join(output_dir, marker)) for marker in RUN_MARKERS)
-        if os.environ.get("RANK", "0") == "0":
+        if is_first_process():
             if not left:  # gone once the run is set up: a failure later puts nothing back
                 put_back(output_dir)
             if made and not started:

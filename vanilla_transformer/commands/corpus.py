@@ -4,13 +4,12 @@ started."""
 
 import argparse
 import os
-import sys
 
 from ..corpus.output import Parts, StandardOutput, this_process
 from ..corpus.progress import PROGRESS
 from ..corpus.reading import STANDARD_STREAM, Corpus
 from ..corpus.run import run_corpus
-from ..errors import CommandError
+from ..errors import CommandError, warn
 from ..folders import holds
 from ..training.options.argument_types import at_most
 from ..training.options.arguments import PositiveInt
@@ -107,5 +106,5 @@ def run_job(args: argparse.Namespace, corpus: Corpus, make_job) -> int:
         output.abandon()
         raise
     if skipped:
-        print(f"warning: {skipped} lines could not be used and were left blank (--skip-invalid)", file=sys.stderr)
+        warn(f"{skipped} lines could not be used and were left blank (--skip-invalid)")
     return 0

@@ -6,16 +6,16 @@ training stack's evaluation as those dataclasses."""
 import argparse
 import json
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from ..corpus.output import check_output_file
-from ..errors import CommandError
+from ..errors import CommandError, warn
 from ..folders import write_atomically
 from ..inference.devices import Placement
 from ..inference.options import SearchOptions
 from ..inference.translators import CTranslate2Translator
 from ..model_folder import card_languages, recorded_seed
+from ..processes import is_first_process
 from ..training.options.arguments import DataArguments, GenerationArguments, RunArguments
 from .corpus import add_read_window, check_outside_model, file_or_stdout
 from .engine import add_engine_arguments, engine_for, placement_of, translator_for
@@ -102,11 +102,11 @@ def task_seed(model: str, data: DataArguments, given: int | None) -> int:
         return DEFAULT_SEED if given is None else given
     recorded = recorded_seed(model)
     if given is None and recorded is None:
-        warn(f"--model {model} records no seed; the embedded task's splits are drawn with --seed {DEFAULT_SEED}, and "
-             "hold numbers it trained on if it was trained with another")  # fmt: skip
+        warn_once(f"--model {model} records no seed; the embedded task's splits are drawn with --seed {DEFAULT_SEED}, "
+                  "and hold numbers it trained on if it was trained with another")  # fmt: skip
     elif given is not None and recorded is not None and given != recorded:
-        warn(f"--model {model} was trained with --seed {recorded}: the splits of --seed {given} hold numbers it "
-             "trained on (its own test split holds none)")  # fmt: skip
+        warn_once(f"--model {model} was trained with --seed {recorded}: the splits of --seed {given} hold numbers "
+                  "it trained on (its own test split holds none)")  # fmt: skip
     return given if given is not None else DEFAULT_SEED if recorded is None else recorded
 
 
@@ -115,15 +115,15 @@ def warn_of_other_languages(model: str, data: DataArguments) -> None:
     was not trained on (a model can be scored so; the flags may be the mistake)."""
     card = card_languages(model) if os.path.isdir(model) else None
     if card and tuple(card) != (data.source_lang, data.target_lang):
-        warn(f"--model {model} translates {card[0]} to {card[1]} (its card); evaluating {data.source_lang} to "
-             f"{data.target_lang} (--source-lang, --target-lang)")  # fmt: skip
+        warn_once(f"--model {model} translates {card[0]} to {card[1]} (its card); evaluating {data.source_lang} "
+                  f"to {data.target_lang} (--source-lang, --target-lang)")  # fmt: skip
 
 
-def warn(message: str) -> None:
-    """A warning on stderr, said once: under a launcher of several processes (`accelerate launch`, `torchrun`), by
-    the first (RANK 0) alone, as the scores are printed by it alone."""
-    if os.environ.get("RANK", "0") == "0":
-        print(f"warning: {message}", file=sys.stderr)
+def warn_once(message: str) -> None:
+    """A warning said once: under a launcher of several processes (`accelerate launch`, `torchrun`), by the first
+    alone, as the scores are printed by it alone."""
+    if is_first_process():
+        warn(message)
 
 
 def is_stream(path: str) -> bool:

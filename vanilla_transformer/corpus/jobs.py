@@ -7,10 +7,9 @@ tokens, with a warning). A sentence over `max_sentence_tokens` is named too (or 
 grows with the square of its length."""
 
 import json
-import sys
 from dataclasses import dataclass, replace
 
-from ..errors import CorpusError
+from ..errors import CorpusError, warn
 from ..inference.options import SearchOptions, SentenceError, Translation
 from ..serving.documents import Document, split_document
 from .reading import Record, TextInput
@@ -25,10 +24,6 @@ class Done:
     lines: int
     tokens: int
     skipped: int
-
-
-def warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,10 @@ import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 
 from ..configuration import VanillaTransformerConfig
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, warn
 from .mapping import (
     MISSING_TOKENIZER_PACKAGES,
     CheckpointImportError,
@@ -143,9 +142,8 @@ def checkpoint_settings(state: dict, path: str) -> dict:
     arch = str(settings.get("arch", "transformer"))
     if untold and arch != "transformer":
         filled = ", ".join(f"{key}={DEFAULTS[key]!r}" for key in untold)
-        print(f"warning: {path}: its arguments leave out {', '.join(untold)}, which the weights cannot tell; the "
-              f"import takes fairseq's base_architecture values ({filled}), which arch={arch} may not use",
-              file=sys.stderr)  # fmt: skip
+        warn(f"{path}: its arguments leave out {', '.join(untold)}, which the weights cannot tell; the import takes "
+             f"fairseq's base_architecture values ({filled}), which arch={arch} may not use")  # fmt: skip
     settings = {
         **DEFAULTS,
         **{key: value for key, value in settings.items() if value is not None or key not in DEFAULTS},
@@ -300,10 +298,9 @@ def fairseq_config(settings: dict, matrices, where: str) -> VanillaTransformerCo
     learned = bool(settings["encoder_learned_pos"])
     sides = settings["max_source_positions"], settings["max_target_positions"]
     if learned and sides[0] != sides[1]:  # the model has one table size
-        print(
-            f"warning: {where}: learned positions for {sides[0]} source and {sides[1]} target tokens; the model "
-            f"has one table of {min(sides)}: a longer source or translation is cut to it",
-            file=sys.stderr,
+        warn(
+            f"{where}: learned positions for {sides[0]} source and {sides[1]} target tokens; the model has one table "
+            f"of {min(sides)}: a longer source or translation is cut to it"
         )
     return VanillaTransformerConfig(
         vocab_size=source.shape[0],
