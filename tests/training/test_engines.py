@@ -58,14 +58,14 @@ def flags(files) -> list[str]:
     ]  # fmt: skip
 
 
-def launch(engine: str, arguments: list[str], port: int) -> subprocess.CompletedProcess:
+def launch(engine: str, arguments: list[str], port: int, **variables: str) -> subprocess.CompletedProcess:
     config, launch_flags, program, train_flags, environment = ENGINES[engine]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
         "--num_processes", "2", "--main_process_port", str(port), *launch_flags, *program, "train", *arguments,
         *train_flags,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **environment}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **environment, **variables}
     return subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
@@ -96,9 +96,12 @@ def engine_runs(files, tmp_path_factory):
         if engine not in done:
             out = tmp_path_factory.mktemp(engine) / "run"
             arguments = [*flags(files), "--gradient-accumulation-steps", "2", "--output-dir", str(out)]
-            finished = launch(engine, arguments, PORTS[engine])
+            # where torch keeps the C++ ops it compiles on the fly (DeepSpeed's among them), empty at the start
+            extensions = out.parent / "torch_extensions"
+            finished = launch(engine, arguments, PORTS[engine], TORCH_EXTENSIONS_DIR=str(extensions))
             assert finished.returncode == 0, finished.stderr[-3000:]
             assert finished.stdout.count("Training with 2 processes on cpu") == 1
+            (out.parent / "launch.txt").write_text(finished.stdout + finished.stderr)
             done[engine] = out
         return done[engine]
 
@@ -138,6 +141,15 @@ def test_an_engine_trains_averages_and_writes_the_folder_one_process_writes(engi
         assert load_file(out / "checkpoints" / checkpoint / "model.safetensors").keys() == whole.keys()
     sources = [pair["translation"]["en"] for pair in pairs(range(20, 28))]
     assert translations(out, sources) == translations(one_process, sources)
+
+
+@NEEDS_DEEPSPEED
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_deepspeed_on_cpu_processes_builds_no_op_its_training_never_calls(engine, engine_runs):
+    """DeepSpeed's shared-memory all-reduce serves only its inference (`skip_deepspeeds_inference_op`)."""
+    folder = engine_runs(engine).parent
+    assert not (folder / "torch_extensions").exists()  # nothing compiled
+    assert "built successfully" not in (folder / "launch.txt").read_text()
 
 
 def resumed_from_the_middle(engine: str, out: Path, arguments: list[str], folder: Path, port: int) -> Path:

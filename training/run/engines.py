@@ -41,6 +41,21 @@ def process_group_kwargs(cpu: bool) -> list:
     return []
 
 
+def skip_deepspeeds_inference_op() -> None:
+    """Under DeepSpeed on CPU processes, before it starts its process group: DeepSpeed then compiles its shared-memory
+    all-reduce, a C++ op (half a minute of two cores on its first run, and a compiler needed), which only its
+    inference's tensor parallelism calls (`inference_all_reduce`), never ZeRO's training. Marked as not buildable
+    here, it is skipped, as DeepSpeed skips it where it cannot build it; training reduces with torch.distributed
+    either way."""
+    if requested_engine() != "DeepSpeed" or torch.cuda.is_available():
+        return
+    import deepspeed.ops
+
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)  # DeepSpeed's own table of buildable ops
+    if isinstance(compatible, dict):
+        compatible["deepspeed_shm_comm"] = False
+
+
 def check_engine(accelerator: Accelerator, cpu: bool) -> None:
     """A ValueError where the launch asked for another engine (an accelerate config with FSDP or DeepSpeed) or more
     processes (WORLD_SIZE) than accelerate trains with."""

@@ -32,6 +32,7 @@ from .engines import (
     process_group_kwargs,
     shard_tied_weights,
     shards_model,
+    skip_deepspeeds_inference_op,
 )
 from .model import build_model
 from .output_folder import earlier_files, earlier_once_set_up, prepare_output_dir, remove_earlier, set_aside
@@ -42,6 +43,7 @@ from .state import Run, forget_metrics_after
 def start_accelerator(run: RunArguments, optimisation: OptimisationArguments, report_to: list[str]) -> Accelerator:
     """accelerate's `Accelerator` for the run's device, precision and trackers, the random generators seeded."""
     trackers = [t for t in report_to if t != "none"]
+    skip_deepspeeds_inference_op()
     # gradient accumulation is the loop's own (`train_update`, with `no_sync`): accelerate's counter stays at 1
     accelerator = Accelerator(
         mixed_precision=optimisation.mixed_precision,
