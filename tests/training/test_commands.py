@@ -431,6 +431,20 @@ def test_evaluate_reads_an_exported_folder_window_by_window_to_the_same_scores(
     assert windowed == whole
 
 
+def test_evaluate_names_the_torch_engines_tokenising_processes_under_the_ctranslate2_engine(
+    trained_folder, exported_folder, tmp_path, capsys
+):
+    test_file, out = trained_folder.parent / "test.jsonl", tmp_path / "scores.json"
+    flags = ["--test-file", str(test_file), "--preprocessing-num-workers", "2", "--output", str(out)]
+    assert main(["evaluate", "--model", str(exported_folder), *flags]) == 2
+    assert "error: --preprocessing-num-workers 2: the torch engine's processes that tokenise --split; the " in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
+    assert main(["evaluate", "--model", str(trained_folder), *flags, "--num-beams", "1"]) == 0
+    assert json.loads(out.read_text())["exact_match"] >= 0
+
+
 def test_translate_on_an_exported_model_with_learned_positions_truncates_and_names_the_sentence(
     learned_folder, tmp_path, capsys
 ):

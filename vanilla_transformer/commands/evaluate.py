@@ -65,6 +65,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if engine_for(args) == "torch":
             metrics = evaluate_pytorch(args.model, placement_of(args), (args.split, args.seed), data, generation)
         else:
+            check_exported_data(data)
             translator = translator_for(args)
             split = split_of(data, args.split, task_seed(args.model, data, args.seed))
             metrics = evaluate_exported(translator, split, data, generation, args.read_window)
@@ -90,6 +91,16 @@ def check_evaluated_data(data: DataArguments) -> None:
                            "give one source of data", exit_code=2)  # fmt: skip
     if data.dataset_config and not data.dataset_name:
         raise CommandError("--dataset-config needs --dataset-name", exit_code=2)
+
+
+def check_exported_data(data: DataArguments) -> None:
+    """The data flags that only the torch engine's evaluation reads, named under the CTranslate2 engine."""
+    if data.preprocessing_num_workers is not None:
+        raise CommandError(
+            f"--preprocessing-num-workers {data.preprocessing_num_workers}: the torch engine's processes that "
+            "tokenise --split; the CTranslate2 engine reads it --read-window pairs at a time, in this process",
+            exit_code=2,
+        )
 
 
 def task_seed(model: str, data: DataArguments, given: int | None) -> int:
