@@ -71,8 +71,10 @@ def test_requests_go_out_when_due_not_in_bursts(server, tmp_path):
     assert [row[2] for row in rows].count("429") == 40 and {row[2] for row in rows} == {"200", "429"}
     assert all(0 < float(row[1]) < 1 for row in rows)
     arrived = sorted(when for when, _ in Answers.arrivals)
-    # 5 ms apart: no 20 ms holds more than a few (hey's paced workers would all send at once)
-    assert max(sum(start <= t < start + 0.02 for t in arrived) for start in arrived) <= 6
+    # 5 ms apart: no 20 ms holds more than a few, and most hold four (hey's paced workers would all send at once,
+    # tens together); a stall of a loaded machine sends what fell due during it together, so a few more may meet
+    in_20_ms = sorted(sum(start <= t < start + 0.02 for t in arrived) for start in arrived)
+    assert in_20_ms[len(in_20_ms) // 2] <= 5 and in_20_ms[-1] <= 10
     assert len({connection for _, connection in Answers.arrivals}) < 50  # connections kept alive and used again
 
 
