@@ -47,9 +47,13 @@ def skip_deepspeeds_inference_op() -> None:
     inference's tensor parallelism calls (`inference_all_reduce`), never ZeRO's training. Marked as not buildable
     here, it is skipped, as DeepSpeed skips it where it cannot build it; training reduces with torch.distributed
     either way."""
-    if requested_engine() != "DeepSpeed" or torch.cuda.is_available():
+    if requested_engine() != "DeepSpeed":
         return
     import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cpu":  # DS_ACCELERATOR=cpu, or no GPU
+        return
 
     compatible = getattr(deepspeed.ops, "__compatible_ops__", None)  # DeepSpeed's own table of buildable ops
     if isinstance(compatible, dict):
