@@ -48,7 +48,21 @@ SLOW = {
     "tests/modeling/test_generation.py::test_compiled_generation_with_a_static_cache_equals_eager_generation": (
         "torch.compile of generation"
     ),
+    "tests/test_launch_check.py::test_accelerate_launch_of_two_cpu_processes_stops_with_one_line": "two processes",
+    "tests/training/test_update.py::test_two_processes_give_the_update_one_process_accumulates": "two processes",
 }
+# translate and score as processes given hostile streams: a command-line process per case
+SLOW.update(
+    (f"tests/corpus/test_hostile.py::test_{name}", "a command-line process per case")
+    for name in (
+        "a_reader_that_goes_away_ends_the_command_quietly_with_status_141",
+        "a_full_device_as_stdout_is_named_in_one_line",
+        "an_output_file_the_system_stops_growing_is_named_with_status_1_and_resumes",
+        "a_closed_stdout_or_stdin_is_named_in_one_line",
+        "an_endless_line_is_named_in_bounded_memory",
+        "sigterm_before_the_first_window_leaves_nothing_behind",
+    )
+)
 
 
 def is_slow(nodeid: str) -> bool:
