@@ -298,16 +298,40 @@ FIRST_RUN_SOURCES = (
 )
 
 
+# The settings that choose the CPU kernels of torch, oneDNN and MKL. VANILLA_TRANSFORMER_FIRST_RUN_KERNELS, as
+# `NAME=VALUE` words of them, trains the README's first run under those settings whatever the tests' own are: `.ci/run`
+# trains it once, under another instruction set's kernels, for the README's tests and for their run under that set.
+KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+FIRST_RUN_KERNELS = "VANILLA_TRANSFORMER_FIRST_RUN_KERNELS"
+
+
+def first_run_kernels() -> dict[str, str] | None:
+    """The kernel settings that VANILLA_TRANSFORMER_FIRST_RUN_KERNELS gives the first run (None where it is unset)."""
+    words = os.environ.get(FIRST_RUN_KERNELS)
+    if words is None:
+        return None
+    settings = dict(word.partition("=")[::2] for word in words.split())
+    wrong = [word for word in words.split() if word.partition("=")[0] not in KERNEL_SETTINGS or "=" not in word]
+    if wrong:
+        raise pytest.UsageError(
+            f"{FIRST_RUN_KERNELS}: {wrong[0]!r} is not NAME=VALUE with NAME one of {', '.join(KERNEL_SETTINGS)}"
+        )
+    return settings
+
+
 def first_run_key() -> str:
     """A hash of everything the README's first run depends on: a kept run of another tree is not reused."""
     import hashlib
     import importlib.metadata
 
     digest = hashlib.sha256(f"{first_command()} {sys.version}".encode())
-    # the kernels that train it: another instruction set trains other last bits (`.ci/run` runs it under another)
-    digest.update(torch.backends.cpu.get_cpu_capability().encode())
-    for setting in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
-        digest.update(f"{setting}={os.environ.get(setting, '')}".encode())
+    # the kernels that train it: another instruction set trains other last bits
+    kernels = first_run_kernels()
+    if kernels is None:
+        digest.update(torch.backends.cpu.get_cpu_capability().encode())
+        kernels = {setting: os.environ.get(setting, "") for setting in KERNEL_SETTINGS[1:]}
+    for setting in KERNEL_SETTINGS:
+        digest.update(f"{setting}={kernels.get(setting, '')}".encode())
     for library in ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu", "numpy"):
         digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
     for source in FIRST_RUN_SOURCES:
@@ -361,6 +385,7 @@ class FirstRun:
 
     def start(self) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env.update(first_run_kernels() or {})
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)
         with open(self.folder / "stdout.txt", "wb") as stdout, open(self.folder / "stderr.txt", "wb") as stderr:
