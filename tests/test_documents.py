@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.conftest import FIRST_RUN_KERNELS, KERNEL_SETTINGS, first_run_kernels, first_run_key
 from tests.documents import (
     CLI,
     DOCUMENTS,
@@ -48,6 +49,23 @@ def example_command(language: str, code: str) -> list[str]:
 def test_the_first_command_trains_the_embedded_task_with_defaults():
     assert README.index(first_command()) < README.index("## Run the tests")
     assert first_command() == "vanilla-transformer train"
+
+
+def test_the_first_runs_kernel_settings_name_its_kept_run_whatever_the_tests_own(monkeypatch):
+    """`.ci/run` trains the first run once under another instruction set's kernels and reads it under both sets."""
+    avx2 = "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"
+    monkeypatch.setenv(FIRST_RUN_KERNELS, avx2)
+    named = first_run_key()
+    for setting in KERNEL_SETTINGS:
+        monkeypatch.setenv(setting, "AVX2")
+    assert first_run_key() == named
+    monkeypatch.setenv(FIRST_RUN_KERNELS, "ATEN_CPU_CAPABILITY=default")
+    assert first_run_key() != named
+    monkeypatch.delenv(FIRST_RUN_KERNELS)
+    assert first_run_key() != named
+    monkeypatch.setenv(FIRST_RUN_KERNELS, "ATEN=avx2")
+    with pytest.raises(pytest.UsageError, match=f"{FIRST_RUN_KERNELS}: 'ATEN=avx2' is not NAME=VALUE"):
+        first_run_kernels()
 
 
 def test_the_documents_show_outputs_for_the_examples_a_user_pastes_first():
