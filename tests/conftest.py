@@ -310,13 +310,12 @@ def first_run_kernels() -> dict[str, str] | None:
     words = os.environ.get(FIRST_RUN_KERNELS)
     if words is None:
         return None
-    settings = dict(word.partition("=")[::2] for word in words.split())
     wrong = [word for word in words.split() if word.partition("=")[0] not in KERNEL_SETTINGS or "=" not in word]
     if wrong:
         raise pytest.UsageError(
             f"{FIRST_RUN_KERNELS}: {wrong[0]!r} is not NAME=VALUE with NAME one of {', '.join(KERNEL_SETTINGS)}"
         )
-    return settings
+    return dict(word.partition("=")[::2] for word in words.split())
 
 
 def first_run_key() -> str:
