@@ -21,8 +21,8 @@ from transformers.utils import is_torchdynamo_compiling
 class Dropout(nn.Dropout):
     """Dropout with rate P_drop (§5.4): each element is kept with probability 1 - P_drop and scaled by 1 / (1 - P_drop).
 
-    On the CPU the keep mask is drawn as `uniform >= P_drop`, several times faster than the `bernoulli_` behind
-    `nn.Dropout`, and kept as booleans for the backward pass; other devices use the fused `F.dropout` kernel.
+    On the CPU the keep mask is drawn by `keep_mask` and kept as booleans for the backward pass; other devices use
+    the fused `F.dropout` kernel.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -30,8 +30,21 @@ class Dropout(nn.Dropout):
             return x
         if x.device.type != "cpu" or self.p == 1.0:
             return F.dropout(x, self.p, training=True)
-        keep = torch.rand_like(x) >= self.p
-        return x.mul(keep).mul_(1.0 / (1.0 - self.p))
+        return x.mul(keep_mask(x.shape, self.p)).mul_(1.0 / (1.0 - self.p))
+
+
+def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
+    """A CPU tensor of booleans, each True with probability 1 - p (p rounded to a multiple of 2^-32): each element
+    is 32 random bits from torch's generator (so the global seed decides it), read as a signed integer, True where
+    it is at least round(p * 2^32) - 2^31. Each 64-bit draw gives two elements: half the generator's calls of a
+    float `uniform >= p` (which resolves p only to 2^-24) and about half its time, where the `bernoulli_` behind
+    `nn.Dropout` takes longer than either. torch.compile cannot trace `random_`: a compiled graph draws
+    `uniform >= p`."""
+    if torch.compiler.is_compiling():
+        return torch.rand(shape) >= p
+    count = math.prod(shape)
+    bits = torch.empty((count + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
+    return bits.view(torch.int32)[:count].view(shape) >= round(p * 2**32) - 2**31
 
 
 # ---------------------------------------------------------------------------------------------------------------------

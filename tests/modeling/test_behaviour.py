@@ -181,7 +181,7 @@ def test_dropout_keeps_one_minus_p_scales_and_is_the_identity_in_eval(p):
     from vanilla_transformer.modeling.modeling_vanilla_transformer import Dropout
 
     dropout = Dropout(p)
-    x = torch.rand(400, 500) + 1.0  # no zeros of its own
+    x = torch.rand(401, 499) + 1.0  # no zeros of its own; an odd count of elements
     x.requires_grad_(True)
     torch.manual_seed(0)
     y = dropout(x)
