@@ -36,10 +36,10 @@ class Dropout(nn.Dropout):
 def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     """A CPU tensor of booleans, each True with probability 1 - p (p rounded to a multiple of 2^-32): each element
     is 32 random bits from torch's generator (so the global seed decides it), read as a signed integer, True where
-    it is at least round(p * 2^32) - 2^31. Each 64-bit draw gives two elements: half the generator's calls of a
-    float `uniform >= p` (which resolves p only to 2^-24) and about half its time, where the `bernoulli_` behind
-    `nn.Dropout` takes longer than either. torch.compile cannot trace `random_`: a compiled graph draws
-    `uniform >= p`."""
+    it is at least round(p * 2^32) - 2^31, whatever the input's precision. Each 64-bit draw gives two elements: half
+    the generator's calls of `rand_like(x) >= p` and about half its time. That draw was also in the input's
+    precision, and kept 0.898 of a bfloat16 input for p = 0.1. The `bernoulli_` behind `nn.Dropout` takes longer
+    than either. torch.compile cannot trace `random_`: a compiled graph draws a float32 `uniform >= p`."""
     if torch.compiler.is_compiling():
         return torch.rand(shape) >= p
     count = math.prod(shape)

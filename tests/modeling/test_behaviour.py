@@ -195,3 +195,14 @@ def test_dropout_keeps_one_minus_p_scales_and_is_the_identity_in_eval(p):
     assert not torch.equal(dropout(x), y)
     assert dropout.eval()(x) is x
     assert isinstance(dropout, torch.nn.Dropout)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_keeps_one_minus_p_of_bfloat16_inputs_too(p):
+    """The keep rate does not depend on the input's precision (a bfloat16 uniform draw, rounded near p, kept
+    0.898 for p = 0.1): 4M draws, whose standard error is below 0.00025."""
+    from vanilla_transformer.modeling.modeling_vanilla_transformer import Dropout
+
+    torch.manual_seed(0)
+    kept = Dropout(p)(torch.ones(2000, 2000, dtype=torch.bfloat16)) != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.001
