@@ -41,9 +41,9 @@ def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     precision, and kept 0.898 of a bfloat16 input for p = 0.1. The `bernoulli_` behind `nn.Dropout` takes longer
     than either. torch.compile cannot trace `random_`: a compiled graph draws a float32 `uniform >= p`."""
     if torch.compiler.is_compiling():
-        return torch.rand(shape) >= p
+        return torch.rand(shape, device="cpu") >= p
     count = math.prod(shape)
-    bits = torch.empty((count + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
+    bits = torch.empty((count + 1) // 2, dtype=torch.int64, device="cpu").random_(-(2**63), None)
     return bits.view(torch.int32)[:count].view(shape) >= round(p * 2**32) - 2**31
 
 

@@ -206,3 +206,12 @@ def test_dropout_keeps_one_minus_p_of_bfloat16_inputs_too(p):
     torch.manual_seed(0)
     kept = Dropout(p)(torch.ones(2000, 2000, dtype=torch.bfloat16)) != 0
     assert abs(kept.float().mean().item() - (1 - p)) < 0.001
+
+
+def test_dropout_draws_a_cpu_inputs_mask_on_the_cpu_whatever_the_default_device():
+    from vanilla_transformer.modeling.modeling_vanilla_transformer import Dropout
+
+    x = torch.ones(5, 7)
+    with torch.device("meta"):  # as `torch.set_default_device` makes it for tensors made without a device
+        y = Dropout(0.5)(x)
+    assert y.device.type == "cpu" and set(y.unique().tolist()) <= {0.0, 2.0}
