@@ -50,19 +50,28 @@ def check_as_generate(model, batch, config: GenerationConfig) -> list:
     return flat
 
 
-@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
-def test_a_random_model_decodes_as_generate_does(search):
-    """Untrained: many searches end at once or run to the limit, where generate()'s rules are at their edges."""
+def ending_early(eos_bias: float):
+    """A random model whose end of sentence is made likely by `eos_bias` on its output bias: some sentences end at
+    once, others run to the limit."""
     model = tiny_model(seed=3, output_bias=True)
     with torch.no_grad():
         model.lm_head.bias.zero_()
-        model.lm_head.bias[model.config.eos_token_id] = 1.5  # some sentences end at once, others run to the limit
-    generator = torch.Generator().manual_seed(0)
-    lengths = [3, 9, 5, 12, 1, 7]
-    ids = torch.randint(3, 50, (len(lengths), max(lengths)), generator=generator)
+        model.lm_head.bias[model.config.eos_token_id] = eos_bias
+    return model
+
+
+def random_sources(lengths: list[int]) -> dict:
+    """A batch of random source sentences of `lengths` tokens, padded to the longest."""
+    ids = torch.randint(3, 50, (len(lengths), max(lengths)), generator=torch.Generator().manual_seed(0))
     mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
-    batch = {"input_ids": ids * mask, "attention_mask": mask}
-    check_as_generate(model, batch, config_for(model, 14, **search))
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_a_random_model_decodes_as_generate_does(search):
+    """Untrained: many searches end at once or run to the limit, where generate()'s rules are at their edges."""
+    model = ending_early(1.5)
+    check_as_generate(model, random_sources([3, 9, 5, 12, 1, 7]), config_for(model, 14, **search))
 
 
 @pytest.mark.parametrize("search", SEARCHES[2:], ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
@@ -105,19 +114,13 @@ def test_finished_sentences_leave_the_batch(beams, eos_bias):
     """The decoder runs on fewer rows once a sentence is done: a short sentence beside a long one costs its own
     steps, not the long one's. A random model whose end of sentence is made likely (`eos_bias`, as much as each
     search needs) ends one sentence at once and runs the others to the limit, whatever a training run's draws."""
-    model = tiny_model(seed=3, output_bias=True).eval()
-    with torch.no_grad():
-        model.lm_head.bias.zero_()
-        model.lm_head.bias[model.config.eos_token_id] = eos_bias
-    lengths = torch.tensor([3, 9, 5, 12])
-    ids = torch.randint(3, 50, (4, 12), generator=torch.Generator().manual_seed(0))
-    mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
+    model, batch = ending_early(eos_bias), random_sources([3, 9, 5, 12])
     rows = []
     hook = model.register_forward_pre_hook(
         lambda module, args, kwargs: rows.append(len(kwargs["decoder_input_ids"])), with_kwargs=True
     )
     try:
-        found = decode(model, ids * mask, mask, config_for(model, 30, num_beams=beams))
+        found = decode(model, batch["input_ids"], batch["attention_mask"], config_for(model, 30, num_beams=beams))
     finally:
         hook.remove()
     lengths = [len(sentence[0].tokens) for sentence in found]
