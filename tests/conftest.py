@@ -65,9 +65,46 @@ SLOW.update(
 )
 
 
+# The slow tier's longest modules, longest first (each takes half a minute or more of a worker). `.ci/run` spreads the
+# tier over pytest-xdist's workers a module at a time, and a worker takes the next module in the collection's order:
+# the longest start first, so that the short ones fill in at the end and no worker is left running a long module
+# alone while the other waits. (xdist's own order, the modules with the most tests first, is turned off.)
+LONGEST_FIRST = (
+    "tests/test_fairseq_reference.py",
+    "tests/training/test_engines.py",
+    "tests/bench/test_translate_bench.py",
+    "tests/training/test_studies.py",
+    "tests/training/test_recipes.py",
+    "tests/serving/test_server_limits.py",
+    "tests/training/test_distributed.py",
+    "tests/bench/test_speed.py",
+    "tests/bench/test_translate_fairseq_bench.py",
+    "tests/bench/test_gpu_bench.py",
+    "tests/bench/test_serve_bench.py",
+    "tests/modeling/test_attention_backends.py",
+    "tests/corpus/test_hostile.py",
+    "tests/corpus/test_processes.py",
+    "tests/reliability/test_interrupted_runs.py",
+    "tests/test_tutorial.py",
+    "tests/bench/test_serving.py",
+    "tests/bench/test_data_bench.py",
+)
+
+
 def is_slow(nodeid: str) -> bool:
     test = nodeid.split("[")[0]  # without the parameters
     return any(test == key if "::" in key else nodeid.startswith(key) for key in SLOW)
+
+
+def slow_rank(nodeid: str) -> int:
+    """Where a test's module comes in the slow tier's order: LONGEST_FIRST's, then every other module's."""
+    module = nodeid.split("::")[0]
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST and is_slow(nodeid) else len(LONGEST_FIRST)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist 3.8 and later: keep the collection's order
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
@@ -76,7 +113,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: "first_run" in item.fixturenames)  # last: the first run trains meanwhile (`FirstRun`)
+    # the slow tier's longest modules first; last, the first run's readers: it trains meanwhile (`FirstRun`)
+    items.sort(key=lambda item: (slow_rank(item.nodeid), "first_run" in item.fixturenames))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="gpu: needs a CUDA device, and torch.cuda.is_available() is False here")

@@ -17,7 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import FIRST_RUN_KERNELS, KERNEL_SETTINGS, first_run_kernels, first_run_key
+from tests.conftest import (
+    FIRST_RUN_KERNELS,
+    KERNEL_SETTINGS,
+    LONGEST_FIRST,
+    SLOW,
+    first_run_kernels,
+    first_run_key,
+)
 from tests.documents import (
     CLI,
     DOCUMENTS,
@@ -155,6 +162,17 @@ def test_ci_runs_the_readmes_test_command_and_then_the_slow_tier():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     slow = [line for line in ci[ci.index(command) :] if "python -m pytest -q -m slow" in line]
     assert slow and "-n auto" in slow[0] and "--dist loadfile" in slow[0]  # the slow tier, on a worker a core
+
+
+def test_the_slow_tiers_lists_name_tests_that_exist():
+    """conftest.py's SLOW (what makes the slow tier) and LONGEST_FIRST (its order) name modules, folders and tests by
+    path: one renamed or moved would drop out of the slow tier or out of its order without a word."""
+    for key in [*SLOW, *LONGEST_FIRST]:
+        path, _, test = key.partition("::")
+        assert (ROOT / path).exists(), f"{key}: no such module or folder"
+        assert not test or f"def {test}(" in (ROOT / path).read_text(encoding="utf-8"), f"{key}: no such test"
+    for module in LONGEST_FIRST:  # each holds tests of the slow tier
+        assert any(key.split("::")[0] == module or module.startswith(key) for key in SLOW), module
 
 
 def test_the_manual_builds_as_a_site_with_every_link_checked(tmp_path):
