@@ -96,10 +96,10 @@ def is_slow(nodeid: str) -> bool:
     return any(test == key if "::" in key else nodeid.startswith(key) for key in SLOW)
 
 
-def slow_rank(nodeid: str) -> int:
+def slow_rank(item) -> int:
     """Where a test's module comes in the slow tier's order: LONGEST_FIRST's, then every other module's."""
-    module = nodeid.split("::")[0]
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST and is_slow(nodeid) else len(LONGEST_FIRST)
+    module = item.nodeid.split("::")[0]
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST and "slow" in item.keywords else len(LONGEST_FIRST)
 
 
 def pytest_configure(config):
@@ -114,7 +114,7 @@ def pytest_collection_modifyitems(config, items):
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
     # the slow tier's longest modules first; last, the first run's readers: it trains meanwhile (`FirstRun`)
-    items.sort(key=lambda item: (slow_rank(item.nodeid), "first_run" in item.fixturenames))
+    items.sort(key=lambda item: (slow_rank(item), "first_run" in item.fixturenames))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="gpu: needs a CUDA device, and torch.cuda.is_available() is False here")
