@@ -1,7 +1,7 @@
-"""The fairseq import against real fairseq: five tiny models that `fairseq-train` trained on a small English-German
+"""The fairseq import against real fairseq: three tiny models that `fairseq-train` trained on a small English-German
 corpus (tests/fairseq_reference: Moses tokenisation, 400 joint subword-nmt merges, joined and separate dictionaries;
 post-norm and pre-norm, sinusoidal and learned positions, each way of sharing the embeddings, bpecodes in subword-nmt's
-and in fastBPE's format), imported with `import_checkpoint(..., kind="fairseq")`.
+and in fastBPE's format, each in at least one of them), imported with `import_checkpoint(..., kind="fairseq")`.
 
 An imported model computes fairseq's logits on the same ids; its tokenizer gives the ids that fairseq gives the same
 raw text (the source as fairseq-interactive encodes it with `--tokenizer moses --bpe ...`, the target as the corpus

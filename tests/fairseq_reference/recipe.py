@@ -1,5 +1,5 @@
 """The fairseq reference, made by fairseq's own tools in the fairseq environment: the corpus Moses-tokenised, 400
-joint subword-nmt merges learned and applied, `fairseq-preprocess` with and without `--joined-dictionary`, five tiny
+joint subword-nmt merges learned and applied, `fairseq-preprocess` with and without `--joined-dictionary`, three tiny
 models trained with `fairseq-train --cpu`, and for each what fairseq computes with it: its encodings and logits
 (`fairseq_side.py reference`) and its beam-5 translations of the held-out sentences (fairseq-interactive's own
 `cli_main`), in one process a variant.
@@ -55,12 +55,13 @@ class Variant:
 
 PRE_NORM = ("--encoder-normalize-before", "--decoder-normalize-before")
 LEARNED = ("--encoder-learned-pos", "--decoder-learned-pos")
+# Each way the import reads a checkpoint, in at least one variant: post- and pre-norm, sinusoidal and learned positions,
+# joined and separate dictionaries, all embeddings shared, the decoder's input and output only, none, and bpecodes in
+# subword-nmt's and in fastBPE's format.
 VARIANTS = {
     "post-norm-shared-all": Variant("joined", ("--share-all-embeddings",)),
     "pre-norm-separate": Variant("separate", PRE_NORM + ("--share-decoder-input-output-embed",)),
-    "learned-separate-output": Variant("separate", LEARNED),
-    "pre-norm-learned": Variant("joined", PRE_NORM + LEARNED + ("--share-decoder-input-output-embed",)),
-    "fastbpe-codes": Variant("joined", ("--share-decoder-input-output-embed",), bpe="fastbpe"),
+    "learned-unshared-fastbpe": Variant("joined", LEARNED, bpe="fastbpe"),
 }
 # the variants translated with terms (fairseq-interactive --constraints), in both of fairseq's modes
 CONSTRAINED = ("post-norm-shared-all", "pre-norm-separate")
