@@ -70,24 +70,24 @@ SLOW.update(
 # the longest start first, so that the short ones fill in at the end and no worker is left running a long module
 # alone while the other waits. (xdist's own order, the modules with the most tests first, is turned off.)
 LONGEST_FIRST = (
-    "tests/test_fairseq_reference.py",
     "tests/training/test_engines.py",
-    "tests/bench/test_translate_bench.py",
+    "tests/test_fairseq_reference.py",
     "tests/training/test_studies.py",
-    "tests/training/test_recipes.py",
-    "tests/serving/test_server_limits.py",
-    "tests/training/test_distributed.py",
     "tests/bench/test_speed.py",
+    "tests/serving/test_server_limits.py",
+    "tests/bench/test_translate_bench.py",
+    "tests/training/test_recipes.py",
     "tests/bench/test_translate_fairseq_bench.py",
-    "tests/bench/test_gpu_bench.py",
-    "tests/bench/test_serve_bench.py",
     "tests/modeling/test_attention_backends.py",
+    "tests/training/test_distributed.py",
+    "tests/bench/test_gpu_bench.py",
     "tests/corpus/test_hostile.py",
     "tests/corpus/test_processes.py",
-    "tests/reliability/test_interrupted_runs.py",
-    "tests/test_tutorial.py",
     "tests/bench/test_serving.py",
+    "tests/test_tutorial.py",
+    "tests/bench/test_serve_bench.py",
     "tests/bench/test_data_bench.py",
+    "tests/reliability/test_interrupted_runs.py",
 )
 
 
