@@ -3,12 +3,20 @@
 # environment of its own that reuses the torch installed here, for tests/test_fairseq_reference.py. fairseq-fixed and
 # fastBPE are built from their source distributions against that torch, without build isolation, so their build tools
 # are installed first (wheel for bdist_wheel; scikit-learn, which fairseq imports).
+#
+# Its own packages, and those that torch imports, are installed into it whatever this environment has
+# (`--ignore-installed`); torch only where this environment lacks torch 2.13.0 (read from its metadata alone). So
+# .ci/run builds it while it installs the project's other packages here: neither pip reads what the other writes, and
+# fairseq's build, which imports torch, finds none of the packages that pip may be replacing meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-pip install torch==2.13.0
+if [ "$(python -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null)" != 2.13.0 ]; then
+  pip install torch==2.13.0
+fi
 python -m venv --system-site-packages .venv-fairseq
-.venv-fairseq/bin/pip install "numpy<2" "cython<3.1" wheel setuptools hydra-core==1.3.2 omegaconf==2.3.0 bitarray \
-  sacrebleu subword-nmt sacremoses scikit-learn regex tqdm cffi
+.venv-fairseq/bin/pip install --ignore-installed "numpy<2" "cython<3.1" wheel setuptools hydra-core==1.3.2 \
+  omegaconf==2.3.0 bitarray sacrebleu subword-nmt sacremoses scikit-learn regex tqdm cffi \
+  $(python -c 'import importlib.metadata as m; print(" ".join(r.split(";")[0] for r in m.requires("torch") if "extra" not in r))')
 .venv-fairseq/bin/pip install --no-build-isolation fastBPE
 # fairseq's own C and Cython extensions are built (BLEU, batching); its three torch C++ extensions are left out: BASE
 # layers' balanced assignment, the non-autoregressive models' edit distance and simultaneous translation's alignment.
