@@ -4,7 +4,7 @@
 # fastBPE are built from their source distributions against that torch, without build isolation, so their build tools
 # are installed first (wheel for bdist_wheel; scikit-learn, which fairseq imports).
 #
-# Its own packages, and those that torch imports, are installed into it whatever this environment has
+# Its own packages, and the pure-Python ones that torch imports, are installed into it whatever this environment has
 # (`--ignore-installed`); torch only where this environment lacks torch 2.13.0 (read from its metadata alone). So
 # .ci/run builds it while it installs the project's other packages here: neither pip reads what the other writes, and
 # fairseq's build, which imports torch, finds none of the packages that pip may be replacing meanwhile.
@@ -16,7 +16,7 @@ fi
 python -m venv --system-site-packages .venv-fairseq
 .venv-fairseq/bin/pip install --ignore-installed "numpy<2" "cython<3.1" wheel setuptools hydra-core==1.3.2 \
   omegaconf==2.3.0 bitarray sacrebleu subword-nmt sacremoses scikit-learn regex tqdm cffi \
-  $(python -c 'import importlib.metadata as m; print(" ".join(r.split(";")[0] for r in m.requires("torch") if "extra" not in r))')
+  filelock typing-extensions sympy networkx jinja2 fsspec  # the last six: what torch imports
 .venv-fairseq/bin/pip install --no-build-isolation fastBPE
 # fairseq's own C and Cython extensions are built (BLEU, batching); its three torch C++ extensions are left out: BASE
 # layers' balanced assignment, the non-autoregressive models' edit distance and simultaneous translation's alignment.
