@@ -26,7 +26,7 @@ import tempfile
 
 from ..common import memory, models, report
 from .build import POOL, corpus, write_lines
-from .suite import run_process, search_name
+from .suite import fastest_round, run_process, search_name
 
 SUITE = "translate-fairseq"
 MARKER = report.TRANSLATE_FAIRSEQ_MARKER
@@ -197,7 +197,7 @@ def measure_search(beams: int, paths: dict, count: int, args) -> dict:
             row, texts[engine] = run_row(engine, beams, paths["input"], paths, args)
             times[engine].append((row["seconds"] - startup, startup, row))
     for engine in ENGINES:
-        seconds, startup, rows[engine] = min(times[engine], key=lambda t: t[0])
+        seconds, startup, rows[engine] = fastest_round(times[engine])
         if len(texts[engine]) != count:
             raise RuntimeError(f"{engine} wrote {len(texts[engine])} translations of {count} lines")
         tokens = sum(len(ids) for ids in tokenizer(text_target=texts[engine])["input_ids"])

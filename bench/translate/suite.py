@@ -180,11 +180,9 @@ def output_texts(engine: str, path: str, ct2: str) -> list[str]:
     return [text.strip() for text in decoded]
 
 
-def fastest_round(times: list[tuple[float, float, dict]]) -> tuple[float, dict]:
-    """Of an engine's rounds, each (its seconds without its start-up, its start-up, its row), the fastest: its
-    start-up and row."""
-    _, startup, row = min(times, key=lambda t: t[0])
-    return startup, row
+def fastest_round(times: list[tuple[float, float, dict]]) -> tuple[float, float, dict]:
+    """Of an engine's rounds, each (its seconds without its start-up, its start-up, its row), the fastest."""
+    return min(times, key=lambda t: t[0])
 
 
 def measure_search(beams: int, paths: dict, count: int, args) -> dict:
@@ -199,7 +197,7 @@ def measure_search(beams: int, paths: dict, count: int, args) -> dict:
             row, outputs[engine] = run_engine(engine, beams, paths, args)
             times[engine].append((row["seconds"] - startup, startup, row))
     for engine in ENGINES:
-        startup, rows[engine] = fastest_round(times[engine])
+        _, startup, rows[engine] = fastest_round(times[engine])
         texts[engine] = output_texts(engine, outputs[engine], paths["ct2"])  # each round writes the same file
         tokens = sum(len(ids) for ids in tokenizer(texts[engine])["input_ids"])
         seconds = max(rows[engine]["seconds"] - startup, 1e-3)  # the engine's time, its start-up left out

@@ -69,4 +69,4 @@ def test_the_smallest_translate_run_writes_its_section_with_a_row_per_engine_and
 def test_each_row_keeps_its_fastest_round_without_its_start_up():
     rows = [{"seconds": 9.0}, {"seconds": 8.5}, {"seconds": 7.0}]
     times = [(9.0 - 3.0, 3.0, rows[0]), (8.5 - 7.0, 7.0, rows[1]), (7.0 - 4.0, 4.0, rows[2])]
-    assert fastest_round(times) == (7.0, rows[1])  # not the shortest process nor the quickest start
+    assert fastest_round(times) == times[1]  # not the shortest process nor the quickest start
