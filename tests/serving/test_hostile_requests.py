@@ -311,6 +311,21 @@ def test_a_multipart_form_is_read_strictly(server, body, parameters, status, wor
     assert response.status_code == status and words in error_of(response), response.text
 
 
+def test_a_multipart_forms_preamble_is_ignored_and_a_body_it_cannot_read_is_not_logged(server):
+    """What comes before a form's first boundary line and after its last (RFC 2046's preamble and epilogue) is not
+    part of it. A body that is no form is the client's 400, and leaves no line in the server's log."""
+    sent = b"A preamble, which a form's reader ignores.\r\n" + multipart_body(part(b"q", b"six"), *LANGUAGES)
+    headers = {"content-type": "multipart/form-data; boundary=B"}
+    form = httpx.post(server.url + "/translate", content=sent + b"An epilogue.\r\n", headers=headers)
+    assert form.status_code == 200, form.text
+    assert form.json() == server.post(q="six", **TRANSLATE).json()
+    logged = len(server.output())
+    for body in (b"six", b"no boundary line\r\n--C\r\n"):
+        refused = httpx.post(server.url + "/translate", content=body, headers=headers)
+        assert refused.status_code == 400 and "the form is not valid multipart/form-data" in error_of(refused)
+    assert server.output()[logged:] == ""
+
+
 def test_a_multipart_form_is_held_to_the_body_limit_when_it_is_streamed(server):
     """Without a Content-Length, a multipart body is counted as it arrives: neither a field nor a file is kept past
     the server's limit (a file was spooled to disk, whatever its size)."""

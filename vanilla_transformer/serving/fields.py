@@ -8,18 +8,32 @@ field and what was expected.
   leave one in a `\\ud83d` escape) is refused with 400 naming the field and the character. It is refused rather than
   replaced: a translation of silently altered text would look right to the client and differ from what it sent.
 - Forms, url-encoded or multipart: read within the same limits as any body (a multipart file too, which is named in
-  errors and never kept); names and values decoded from UTF-8 strictly, 400 naming the field otherwise.
+  errors and never kept); names and values decoded from UTF-8 strictly, 400 naming the field otherwise. A multipart
+  body's preamble and epilogue are ignored, as RFC 2046 has them.
 - Numbers: ASCII digits only (`'²'.isdigit()` is true in Python), at most nine of them; the caller checks the range.
 - Lists of texts: a string or a list of strings; an empty list is a valid request with an empty answer."""
 
 import asyncio
 import json
+import logging
 import re
 import urllib.parse
 from dataclasses import dataclass
 
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 from starlette.requests import Request
+
+# python-multipart's own messages on a body it cannot read are warnings without the request they are of; the client's
+# 400 names the fault, and the server's log has them at debug level only
+MULTIPART_LOG = logging.getLogger(__name__)
+
+
+class DebugLog(logging.LoggerAdapter):
+    """A logger's adapter that writes every message at debug level."""
+
+    def log(self, level, msg, *args, **kwargs):
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
 
 # a whole number as a client writes it: ASCII digits, at most nine (larger is out of every range here)
 WHOLE_NUMBER = re.compile(r"\s*([0-9]{1,9})\s*")
@@ -96,6 +110,7 @@ class Multipart:
             on_end=self.on_end,
         )
         self.parser = MultipartParser(boundary, callbacks)
+        self.parser.logger = DebugLog(MULTIPART_LOG)
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
         self.header_name += data[start:end]
@@ -125,7 +140,7 @@ def multipart(body: bytes, content_type: str) -> dict:
         raise RequestError(415, f"the form: charset {described(charset)}; send UTF-8")
     reader = Multipart(options[b"boundary"])
     try:
-        reader.parser.write(body)
+        reader.parser.write(without_preamble(body, options[b"boundary"]))
         reader.parser.finalize()
     except MultipartParseError as error:
         raise RequestError(400, f"the form is not valid multipart/form-data: {error}") from None
@@ -143,6 +158,16 @@ def multipart(body: bytes, content_type: str) -> dict:
         value = FilePart(utf8(disposition[b"filename"], where)) if b"filename" in disposition else utf8(data, where)
         pairs.setdefault(name, []).append(value)
     return fields_of(pairs.keys(), pairs.get)
+
+
+def without_preamble(body: bytes, boundary: bytes) -> bytes:
+    """A multipart body from its first boundary line: what comes before it, the preamble, is not part of the form
+    and is ignored (RFC 2046, section 5.1.1), as python-multipart does not. A body without one is left whole, for the
+    parser to refuse."""
+    if body.startswith(b"--" + boundary):
+        return body
+    first = body.find(b"\r\n--" + boundary)
+    return body if first < 0 else body[first + 2 :]
 
 
 def utf8(raw: bytes, where: str) -> str:
