@@ -10,6 +10,7 @@ import torch
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
+from vanilla_transformer.training.data import checks
 from vanilla_transformer.training.data.batching import TokenBatchSampler
 from vanilla_transformer.training.data.bpe import load_tokenizer, train_bpe_tokenizer, training_texts, vocabulary_note
 from vanilla_transformer.training.data.loading import DataError, load_files, load_pairs, load_raw_datasets
@@ -161,6 +162,10 @@ def test_missing_cells_are_dropped_and_undecodable_translation_cells_are_named(t
     pd.DataFrame({"translation": cells}).to_csv(tmp_path / "c.csv", index=False)
     with pytest.raises(DataError, match=rf"c.csv, {cell} of texts"):
         load_raw_datasets(data_args(train_file=str(tmp_path / "c.csv")), SEED)
+    cells[1] = "[" * 5000 + "]" * 5000  # deeper than Python's JSON parser goes
+    pd.DataFrame({"translation": cells}).to_csv(tmp_path / "d.csv", index=False)
+    with pytest.raises(DataError, match=rf"d.csv, {cell} of texts"):
+        load_raw_datasets(data_args(train_file=str(tmp_path / "d.csv")), SEED)
 
 
 def test_missing_empty_and_undecodable_files_are_named(tmp_path):
@@ -191,6 +196,34 @@ def test_missing_empty_and_undecodable_files_are_named(tmp_path):
     text.write_text("hello")
     with pytest.raises(DataError, match=r"expected a .jsonl"):
         load_raw_datasets(data_args(train_file=str(text)), SEED)
+
+
+def test_a_json_line_nested_deeper_than_a_row_is_named_before_the_reader_meets_it(tmp_path, monkeypatch):
+    """pyarrow's JSON reader crashes the process on a line nested some thousands deep, so a JSON file is checked for
+    depth first: a line nested deeper than MAX_JSON_DEPTH is named with its depth. Brackets in text do not count,
+    and lines are whole across the blocks the file is read in (here of 64 bytes)."""
+    monkeypatch.setattr(checks, "BLOCK", 64)
+    limit = checks.MAX_JSON_DEPTH
+    rows = [json.dumps(row) for row in pairs(range(1, 4))]
+    rows.append(json.dumps({"translation": {"en": "[[a link]] {{a template}} " * 60, "de": "eins"}}))
+    rows.append(json.dumps({"translation": {"en": "two", "de": "zwei"}, "x": nested(limit - 1)}))
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    assert len(load_raw_datasets(data_args(train_file=str(path)), SEED)["train"]) == 5
+    for ending in ("\n", ""):  # a line of its own, or the last line without its newline
+        path.write_text("\n".join([*rows, json.dumps({"x": nested(limit + 50)})]) + ending)
+        message = rf"--train-file .*train.jsonl: line 6 nests its JSON {limit + 51} levels deep; expected at most"
+        with pytest.raises(DataError, match=message):
+            load_raw_datasets(data_args(train_file=str(path)), SEED)
+    path.write_text("\n".join(rows) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")  # as the reader would crash on
+    assert checks.too_deep_line(str(path)) == (6, 100_000)
+
+
+def nested(depth: int) -> list:
+    value = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def test_pairs_with_an_empty_side_are_dropped_and_counted_and_an_emptied_split_is_refused(tmp_path, capsys):
@@ -265,8 +298,8 @@ def test_a_json_array_and_a_csv_file_that_cannot_be_read_are_named_by_line(tmp_p
         "none.json": ("[]\n", "the file holds no rows with fields."),
         "header.csv": ("en,de\n", "the file holds no rows with fields."),
         "fieldless.jsonl": ("{}\n{}\n", "the file holds no rows with fields."),
-        "deep.jsonl": ('{"en": "one", "de": "eins"}\n' + "[" * 100_000 + "\n", "line 2 is not valid JSON (nested too"),
-        "deep.json": ("[" * 100_000 + "\n", "not valid JSON (nested too deeply)"),
+        "deep.jsonl": ('{"en": "one", "de": "eins"}\n' + "[" * 100_000 + "\n", "line 2 nests its JSON 100000 levels"),
+        "deep.json": ("[\n" * 100_000, "not valid JSON (nested too deeply)"),  # across lines: Python's parser says so
         # datasets reads it as one object of columns, its texts a 'translation' column of rows "one" and "eins"
         "comma.jsonl": ('{"translation": {"en": "one", "de": "eins"},}\n', "line 1 is not valid JSON"),
     }

@@ -217,12 +217,13 @@ def test_a_streamed_side_that_is_not_text_is_named_by_its_row_as_when_read_whole
 
 def test_a_streamed_csv_cell_that_is_not_a_pair_is_named_by_its_row_as_when_read_whole(tmp_path, tokenizer):
     cells = [json.dumps(row["translation"]) for row in pairs(range(100, 130))]
-    cells[4] = "{'en': 'one'}"  # not JSON
-    with open(tmp_path / "train.csv", "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([["translation"], *([cell] for cell in cells)])
-    cell = r"train.csv, row 4 \(counting from 0\): the 'translation' cell .* is not a JSON object of texts"
-    with pytest.raises(ValueError, match=cell):
-        list(streamed(stream_args(tmp_path / "train.csv"), tokenizer))
+    for bad in ("{'en': 'one'}", "[" * 5000 + "]" * 5000):  # not JSON; nested deeper than Python's parser goes
+        cells[4] = bad
+        with open(tmp_path / "train.csv", "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows([["translation"], *([cell] for cell in cells)])
+        cell = r"train.csv, row 4 \(counting from 0\): the 'translation' cell .* is not a JSON object of texts"
+        with pytest.raises(ValueError, match=cell):
+            list(streamed(stream_args(tmp_path / "train.csv"), tokenizer))
 
 
 def test_a_dataset_folder_streams_its_train_split_and_loads_the_others_whole(tmp_path):

@@ -40,7 +40,75 @@ def check_file(flag: str, path: str) -> str:
         open(path, "rb").close()
     except OSError as error:
         raise DataError(f"{flag} {path}: cannot be read ({error.strerror}).") from None
+    if FILE_BUILDERS[extension] == "json" and (found := too_deep_line(path)):
+        number, depth = found
+        raise DataError(f"{flag} {path}: line {number} nests its JSON {depth} levels deep; expected at most "
+                        f"{MAX_JSON_DEPTH} (a row holds a pair of texts).")  # fmt: skip
     return FILE_BUILDERS[extension]
+
+
+# How deep a JSON file's values may nest: a row of the translation schema takes 2 levels, and Arrow holds no more than
+# about 63. pyarrow's JSON reader, which `datasets` reads JSON files with, parses recursively and crashes the process
+# (a segmentation fault) on a line that nests some thousands deep; such a file is refused before it is read.
+MAX_JSON_DEPTH = 32
+OPENERS = bytes(range(256)).translate(None, b"[{\n")  # every byte but these: deleted, the rest kept
+DEEPER_THAN_MAX = re.compile(rb"[^\n]{%d}" % (MAX_JSON_DEPTH + 1))  # a line's openers, after they are kept alone
+JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (whose brackets are text), or a bracket
+BLOCK = 1 << 24  # bytes read at a time
+
+
+def too_deep_line(path: str) -> tuple[int, int] | None:
+    """The first line of a JSON file whose values nest deeper than MAX_JSON_DEPTH, and its depth; None if there is
+    none. A line can nest no deeper than it has '[' and '{' bytes, which are counted at C speed (every other byte
+    deleted); a line with more than MAX_JSON_DEPTH of them (brackets in text, as wiki markup has) is parsed for its
+    depth. pyarrow reads a JSON file a line at a time, so depth across lines does not reach it."""
+    lines_before = 0
+    with open(path, "rb") as handle:
+        tail = b""
+        while chunk := handle.read(BLOCK):
+            lines = tail + chunk
+            end = lines.rfind(b"\n") + 1  # whole lines; the last one's start waits for its end
+            lines, tail = lines[:end], lines[end:]
+            if found := too_deep_in(lines):
+                return lines_before + found[0], found[1]
+            lines_before += lines.count(b"\n")
+    found = too_deep_in(tail)  # a last line without its newline
+    return None if found is None else (lines_before + found[0], found[1])
+
+
+def too_deep_in(block: bytes) -> tuple[int, int] | None:
+    """`too_deep_line` for the lines of one block: the line's number within it, from 1, and its depth."""
+    openers = block.translate(None, OPENERS)
+    position = 0
+    while match := DEEPER_THAN_MAX.search(openers, position):
+        number = openers.count(b"\n", 0, match.start()) + 1
+        start = 0 if number == 1 else nth_index(block, b"\n", number - 1) + 1
+        line_end = block.find(b"\n", start)
+        depth = json_depth(block[start : None if line_end < 0 else line_end])
+        if depth > MAX_JSON_DEPTH:
+            return number, depth
+        position = openers.find(b"\n", match.end())
+        if position < 0:
+            return None
+    return None
+
+
+def nth_index(data: bytes, byte: bytes, n: int) -> int:
+    """Where the `n`th `byte` (from 1) is in `data`."""
+    return int(np.flatnonzero(np.frombuffer(data, np.uint8) == byte[0])[n - 1])
+
+
+def json_depth(line: bytes) -> int:
+    """How deep a line of JSON nests its arrays and objects, the brackets in its strings left out."""
+    depth = deepest = 0
+    for token in JSON_TOKEN.finditer(line):
+        bracket = token.group()
+        if bracket in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif bracket in (b"]", b"}"):
+            depth -= 1
+    return deepest
 
 
 def reader_options(builder: str, path: str) -> dict:

@@ -163,7 +163,7 @@ def decode_translation_cells(dataset: datasets.Dataset, where: str, languages: l
         for row, cell in zip(indices, batch["translation"]):
             try:
                 pair = json.loads(cell) if cell else None
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
                 pair = None
             if not isinstance(pair, dict) or not all(
                 isinstance(pair.get(lang), (str, type(None))) for lang in languages

@@ -89,7 +89,7 @@ def json_cell(cell, where: str, row: int) -> dict:
         return cell or {}
     try:
         pair = json.loads(cell) if isinstance(cell, str) and cell else {}
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
         pair = None
     if not isinstance(pair, dict):
         raise DataError(
