@@ -485,14 +485,17 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     wrong_type, a_list = tmp_path / "wrong-type", tmp_path / "a-list"
     other_shapes, fewer = tmp_path / "other-shapes", tmp_path / "fewer-weights"  # than the config's model
     more = tmp_path / "more-weights"
+    deep_config, deep_tokenizer = tmp_path / "deep-config", tmp_path / "deep-tokenizer"  # JSON deeper than Python reads
     listed, no_start = tmp_path / "listed", tmp_path / "no-start"  # generation configs: a list; no first token, which
     # config.json's fills in
     for folder in (empty, no_tokenizer):
         folder.mkdir()
     for name in ("config.json", "model.safetensors"):
         (no_tokenizer / name).write_bytes((trained_folder / name).read_bytes())
-    for folder in (wrong_type, a_list, other_shapes, fewer, more, listed, no_start):
+    for folder in (wrong_type, a_list, other_shapes, fewer, more, listed, no_start, deep_config, deep_tokenizer):
         shutil.copytree(trained_folder, folder)
+    for folder, name in ((deep_config, "config.json"), (deep_tokenizer, "tokenizer.json")):
+        (folder / name).write_text("[" * 5000 + "]" * 5000)
     (listed / "generation_config.json").write_text("[]")
     generation = json.loads((trained_folder / "generation_config.json").read_text())
     without = {k: v for k, v in generation.items() if k not in ("decoder_start_token_id", "bos_token_id")}
@@ -515,6 +518,8 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
         listed: f"{listed}: generation_config.json is not a generation config the library reads: 'list' object",
         fewer: f"{fewer}: its weights lack model.encoder.layers.1.ffn.w_1.bias, .* and 7 more, which the model of",
         more: f"{more}: its weights hold model.decoder.layers.9.ffn.w_1.bias, which the model of its config.json lacks",
+        deep_config: f"{deep_config}: config.json is not valid JSON: it nests too deeply",
+        deep_tokenizer: f"{deep_tokenizer}: tokenizer.json is not valid JSON: it nests too deeply",
     }
     for folder in (trained_folder, no_start):  # the library's generate() would fail on the second
         assert main(["translate", "--model", str(folder), "seven"]) == 0

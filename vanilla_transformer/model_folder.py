@@ -1,6 +1,8 @@
 """A model folder and its tokenizer: loading them (one tokenizer rule for every caller), and encoding text within the
 model's positions (one truncation rule, with its warning, for every caller)."""
 
+import contextlib
+import glob
 import json
 import os
 import re
@@ -23,17 +25,42 @@ def load_model_folder(path: str, where: str | None = None):
     import vanilla_transformer  # noqa: F401  (registers the model type)
 
     where = where or str(path)
-    check_model_type(path, where)
-    try:
-        tokenizer = text_as_text(AutoTokenizer.from_pretrained(path))
-    except (OSError, ValueError, StrictDataclassError) as error:
-        raise ModelFolderError(f"{where}: {cannot_load(path)}{missing_tokenizer(path)}: {one_line(error)}") from error
-    model = load_weights(AutoModelForSeq2SeqLM, path, where).eval()
+    with nested_json_named(path, where):
+        check_model_type(path, where)
+        try:
+            tokenizer = text_as_text(AutoTokenizer.from_pretrained(path))
+        except (OSError, ValueError, StrictDataclassError) as error:
+            reason = f"{cannot_load(path)}{missing_tokenizer(path)}: {one_line(error)}"
+            raise ModelFolderError(f"{where}: {reason}") from error
+        model = load_weights(AutoModelForSeq2SeqLM, path, where).eval()
     try:
         check_tokenizer_matches(model.config, tokenizer, where)
     except ValueError as error:
         raise ModelFolderError(str(error)) from error
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def nested_json_named(path: str, where: str):
+    """Within the block, Python's JSON parser stopped at its recursion limit (a file of the folder nests thousands
+    deep) is a `ModelFolderError` starting with `where` that names the file, not a RecursionError."""
+    try:
+        yield
+    except RecursionError:
+        files = sorted(glob.glob(os.path.join(glob.escape(str(path)), "*.json")))
+        name = next((os.path.basename(file) for file in files if nests_too_deeply(file)), "a JSON file")
+        raise ModelFolderError(f"{where}: {name} is not valid JSON: it nests too deeply") from None
+
+
+def nests_too_deeply(file: str) -> bool:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            json.load(handle)
+    except RecursionError:
+        return True
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def text_as_text(tokenizer):

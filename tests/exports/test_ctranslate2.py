@@ -302,6 +302,8 @@ def test_an_export_whose_model_bin_is_cut_short_is_named_by_the_command(exported
         ("vanilla_transformer_export.json", "{", "not the JSON object an export writes"),
         ("generation_config.json", "[]", "is not a generation config the library reads"),
         ("generation_config.json", '{"max_new_tokens": "x"}', "is not a generation config the library reads"),
+        ("vanilla_transformer_export.json", "[" * 5000 + "]" * 5000, "is not valid JSON: it nests too deeply"),
+        ("generation_config.json", "[" * 5000 + "]" * 5000, "is not valid JSON: it nests too deeply"),
     ],
 )
 def test_an_exports_settings_of_the_wrong_kind_are_named_by_file(exported_folder, tmp_path, capsys, name, text,

@@ -67,6 +67,8 @@ def test_a_record_without_an_updates_fields_or_not_utf8_is_named_by_file_and_lin
         b"\xff\xfe\n": "not UTF-8 (invalid start byte at byte 0)",
         b'{"step": 4, "loss": 2.0, "nll_loss": [1], "lr": 0.1}\n': "nll_loss is [1]; expected a number",
         b'{"step": 4, "lo\n{"step": 5, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1}\n': "not JSON, and records follow it",
+        b"[" * 5000 + b"]" * 5000 + b'\n{"step": 5, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1}\n':  # too deep for Python
+        "not JSON, and records follow it",
         b'{"step": 4, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1, "validation_bleu": "abc"}\n':  # drawn as a category
         "validation_bleu is 'abc'; expected a number",
         b'{"step": 4, "loss": 2.0, "nll_loss": 1.9, "lr": 0.1, "validation_cross_entropy": {"a": 1}}\n':  # a traceback

@@ -39,7 +39,7 @@ def read_metrics(run_dir: str) -> list[dict]:
             raise ValueError(f"{path} line {cut}: not JSON, and records follow it")
         try:
             records.append(checked_record(json.loads(line), f"{path} line {number}"))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
             cut = number
     return records
 

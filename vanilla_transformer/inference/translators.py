@@ -26,7 +26,7 @@ from ..exports.ctranslate2 import (
     import_ctranslate2,
     is_ctranslate2_folder,
 )
-from ..model_folder import encode_within, load_model_folder, read_generation_config, text_as_text
+from ..model_folder import encode_within, load_model_folder, nested_json_named, read_generation_config, text_as_text
 from .alignment import Alignment, align, align_tokens
 from .capabilities import CAPABILITY_NAMES, Capabilities, UnsupportedError
 from .checks import check_prefixes, check_terms
@@ -401,9 +401,10 @@ def load_translator(path: str, engine: str = "auto", placement: Placement = DEFA
     `placement`'s device and precision."""
     if not isinstance(placement, Placement):
         raise TypeError(f"placement must be a Placement, got {placement!r}: Placement(device=..., dtype=...)")
-    if engine_of(path, engine) == "ctranslate2":
-        return CTranslate2Translator(path, placement)
-    return PyTorchTranslator.from_folder(path, placement)
+    with nested_json_named(path, str(path)):
+        if engine_of(path, engine) == "ctranslate2":
+            return CTranslate2Translator(path, placement)
+        return PyTorchTranslator.from_folder(path, placement)
 
 
 __all__ = [
