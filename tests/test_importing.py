@@ -537,6 +537,18 @@ def test_a_path_that_is_not_a_model_folder_is_named_in_one_line(trained_folder, 
     assert reports == []
 
 
+def test_a_recursion_error_of_no_json_file_stays_a_bug(trained_folder, monkeypatch):
+    """Only a folder's JSON file nested too deeply turns a RecursionError into a ModelFolderError."""
+    from transformers import AutoTokenizer
+
+    def recurse(*args, **kwargs):
+        raise RecursionError("a bug's")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", recurse)
+    with pytest.raises(RecursionError, match="a bug's"):
+        load_model_folder(str(trained_folder))
+
+
 def test_import_then_translate_export_and_demo_from_the_command_line(imported, tmp_path, capsys):
     from vanilla_transformer.demo.app import Demo, import_gradio, run_translation
 

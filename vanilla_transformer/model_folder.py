@@ -48,11 +48,14 @@ def nested_json_named(path: str, where: str):
         yield
     except RecursionError:
         files = sorted(glob.glob(os.path.join(glob.escape(str(path)), "*.json")))
-        name = next((os.path.basename(file) for file in files if nests_too_deeply(file)), "a JSON file")
+        name = next((os.path.basename(file) for file in files if nests_too_deeply(file)), None)
+        if name is None:  # not a file's: a bug, which keeps its traceback
+            raise
         raise ModelFolderError(f"{where}: {name} is not valid JSON: it nests too deeply") from None
 
 
 def nests_too_deeply(file: str) -> bool:
+    """Whether Python's JSON parser stops at its recursion limit on `file`."""
     try:
         with open(file, encoding="utf-8") as handle:
             json.load(handle)

@@ -2,6 +2,7 @@
 pairs with text on both sides. `DataError` names the file, split, row or flag and what was expected."""
 
 import csv
+import itertools
 import json
 import os
 import re
@@ -53,7 +54,8 @@ def check_file(flag: str, path: str) -> str:
 MAX_JSON_DEPTH = 32
 OPENERS = bytes(range(256)).translate(None, b"[{\n")  # every byte but these: deleted, the rest kept
 DEEPER_THAN_MAX = re.compile(rb"[^\n]{%d}" % (MAX_JSON_DEPTH + 1))  # a line's openers, after they are kept alone
-JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (whose brackets are text), or a bracket
+JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # whose brackets are text
+NOT_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 BLOCK = 1 << 24  # bytes read at a time
 
 
@@ -78,13 +80,15 @@ def too_deep_line(path: str) -> tuple[int, int] | None:
 
 def too_deep_in(block: bytes) -> tuple[int, int] | None:
     """`too_deep_line` for the lines of one block: the line's number within it, from 1, and its depth."""
-    openers = block.translate(None, OPENERS)
-    position = 0
+    openers, line_starts = block.translate(None, OPENERS), None
+    position, number = 0, 1
     while match := DEEPER_THAN_MAX.search(openers, position):
-        number = openers.count(b"\n", 0, match.start()) + 1
-        start = 0 if number == 1 else nth_index(block, b"\n", number - 1) + 1
-        line_end = block.find(b"\n", start)
-        depth = json_depth(block[start : None if line_end < 0 else line_end])
+        if line_starts is None:  # once a block, where a line has that many brackets
+            line_starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n")) + 1))
+        number += openers.count(b"\n", position, match.start())
+        start = int(line_starts[number - 1])
+        end = int(line_starts[number]) - 1 if number < len(line_starts) else len(block)
+        depth = json_depth(block[start:end])
         if depth > MAX_JSON_DEPTH:
             return number, depth
         position = openers.find(b"\n", match.end())
@@ -93,22 +97,10 @@ def too_deep_in(block: bytes) -> tuple[int, int] | None:
     return None
 
 
-def nth_index(data: bytes, byte: bytes, n: int) -> int:
-    """Where the `n`th `byte` (from 1) is in `data`."""
-    return int(np.flatnonzero(np.frombuffer(data, np.uint8) == byte[0])[n - 1])
-
-
 def json_depth(line: bytes) -> int:
     """How deep a line of JSON nests its arrays and objects, the brackets in its strings left out."""
-    depth = deepest = 0
-    for token in JSON_TOKEN.finditer(line):
-        bracket = token.group()
-        if bracket in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif bracket in (b"]", b"}"):
-            depth -= 1
-    return deepest
+    brackets = JSON_STRING.sub(b"", line).translate(None, NOT_BRACKETS)
+    return max(itertools.accumulate(1 if byte in b"[{" else -1 for byte in brackets), default=0)
 
 
 def reader_options(builder: str, path: str) -> dict:
