@@ -64,17 +64,18 @@ def too_deep_line(path: str) -> tuple[int, int] | None:
     none. A line can nest no deeper than it has '[' and '{' bytes, which are counted at C speed (every other byte
     deleted); a line with more than MAX_JSON_DEPTH of them (brackets in text, as wiki markup has) is parsed for its
     depth. pyarrow reads a JSON file a line at a time, so depth across lines does not reach it."""
-    lines_before = 0
+    lines_before, pending = 0, []  # the pieces of a line whose end has not come yet
     with open(path, "rb") as handle:
-        tail = b""
         while chunk := handle.read(BLOCK):
-            lines = tail + chunk
-            end = lines.rfind(b"\n") + 1  # whole lines; the last one's start waits for its end
-            lines, tail = lines[:end], lines[end:]
+            end = chunk.rfind(b"\n") + 1
+            if not end:
+                pending.append(chunk)
+                continue
+            lines, pending = b"".join([*pending, chunk[:end]]), [chunk[end:]]  # whole lines
             if found := too_deep_in(lines):
                 return lines_before + found[0], found[1]
             lines_before += lines.count(b"\n")
-    found = too_deep_in(tail)  # a last line without its newline
+    found = too_deep_in(b"".join(pending))  # a last line without its newline
     return None if found is None else (lines_before + found[0], found[1])
 
 
