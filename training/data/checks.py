@@ -52,7 +52,7 @@ def check_file(flag: str, path: str) -> str:
 # about 63. pyarrow's JSON reader, which `datasets` reads JSON files with, parses recursively and crashes the process
 # (a segmentation fault) on a line that nests some thousands deep; such a file is refused before it is read.
 MAX_JSON_DEPTH = 32
-OPENERS = bytes(range(256)).translate(None, b"[{\n")  # every byte but these: deleted, the rest kept
+NOT_OPENERS = bytes(range(256)).translate(None, b"[{\n")  # deleted, so that '[', '{' and line ends are left
 DEEPER_THAN_MAX = re.compile(rb"[^\n]{%d}" % (MAX_JSON_DEPTH + 1))  # a line's openers, after they are kept alone
 JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # whose brackets are text
 NOT_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
@@ -81,7 +81,7 @@ def too_deep_line(path: str) -> tuple[int, int] | None:
 
 def too_deep_in(block: bytes) -> tuple[int, int] | None:
     """`too_deep_line` for the lines of one block: the line's number within it, from 1, and its depth."""
-    openers, line_starts = block.translate(None, OPENERS), None
+    openers, line_starts = block.translate(None, NOT_OPENERS), None
     position, number = 0, 1
     while match := DEEPER_THAN_MAX.search(openers, position):
         if line_starts is None:  # once a block, where a line has that many brackets
@@ -153,8 +153,6 @@ def first_bad_json_line(path: str) -> str | None:
                 row = json.loads(line, object_pairs_hook=keys_once)
             except json.JSONDecodeError as error:
                 return f"line {number} is not valid JSON ({error.msg} at column {error.colno})"
-            except RecursionError:
-                return f"line {number} is not valid JSON (nested too deeply)"
             except RepeatedKey as error:
                 return f"line {number} has the key {error.key!r} twice; expected each once"
             if not isinstance(row, dict):

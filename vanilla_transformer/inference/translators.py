@@ -401,10 +401,10 @@ def load_translator(path: str, engine: str = "auto", placement: Placement = DEFA
     `placement`'s device and precision."""
     if not isinstance(placement, Placement):
         raise TypeError(f"placement must be a Placement, got {placement!r}: Placement(device=..., dtype=...)")
-    with nested_json_named(path, str(path)):
-        if engine_of(path, engine) == "ctranslate2":
+    if engine_of(path, engine) == "ctranslate2":
+        with nested_json_named(path, str(path)):  # load_model_folder names the torch engine's files itself
             return CTranslate2Translator(path, placement)
-        return PyTorchTranslator.from_folder(path, placement)
+    return PyTorchTranslator.from_folder(path, placement)
 
 
 __all__ = [
